@@ -1,0 +1,1 @@
+"""Benchmarks: plan quality against baselines and bounds, planner latency, API load."""

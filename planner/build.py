@@ -1,0 +1,111 @@
+"""Assembling the boundary `Plan` from a solver candidate: ranks, micro-batches, bound, status."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+
+from planner.cost import SchemeCoefficients
+from planner.items import Items
+from planner.packing import PackedPipeline
+from planner.scheme import ParallelScheme
+from planner.schemas import (
+    CostProfile,
+    MicroBatch,
+    PipelinePlan,
+    Plan,
+    PlanRequest,
+    SchemeModel,
+    SolverStats,
+    SolveStatus,
+)
+from planner.search import Candidate
+from planner.strategies import Placement, Strategy, place_pipelines
+
+
+def plan_id(request: PlanRequest, profile: CostProfile, extra: str = "") -> str:
+    """Content hash of the canonical request and profile: same inputs and seed, same id."""
+    canonical = json.dumps(
+        {"request": request.model_dump(mode="json"), "profile": profile.model_dump(mode="json"), "extra": extra},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return "hp-" + hashlib.sha256(canonical.encode()).hexdigest()[:20]
+
+
+def build_plan(
+    request: PlanRequest,
+    profile: CostProfile,
+    items: Items,
+    candidate: Candidate,
+    lower_bound_s: float,
+    stats: SolverStats,
+    timed_out: bool,
+    fixed_strategy: Strategy | None = None,
+) -> Plan:
+    """Turn a solver candidate into the boundary `Plan` (ranks, micro-batches, bound, status)."""
+    step_time_s = candidate.step_time_s
+    lower_bound_s = min(lower_bound_s, step_time_s)
+    gap = (step_time_s - lower_bound_s) / step_time_s if step_time_s > 0 else 0.0
+    if gap <= request.options.gap_tolerance:
+        status = SolveStatus.OPTIMAL
+    else:
+        status = SolveStatus.TIMEOUT_INCUMBENT if timed_out else SolveStatus.FEASIBLE
+    placements = place_pipelines(candidate.strategy.pipeline_schemes())
+    pipelines = [
+        _pipeline_plan(index, coef, packed, placement, items)
+        for index, (coef, packed, placement) in enumerate(zip(candidate.coefs, candidate.packed, placements))
+    ]
+    used = {coef.scheme for coef in candidate.coefs}
+    used_profile = profile.model_copy(
+        update={"schemes": [entry for entry in profile.schemes if ParallelScheme(entry.tp, entry.pp, entry.cp) in used]}
+    )
+    return Plan(
+        plan_id=plan_id(request, profile, str(fixed_strategy) if fixed_strategy else ""),
+        status=status,
+        strategy=str(candidate.strategy),
+        num_gpus=request.num_gpus,
+        gpus_per_node=request.gpus_per_node,
+        step_time_s=step_time_s,
+        grad_sync_s=candidate.grad_sync_s,
+        lower_bound_s=lower_bound_s,
+        gap=gap,
+        input_lengths=list(request.lengths),
+        dropped_sequence_ids=list(items.dropped_sequence_ids),
+        split_sequence_ids=list(items.split_sequence_ids),
+        pipelines=pipelines,
+        cost_profile=used_profile,
+        solver=stats,
+    )
+
+
+def _pipeline_plan(
+    index: int, coef: SchemeCoefficients, packed: PackedPipeline, placement: Placement, items: Items
+) -> PipelinePlan:
+    micro_batches = []
+    for members, stage_time_s in zip(packed.micro_batches, packed.stage_times_s):
+        members = np.sort(members)
+        lengths = items.lengths[members]
+        micro_batches.append(
+            MicroBatch(
+                sequence_ids=items.sequence_ids[members].tolist(),
+                lengths=lengths.tolist(),
+                offsets=items.offsets[members].tolist(),
+                num_tokens=int(lengths.sum()),
+                stage_time_s=stage_time_s,
+            )
+        )
+    scheme = coef.scheme
+    return PipelinePlan(
+        index=index,
+        scheme=SchemeModel(tp=scheme.tp, pp=scheme.pp, cp=scheme.cp),
+        ranks=placement.ranks,
+        stage_ranks=placement.stage_ranks,
+        capacity_tokens=coef.capacity_tokens,
+        num_sequences=len(set(items.sequence_ids[np.concatenate(packed.micro_batches)].tolist())),
+        num_tokens=sum(batch.num_tokens for batch in micro_batches),
+        time_s=packed.time_s,
+        micro_batches=micro_batches,
+    )

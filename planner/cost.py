@@ -1,0 +1,115 @@
+"""The cost interface the planner needs, and its implementation over a `CostProfile`.
+
+The surface is deliberately small: the planner only ever asks for a scheme's stage time of a
+micro-batch, its forward share, its capacity and the gradient-sync time of a strategy. Anything
+that can answer these (analytic formulas, profiler fits, a user's file) plugs in through the
+`CostProfile` data format produced by `cost_models/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from planner.scheme import ParallelScheme
+from planner.schemas import CostProfile, derive_capacity_tokens
+
+
+class CostModel(Protocol):
+    """What the planner asks of a cost model (times in seconds)."""
+
+    def schemes(self) -> Sequence[ParallelScheme]: ...
+
+    def stage_time_s(self, scheme: ParallelScheme, lengths: Sequence[int]) -> float: ...
+
+    def fwd_fraction(self, scheme: ParallelScheme) -> float: ...
+
+    def capacity_tokens(self, scheme: ParallelScheme) -> int: ...
+
+    def grad_sync_s(self, pipeline_schemes: Sequence[ParallelScheme]) -> float: ...
+
+
+@dataclass(frozen=True)
+class SchemeCoefficients:
+    """One scheme's costs in seconds, capacity resolved."""
+
+    scheme: ParallelScheme
+    a: float
+    b: float
+    c: float
+    fwd_fraction: float
+    capacity_tokens: int
+    grad_bytes_per_gpu: float
+
+    def stage_time_s(self, sum_sq_tokens: float, num_tokens: float) -> float:
+        return self.a * sum_sq_tokens + self.b * num_tokens + self.c
+
+    def work_s(self, lengths: np.ndarray) -> np.ndarray:
+        """Per-sequence share of stage time, without the per-micro-batch overhead c."""
+        as_float = lengths.astype(np.float64)
+        return self.a * as_float * as_float + self.b * as_float
+
+
+class ProfileCostModel:
+    """`CostModel` over a `CostProfile`: converts units and derives capacities once."""
+
+    def __init__(self, profile: CostProfile) -> None:
+        self.profile = profile
+        unit = profile.seconds_per_unit
+        self._by_scheme: dict[ParallelScheme, SchemeCoefficients] = {}
+        for entry in profile.schemes:
+            scheme = ParallelScheme(entry.tp, entry.pp, entry.cp)
+            self._by_scheme[scheme] = SchemeCoefficients(
+                scheme=scheme,
+                a=entry.a * unit,
+                b=entry.b * unit,
+                c=entry.c * unit,
+                fwd_fraction=entry.fwd_fraction,
+                capacity_tokens=derive_capacity_tokens(profile, entry),
+                grad_bytes_per_gpu=entry.grad_bytes_per_gpu,
+            )
+
+    def schemes(self) -> list[ParallelScheme]:
+        return list(self._by_scheme)
+
+    def coefficients(self, scheme: ParallelScheme) -> SchemeCoefficients:
+        try:
+            return self._by_scheme[scheme]
+        except KeyError:
+            raise ValueError(f"scheme {scheme} is not in the cost profile") from None
+
+    def stage_time_s(self, scheme: ParallelScheme, lengths: Sequence[int]) -> float:
+        coefficients = self.coefficients(scheme)
+        as_float = np.asarray(lengths, dtype=np.float64)
+        return coefficients.stage_time_s(float(as_float @ as_float), float(as_float.sum()))
+
+    def fwd_fraction(self, scheme: ParallelScheme) -> float:
+        return self.coefficients(scheme).fwd_fraction
+
+    def capacity_tokens(self, scheme: ParallelScheme) -> int:
+        return self.coefficients(scheme).capacity_tokens
+
+    def grad_sync_s(self, pipeline_schemes: Sequence[ParallelScheme]) -> float:
+        """Gradient synchronisation after the last micro-batch of the step.
+
+        Every weight shard has one replica per CP rank of every pipeline; the replicas reduce their
+        gradients with a ring all-reduce, `2(n-1)/n * bytes / bandwidth` (Patarasuk & Yuan 2009),
+        over the slowest link. The slowest scheme's shard sets the time. A profile may instead fix
+        the time (`grad_sync_s`).
+        """
+        num_replicas = sum(scheme.cp for scheme in pipeline_schemes)
+        return self.grad_sync_for_replicas_s(num_replicas, set(pipeline_schemes))
+
+    def grad_sync_for_replicas_s(self, num_replicas: int, schemes: Collection[ParallelScheme]) -> float:
+        """Gradient sync when each weight has `num_replicas` replicas over the given schemes."""
+        if self.profile.grad_sync_s is not None:
+            return self.profile.grad_sync_s * self.profile.seconds_per_unit
+        bandwidth = self.profile.grad_sync_bandwidth_bytes_per_s
+        if bandwidth is None or num_replicas <= 1:
+            return 0.0
+        ring_factor = 2 * (num_replicas - 1) / num_replicas
+        largest_shard_bytes = max(self.coefficients(scheme).grad_bytes_per_gpu for scheme in schemes)
+        return ring_factor * largest_shard_bytes / bandwidth

@@ -1,0 +1,102 @@
+"""Stage 1: assigning items to the pipelines of a strategy.
+
+Greedy: items longest first, each to the pipeline (among those whose capacity fits it) whose
+estimated 1F1B time after taking it is smallest. The estimate is the packing model of
+`planner.packing`: `L + m*c + (pp-1)*(max(L/m, w_max) + c)` with `m` the best micro-batch count.
+Pipelines of one scheme are interchangeable, so only the least loaded of each scheme is a
+candidate; a heap per scheme finds it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.cost import SchemeCoefficients
+
+
+@dataclass
+class PipelineLoad:
+    """What a pipeline holds so far."""
+
+    work_s: float = 0.0
+    num_tokens: float = 0.0
+    max_item_s: float = 0.0
+    num_items: int = 0
+    items: list[int] = field(default_factory=list)
+
+
+def estimate_pipeline_s(coef: SchemeCoefficients, load: PipelineLoad) -> float:
+    """Estimated 1F1B time of a pipeline holding `load` (0 when empty)."""
+    if load.num_items == 0:
+        return 0.0
+    minimum = max(1, math.ceil(load.num_tokens / coef.capacity_tokens))
+    bubbles = coef.scheme.pp - 1
+    if bubbles == 0:
+        return load.work_s + minimum * coef.c
+    ideal = math.sqrt(bubbles * load.work_s / coef.c) if coef.c > 0 else load.num_items
+    count = min(max(minimum, load.num_items), max(minimum, round(ideal)))
+    return load.work_s + count * coef.c + bubbles * (max(load.work_s / count, load.max_item_s) + coef.c)
+
+
+def _with_item(load: PipelineLoad, work_s: float, length: float) -> PipelineLoad:
+    return PipelineLoad(load.work_s + work_s, load.num_tokens + length, max(load.max_item_s, work_s), load.num_items + 1)
+
+
+def greedy_dispatch(lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) -> list[np.ndarray] | None:
+    """Item indices per pipeline, or None when some pipeline can get no item at all.
+
+    Every item must fit some pipeline's capacity (the caller guarantees it).
+    """
+    loads = [PipelineLoad() for _ in coefs]
+    groups: dict[SchemeCoefficients, list[tuple[float, int]]] = {}
+    for index, coef in enumerate(coefs):
+        groups.setdefault(coef, []).append((0.0, index))
+    order = np.lexsort((np.arange(len(lengths)), -lengths)).tolist()
+    for item in order:
+        length = float(lengths[item])
+        best: tuple[float, int, SchemeCoefficients, float] | None = None
+        for coef, heap in groups.items():
+            if length > coef.capacity_tokens:
+                continue
+            pipeline = heap[0][1]
+            work_s = coef.a * length * length + coef.b * length
+            after = estimate_pipeline_s(coef, _with_item(loads[pipeline], work_s, length))
+            if best is None or (after, pipeline) < (best[0], best[1]):
+                best = (after, pipeline, coef, work_s)
+        assert best is not None, "item fits no pipeline"
+        after, pipeline, coef, work_s = best
+        load = loads[pipeline]
+        load.work_s += work_s
+        load.num_tokens += length
+        load.max_item_s = max(load.max_item_s, work_s)
+        load.num_items += 1
+        load.items.append(item)
+        heapq.heapreplace(groups[coef], (after, pipeline))
+    if not _give_every_pipeline_work(loads, lengths, coefs):
+        return None
+    return [np.asarray(sorted(load.items), dtype=np.int64) for load in loads]
+
+
+def _give_every_pipeline_work(loads: list[PipelineLoad], lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) -> bool:
+    """Move the shortest fitting item from a pipeline holding several to each empty pipeline."""
+    for empty, load in enumerate(loads):
+        if load.items:
+            continue
+        movable = [
+            (int(lengths[item]), item, donor)
+            for donor, other in enumerate(loads)
+            if len(other.items) > 1
+            for item in other.items
+            if lengths[item] <= coefs[empty].capacity_tokens
+        ]
+        if not movable:
+            return False
+        _, item, donor = min(movable)
+        loads[donor].items.remove(item)
+        load.items.append(item)
+    return True

@@ -1,0 +1,78 @@
+"""Turning a request's lengths into the items the solver places (whole sequences or chunks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.errors import PlanningError
+from planner.schemas import OversizePolicy
+
+
+@dataclass(frozen=True)
+class Items:
+    """What the solver places: item `k` is tokens `[offsets[k], offsets[k] + lengths[k])` of
+    input sequence `sequence_ids[k]`. Arrays are aligned and in input order."""
+
+    sequence_ids: np.ndarray
+    offsets: np.ndarray
+    lengths: np.ndarray
+    dropped_sequence_ids: tuple[int, ...] = ()
+    split_sequence_ids: tuple[int, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.lengths.sum())
+
+
+def prepare_items(lengths: list[int], max_capacity_tokens: int, policy: OversizePolicy) -> Items:
+    """Apply the oversize policy to sequences longer than every scheme's capacity.
+
+    `split` cuts such a sequence into capacity-sized chunks plus a remainder (training data
+    pipelines do the same at the context cap); `drop` leaves it out and lists its id; `error`
+    refuses the batch, saying how many and the largest capacity.
+    """
+    as_array = np.asarray(lengths, dtype=np.int64)
+    oversize = np.flatnonzero(as_array > max_capacity_tokens)
+    if len(oversize) == 0:
+        identity = np.arange(len(as_array), dtype=np.int64)
+        return Items(identity, np.zeros_like(identity), as_array)
+    if policy == OversizePolicy.ERROR:
+        longest = int(oversize[np.argmax(as_array[oversize])])
+        raise PlanningError(
+            f"{len(oversize)} sequence(s) exceed the largest capacity of any scheme, "
+            f"{max_capacity_tokens} tokens (longest: id {longest}, {int(as_array[longest])} tokens); "
+            "use oversize policy 'split' or 'drop'"
+        )
+    sequence_ids: list[int] = []
+    offsets: list[int] = []
+    item_lengths: list[int] = []
+    oversize_set = set(oversize.tolist())
+    for sequence_id, length in enumerate(as_array.tolist()):
+        if sequence_id not in oversize_set:
+            sequence_ids.append(sequence_id)
+            offsets.append(0)
+            item_lengths.append(length)
+        elif policy == OversizePolicy.SPLIT:
+            for offset in range(0, length, max_capacity_tokens):
+                sequence_ids.append(sequence_id)
+                offsets.append(offset)
+                item_lengths.append(min(max_capacity_tokens, length - offset))
+    if not item_lengths:
+        raise PlanningError(
+            f"all {len(as_array)} sequences exceed the largest capacity {max_capacity_tokens} "
+            "tokens and were dropped: nothing left to plan"
+        )
+    dropped = tuple(oversize.tolist()) if policy == OversizePolicy.DROP else ()
+    split = tuple(oversize.tolist()) if policy == OversizePolicy.SPLIT else ()
+    return Items(
+        np.asarray(sequence_ids, dtype=np.int64),
+        np.asarray(offsets, dtype=np.int64),
+        np.asarray(item_lengths, dtype=np.int64),
+        dropped_sequence_ids=dropped,
+        split_sequence_ids=split,
+    )

@@ -1,0 +1,144 @@
+"""Stage 2: packing one pipeline's items into micro-batches under its capacity.
+
+For a pipeline of `pp` stages whose items carry work `L` (seconds of stage time without the
+per-micro-batch overhead `c`), `m` balanced micro-batches take about `L + m*c + (pp-1)*(L/m + c)`
+under 1F1B, so the best count is near `m* = sqrt((pp-1) L / c)`, never below what the capacity
+forces. We try a few counts around it, balance each with longest-processing-time-first under the
+capacity, rank them with the cheap estimate, and settle the best few with the exact simulation
+over a few micro-batch orders.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.cost import SchemeCoefficients
+from planner.simulate import approximate_1f1b_s, simulate_1f1b
+
+NUM_EXACT_CANDIDATES = 2
+
+
+@dataclass(frozen=True)
+class PackedPipeline:
+    """Micro-batches (arrays of item indices) in execution order and their simulated time."""
+
+    micro_batches: tuple[np.ndarray, ...]
+    stage_times_s: tuple[float, ...]
+    time_s: float
+
+
+EMPTY = PackedPipeline((), (), 0.0)
+
+
+def pack_pipeline(item_indices: np.ndarray, lengths: np.ndarray, coef: SchemeCoefficients) -> PackedPipeline:
+    """Pack the given items (indices into `lengths`) for one pipeline with scheme costs `coef`."""
+    if len(item_indices) == 0:
+        return EMPTY
+    order = _by_work_descending(item_indices, lengths)
+    sub_lengths = lengths[order].astype(np.float64)
+    if sub_lengths.max() > coef.capacity_tokens:
+        raise ValueError(f"an item of {int(sub_lengths.max())} tokens exceeds capacity {coef.capacity_tokens}")
+    scored = []
+    for num_micro_batches in _candidate_counts(sub_lengths, coef):
+        balanced = _balance(sub_lengths, num_micro_batches, coef)
+        if balanced is not None:
+            bins, times = balanced
+            scored.append((approximate_1f1b_s(times, coef.scheme.pp), num_micro_batches, bins, times))
+    if not scored:
+        bins = _first_fit_until_feasible(sub_lengths, coef)
+        times = [coef.stage_time_s(float(sub_lengths[b] @ sub_lengths[b]), float(sub_lengths[b].sum())) for b in bins]
+        scored.append((approximate_1f1b_s(times, coef.scheme.pp), len(bins), bins, times))
+    scored.sort(key=lambda entry: (entry[0], entry[1]))
+    best: PackedPipeline | None = None
+    for _, _, bins, times in scored[:NUM_EXACT_CANDIDATES]:
+        candidate = _best_order([order[b] for b in bins], times, coef)
+        if best is None or candidate.time_s < best.time_s:
+            best = candidate
+    assert best is not None
+    return best
+
+
+def _by_work_descending(item_indices: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Items sorted longest first (work is increasing in length); ties by index, deterministic."""
+    keys = np.lexsort((item_indices, -lengths[item_indices]))
+    return item_indices[keys]
+
+
+def _candidate_counts(sub_lengths: np.ndarray, coef: SchemeCoefficients) -> list[int]:
+    num_items = len(sub_lengths)
+    minimum = max(1, math.ceil(float(sub_lengths.sum()) / coef.capacity_tokens))
+    if coef.scheme.pp == 1:
+        return sorted({minimum, min(num_items, minimum + 1)})
+    work_s = float(coef.a * (sub_lengths @ sub_lengths) + coef.b * sub_lengths.sum())
+    ideal = num_items if coef.c <= 0 else math.sqrt((coef.scheme.pp - 1) * work_s / coef.c)
+    raw = [minimum, ideal / 1.5, ideal - 1, ideal, ideal + 1, ideal * 1.5]
+    return sorted({min(num_items, max(minimum, int(round(value)))) for value in raw})
+
+
+def _balance(
+    sub_lengths: np.ndarray, num_bins: int, coef: SchemeCoefficients
+) -> tuple[list[list[int]], list[float]] | None:
+    """Longest-processing-time-first into `num_bins` bins under the capacity, with each bin's
+    stage time; None if some item finds no bin with room.
+
+    `sub_lengths` is sorted longest first. Each item goes to the least loaded bin that still
+    has room for it.
+    """
+    heap = [(0.0, index) for index in range(num_bins)]
+    tokens = [0] * num_bins
+    bins: list[list[int]] = [[] for _ in range(num_bins)]
+    capacity = coef.capacity_tokens
+    a, b = coef.a, coef.b
+    for position, length in enumerate(sub_lengths.tolist()):
+        skipped = []
+        while heap and tokens[heap[0][1]] + length > capacity:
+            skipped.append(heapq.heappop(heap))
+        if not heap:
+            return None
+        load, index = heapq.heappop(heap)
+        bins[index].append(position)
+        tokens[index] += length
+        heapq.heappush(heap, (load + a * length * length + b * length, index))
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+    loads = dict((index, load) for load, index in heap)
+    used = [index for index in range(num_bins) if bins[index]]
+    return [bins[index] for index in used], [loads[index] + coef.c for index in used]
+
+
+def _first_fit_until_feasible(sub_lengths: np.ndarray, coef: SchemeCoefficients) -> list[list[int]]:
+    """First-fit decreasing by tokens: always feasible since every item fits alone."""
+    bins: list[list[int]] = []
+    tokens: list[float] = []
+    for position, length in enumerate(sub_lengths.tolist()):
+        for index, used in enumerate(tokens):
+            if used + length <= coef.capacity_tokens:
+                bins[index].append(position)
+                tokens[index] += length
+                break
+        else:
+            bins.append([position])
+            tokens.append(length)
+    return bins
+
+
+def _best_order(micro_batches: list[np.ndarray], times: list[float], coef: SchemeCoefficients) -> PackedPipeline:
+    """Try a few execution orders under the exact 1F1B simulation and keep the fastest."""
+    descending = sorted(range(len(times)), key=lambda index: (-times[index], index))
+    orders = [descending, descending[::-1]]
+    if len(descending) > 2:
+        orders.append([descending[-1], *descending[:-1]])
+    best: PackedPipeline | None = None
+    for order in orders:
+        ordered_times = [times[index] for index in order]
+        time_s = simulate_1f1b(ordered_times, coef.scheme.pp, coef.fwd_fraction)
+        if best is None or time_s < best.time_s:
+            best = PackedPipeline(tuple(micro_batches[index] for index in order), tuple(ordered_times), time_s)
+        if coef.scheme.pp == 1:
+            break
+    assert best is not None
+    return best

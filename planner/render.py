@@ -1,0 +1,169 @@
+"""Readable text renderings of a `Plan` and of a `CostProfile` (pure: strings in, strings out)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from planner.cost import ProfileCostModel
+from planner.schemas import CostProfile, PipelinePlan, Plan
+from planner.scheme import ParallelScheme
+
+# At most this many dropped sequence ids are spelled out in the summary.
+MAX_IDS_SHOWN = 10
+
+
+def render_plan(plan: Plan) -> str:
+    """A summary of `plan`: headline facts, one table row per pipeline, then any baselines."""
+    sections = [_plan_header(plan), _pipeline_table(plan.pipelines)]
+    if plan.baselines:
+        sections.append(_baseline_table(plan))
+    return "\n\n".join(sections) + "\n"
+
+
+def render_schemes(profile: CostProfile) -> str:
+    """A table of the profile's schemes: coefficients in seconds, capacity and GPUs per pipeline."""
+    costs = ProfileCostModel(profile)
+    schemes = sorted(costs.schemes(), key=lambda scheme: (scheme.num_gpus, scheme))
+    rows = []
+    for scheme in schemes:
+        coefficients = costs.coefficients(scheme)
+        rows.append(
+            [
+                str(scheme),
+                str(scheme.num_gpus),
+                f"{coefficients.a:.3e}",
+                f"{coefficients.b:.3e}",
+                f"{coefficients.c:.3e}",
+                f"{coefficients.fwd_fraction:.2f}",
+                f"{coefficients.capacity_tokens:,}",
+            ]
+        )
+    headers = ["scheme", "GPUs", "a (s/tok^2)", "b (s/tok)", "c (s)", "fwd", "capacity tokens"]
+    header = (
+        f"cost profile: {profile.source}, {_model_on_gpu(profile)}, "
+        f"{profile.num_layers} layers, {len(schemes)} schemes"
+    )
+    return header + "\n\n" + _table(headers, rows, right_from=1) + "\n"
+
+
+def format_ranks(ranks: Sequence[int]) -> str:
+    """Compact rank list: `[0, 1, 2, 3, 8, 9]` -> `0-3,8-9`."""
+    ordered = sorted(set(ranks))
+    if not ordered:
+        return "-"
+    runs: list[tuple[int, int]] = []
+    start = previous = ordered[0]
+    for rank in ordered[1:]:
+        if rank != previous + 1:
+            runs.append((start, previous))
+            start = rank
+        previous = rank
+    runs.append((start, previous))
+    return ",".join(str(first) if first == last else f"{first}-{last}" for first, last in runs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pieces
+# ---------------------------------------------------------------------------------------------
+
+
+def _model_on_gpu(profile: CostProfile) -> str:
+    model = profile.model or "unnamed model"
+    gpu = profile.gpu or "unnamed GPU"
+    return f"{model} on {gpu}"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f} ms"
+
+
+def _plan_header(plan: Plan) -> str:
+    slowest_s = max((pipeline.time_s for pipeline in plan.pipelines), default=0.0)
+    num_tokens = sum(plan.input_lengths)
+    solver = plan.solver
+    facts = [
+        ("plan", f"{plan.plan_id} ({plan.schema_version})"),
+        ("model", f"{_model_on_gpu(plan.cost_profile)} ({plan.cost_profile.source} profile)"),
+        ("cluster", f"{plan.num_gpus} GPUs, {plan.gpus_per_node} per node"),
+        ("strategy", plan.strategy),
+        ("status", str(plan.status)),
+        (
+            "step time",
+            f"{_ms(plan.step_time_s)} (slowest pipeline {_ms(slowest_s)}"
+            f" + grad sync {_ms(plan.grad_sync_s)})",
+        ),
+        ("lower bound", f"{_ms(plan.lower_bound_s)} (gap {plan.gap * 100:.2f}%)"),
+        (
+            "solver",
+            f"{solver.backend} in {solver.solve_time_s:.2f} s: {solver.num_schemes} schemes, "
+            f"{solver.num_strategies} strategies, {solver.num_strategies_solved} solved, "
+            f"seed {solver.seed}",
+        ),
+        ("sequences", f"{len(plan.input_lengths):,} ({num_tokens:,} tokens)"),
+        ("split", f"{len(plan.split_sequence_ids):,} sequences cut into chunks"),
+        ("dropped", _dropped(plan.dropped_sequence_ids)),
+    ]
+    width = max(len(label) for label, _ in facts)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in facts)
+
+
+def _dropped(sequence_ids: Sequence[int]) -> str:
+    if not sequence_ids:
+        return "0 sequences"
+    shown = ", ".join(str(index) for index in sequence_ids[:MAX_IDS_SHOWN])
+    more = ", ..." if len(sequence_ids) > MAX_IDS_SHOWN else ""
+    return f"{len(sequence_ids):,} sequences (ids {shown}{more})"
+
+
+def _pipeline_table(pipelines: Sequence[PipelinePlan]) -> str:
+    headers = [
+        "pipeline",
+        "scheme",
+        "ranks",
+        "seqs",
+        "tokens",
+        "micro-batches",
+        "largest mb / capacity",
+        "time",
+    ]
+    rows = []
+    for pipeline in pipelines:
+        scheme = ParallelScheme(pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp)
+        largest = max((batch.num_tokens for batch in pipeline.micro_batches), default=0)
+        rows.append(
+            [
+                str(pipeline.index),
+                str(scheme),
+                format_ranks(pipeline.ranks),
+                f"{pipeline.num_sequences:,}",
+                f"{pipeline.num_tokens:,}",
+                str(len(pipeline.micro_batches)),
+                f"{largest:,} / {pipeline.capacity_tokens:,}",
+                _ms(pipeline.time_s),
+            ]
+        )
+    return _table(headers, rows, right_from=3)
+
+
+def _baseline_table(plan: Plan) -> str:
+    headers = ["baseline", "strategy", "step time", "speedup of this plan"]
+    rows = [
+        [baseline.name, baseline.strategy, _ms(baseline.step_time_s), f"{baseline.speedup:.2f}x"]
+        for baseline in plan.baselines
+    ]
+    return _table(headers, rows, right_from=2)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right_from: int) -> str:
+    """Fixed-width columns; columns at index >= `right_from` are right-aligned (numbers)."""
+    widths = [max(len(row[column]) for row in [headers, *rows]) for column in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        aligned = [
+            cell.rjust(width) if column >= right_from else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(aligned).rstrip()
+
+    rule = "  ".join("-" * width for width in widths)
+    return "\n".join([line(headers), rule, *(line(row) for row in rows)])

@@ -1,0 +1,361 @@
+"""Boundary types: everything that crosses a process or network boundary.
+
+Requests, cost profiles and the versioned `Plan` are frozen pydantic models with `extra="forbid"`.
+Solver internals never appear here (they are dataclasses / numpy arrays inside the planner).
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+PLAN_SCHEMA = "hydraplan.plan/1"
+PROFILE_SCHEMA = "hydraplan.profile/1"
+
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class Frozen(BaseModel):
+    """Base of all boundary models: immutable, unknown fields rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardware and model specs (catalog entries)
+# ---------------------------------------------------------------------------------------------
+
+
+class ModelSpec(Frozen):
+    """A decoder-only Transformer (Llama-style: RMSNorm, rotary, optional gated MLP, GQA)."""
+
+    name: str = Field(description="Catalog name, e.g. llama3-8b.")
+    num_layers: PositiveInt = Field(description="Transformer layers.")
+    hidden_size: PositiveInt = Field(description="Model width h.")
+    ffn_hidden_size: PositiveInt = Field(description="MLP inner width f.")
+    num_heads: PositiveInt = Field(description="Attention (query) heads.")
+    num_kv_heads: PositiveInt = Field(description="Key/value heads (GQA); equals num_heads for MHA.")
+    vocab_size: PositiveInt = Field(description="Vocabulary size V.")
+    gated_mlp: bool = Field(True, description="SwiGLU-style MLP with three weight matrices.")
+    tied_embeddings: bool = Field(False, description="Input embedding shared with the LM head.")
+    source: str = Field("", description="Where the numbers come from.")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> "ModelSpec":
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}"
+            )
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the K (or V) projection output."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def params_per_layer(self) -> int:
+        """Weights of one layer: attention projections, MLP and two norms (no biases)."""
+        h, f = self.hidden_size, self.ffn_hidden_size
+        attention = h * (h + 2 * self.kv_dim) + h * h
+        mlp = (3 if self.gated_mlp else 2) * h * f
+        return attention + mlp + 2 * h
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def num_params(self) -> int:
+        head = 0 if self.tied_embeddings else self.embedding_params
+        return self.num_layers * self.params_per_layer + self.embedding_params + head
+
+
+class GpuSpec(Frozen):
+    """One GPU model with the vendor numbers the analytic cost model needs."""
+
+    name: str = Field(description="Catalog name, e.g. h100-sxm-80gb.")
+    memory_bytes: float = Field(gt=0, description="HBM capacity in bytes.")
+    peak_bf16_flops: float = Field(gt=0, description="Dense BF16 tensor-core peak, FLOP/s.")
+    hbm_bandwidth_bytes_per_s: float = Field(gt=0, description="HBM bandwidth, bytes/s.")
+    intra_node_bandwidth_bytes_per_s: float = Field(
+        gt=0, description="Per-GPU unidirectional NVLink bandwidth inside a node, bytes/s."
+    )
+    inter_node_bandwidth_bytes_per_s: float = Field(
+        gt=0, description="Per-GPU network bandwidth between nodes, bytes/s."
+    )
+    source: str = Field("", description="Vendor datasheet the numbers come from.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Cost profile (the contract between cost_models/ and planner/)
+# ---------------------------------------------------------------------------------------------
+
+
+class SchemeCost(Frozen):
+    """Cost of one scheme: stage time `a*sum(l^2) + b*sum(l) + c` and its memory model.
+
+    `capacity_tokens` may be omitted when `static_bytes` and `activation_bytes_per_token` are given
+    and the profile has `gpu_memory_bytes`; it is then derived.
+    """
+
+    tp: PositiveInt = Field(description="Tensor-parallel degree.")
+    pp: PositiveInt = Field(description="Pipeline-parallel degree (stages).")
+    cp: PositiveInt = Field(1, description="Context-parallel degree.")
+    a: NonNegativeFloat = Field(description="Stage time per squared token (time_unit / token^2).")
+    b: NonNegativeFloat = Field(description="Stage time per token (time_unit / token).")
+    c: NonNegativeFloat = Field(0.0, description="Stage time per micro-batch (time_unit).")
+    fwd_fraction: float = Field(
+        1 / 3, gt=0, lt=1, description="Share of the stage time spent in the forward pass."
+    )
+    capacity_tokens: PositiveInt | None = Field(
+        None, description="Most tokens one micro-batch may hold without running out of memory."
+    )
+    static_bytes: NonNegativeFloat | None = Field(
+        None, description="Weights, gradients and optimizer shard per GPU, bytes."
+    )
+    activation_bytes_per_token: NonNegativeFloat | None = Field(
+        None, description="Activation bytes per GPU per token of one in-flight micro-batch (m1)."
+    )
+    activation_bytes_per_token_sq: NonNegativeFloat = Field(
+        0.0, description="Activation bytes per GPU per squared token (m2, eager attention only)."
+    )
+    in_flight_micro_batches: PositiveInt | None = Field(
+        None, description="Micro-batches alive at the memory peak (1F1B stage 0: pp)."
+    )
+    grad_bytes_per_gpu: NonNegativeFloat = Field(
+        0.0, description="Gradient bytes each GPU of this scheme synchronises per step."
+    )
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (self.tp, self.pp, self.cp)
+
+
+class CostProfile(Frozen):
+    """Stage-time and memory coefficients of every runnable scheme for one (model, GPU, cluster)."""
+
+    schema_version: Literal["hydraplan.profile/1"] = Field(PROFILE_SCHEMA)
+    source: Literal["analytic", "profiled", "user"] = Field(
+        "user", description="Who produced the coefficients."
+    )
+    model: str | None = Field(None, description="Model name the profile is for.")
+    gpu: str | None = Field(None, description="GPU name the profile is for.")
+    time_unit: Literal["s", "ms"] = Field("s", description="Unit of a, b, c and grad_sync_s.")
+    num_layers: PositiveInt = Field(description="Transformer layers of the model.")
+    gpu_memory_bytes: float | None = Field(None, gt=0, description="Usable HBM per GPU, bytes.")
+    memory_reserve_bytes: NonNegativeFloat = Field(
+        0.0, description="Bytes per GPU kept free (allocator fragmentation, workspace)."
+    )
+    grad_sync_s: NonNegativeFloat | None = Field(
+        None, description="Fixed gradient synchronisation time per step (time_unit)."
+    )
+    grad_sync_bandwidth_bytes_per_s: float | None = Field(
+        None, gt=0, description="Slowest-link bandwidth used to model gradient synchronisation."
+    )
+    schemes: list[SchemeCost] = Field(min_length=1, description="One entry per runnable scheme.")
+    notes: str = Field("", description="Free text: assumptions, calibration error, provenance.")
+
+    @model_validator(mode="after")
+    def _capacities_derivable(self) -> "CostProfile":
+        seen: set[tuple[int, int, int]] = set()
+        for index, scheme in enumerate(self.schemes):
+            if scheme.key in seen:
+                raise ValueError(f"schemes[{index}]: duplicate scheme {scheme.key}")
+            seen.add(scheme.key)
+            if scheme.capacity_tokens is not None:
+                continue
+            missing = [
+                name
+                for name in ("static_bytes", "activation_bytes_per_token")
+                if getattr(scheme, name) is None
+            ]
+            if self.gpu_memory_bytes is None:
+                missing.append("gpu_memory_bytes (top level)")
+            if missing:
+                raise ValueError(
+                    f"schemes[{index}].capacity_tokens is missing and cannot be derived: "
+                    f"also missing {', '.join(missing)}"
+                )
+            if derive_capacity_tokens(self, scheme) < 1:
+                raise ValueError(
+                    f"schemes[{index}] {scheme.key}: static memory leaves no room for activations"
+                )
+        return self
+
+    @property
+    def seconds_per_unit(self) -> float:
+        return 1e-3 if self.time_unit == "ms" else 1.0
+
+
+def derive_capacity_tokens(profile: CostProfile, scheme: SchemeCost) -> int:
+    """Largest token count T with in_flight * (m1*T + m2*T^2) <= memory - reserve - static.
+
+    Packing bounds a micro-batch's sum of squared lengths by T^2, so the bound is safe.
+    """
+    if scheme.capacity_tokens is not None:
+        return scheme.capacity_tokens
+    assert profile.gpu_memory_bytes is not None
+    assert scheme.static_bytes is not None and scheme.activation_bytes_per_token is not None
+    in_flight = scheme.in_flight_micro_batches or scheme.pp
+    free_bytes = profile.gpu_memory_bytes - profile.memory_reserve_bytes - scheme.static_bytes
+    if free_bytes <= 0:
+        return 0
+    m1 = scheme.activation_bytes_per_token * in_flight
+    m2 = scheme.activation_bytes_per_token_sq * in_flight
+    if m2 > 0:
+        tokens = (-m1 + math.sqrt(m1 * m1 + 4 * m2 * free_bytes)) / (2 * m2)
+    elif m1 > 0:
+        tokens = free_bytes / m1
+    else:
+        return 2**62
+    return int(math.floor(tokens))
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+# ---------------------------------------------------------------------------------------------
+
+
+class OversizePolicy(StrEnum):
+    """What to do with a sequence longer than every scheme's capacity."""
+
+    ERROR = "error"
+    SPLIT = "split"
+    DROP = "drop"
+
+
+class SolverOptions(Frozen):
+    """Every knob of one solve; CLI flags and API fields map onto this one type."""
+
+    time_limit_s: float = Field(2.0, gt=0, le=600, description="Hard planning-time budget.")
+    max_schemes: int = Field(3, ge=1, le=8, description="Most distinct schemes in a strategy (K).")
+    seed: int = Field(0, ge=0, description="Seed for every randomised choice.")
+    oversize: OversizePolicy = Field(
+        OversizePolicy.ERROR, description="Policy for sequences longer than every capacity."
+    )
+    gap_tolerance: float = Field(
+        0.01, ge=0, le=1, description="Relative gap at or below which a plan is 'optimal'."
+    )
+
+
+class PlanRequest(Frozen):
+    """One global batch to plan on one cluster."""
+
+    lengths: list[int] = Field(
+        min_length=1, description="Token length of every sequence of the global batch."
+    )
+    num_gpus: PositiveInt = Field(description="GPUs in the cluster (N).")
+    gpus_per_node: PositiveInt = Field(8, description="GPUs per node; TP groups stay inside one.")
+    options: SolverOptions = Field(default_factory=SolverOptions)
+
+    @field_validator("lengths")
+    @classmethod
+    def _positive_lengths(cls, lengths: list[int]) -> list[int]:
+        for index, length in enumerate(lengths):
+            if length < 1:
+                raise ValueError(f"lengths[{index}] = {length}: every length must be >= 1")
+        return lengths
+
+    @model_validator(mode="after")
+    def _whole_nodes(self) -> "PlanRequest":
+        if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
+            raise ValueError(
+                f"num_gpus {self.num_gpus} is not a multiple of gpus_per_node {self.gpus_per_node}"
+            )
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan
+# ---------------------------------------------------------------------------------------------
+
+
+class SolveStatus(StrEnum):
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    TIMEOUT_INCUMBENT = "timeout_incumbent"
+
+
+class SchemeModel(Frozen):
+    tp: PositiveInt
+    pp: PositiveInt
+    cp: PositiveInt
+
+
+class MicroBatch(Frozen):
+    """Sequences (or chunks of them) packed into one token stream, in execution order."""
+
+    sequence_ids: list[int] = Field(description="0-based indices into the input lengths.")
+    lengths: list[int] = Field(description="Tokens of each entry (a chunk's length when split).")
+    offsets: list[int] = Field(description="Token offset of each entry in its input sequence.")
+    num_tokens: int = Field(description="Sum of lengths.")
+    stage_time_s: float = Field(description="Predicted forward+backward time on one PP stage.")
+
+
+class PipelinePlan(Frozen):
+    """One pipeline: its scheme, its GPUs and its micro-batches in 1F1B execution order."""
+
+    index: int
+    scheme: SchemeModel
+    ranks: list[int] = Field(description="Global ranks, stage-major, then CP, then TP.")
+    stage_ranks: list[list[int]] = Field(description="Ranks of each PP stage (TP x CP grid).")
+    capacity_tokens: int = Field(description="Most tokens per micro-batch for this scheme.")
+    num_sequences: int
+    num_tokens: int
+    time_s: float = Field(description="Simulated 1F1B time of this pipeline.")
+    micro_batches: list[MicroBatch]
+
+
+class SolverStats(Frozen):
+    backend: str = Field(description="Solver that produced the plan.")
+    solve_time_s: float
+    num_schemes: int = Field(description="Valid schemes considered.")
+    num_strategies: int = Field(description="Strategies enumerated (each bounded).")
+    num_strategies_solved: int = Field(description="Strategies given a full dispatch + packing.")
+    seed: int
+
+
+class BaselineResult(Frozen):
+    name: str
+    strategy: str
+    step_time_s: float
+    speedup: float = Field(description="Baseline step time / plan step time.")
+
+
+class Plan(Frozen):
+    """The execution plan for one global batch (versioned, JSON round-trip)."""
+
+    schema_version: Literal["hydraplan.plan/1"] = PLAN_SCHEMA
+    plan_id: str = Field(description="Content hash of the canonical request and profile.")
+    status: SolveStatus
+    strategy: str = Field(description="E.g. '1x<8,1,2> + 6x<4,2,1>'.")
+    num_gpus: int
+    gpus_per_node: int
+    step_time_s: float = Field(description="Slowest pipeline time plus gradient sync.")
+    grad_sync_s: float
+    lower_bound_s: float = Field(description="Valid lower bound on the optimal step time.")
+    gap: float = Field(description="(step_time_s - lower_bound_s) / step_time_s.")
+    input_lengths: list[int] = Field(description="The request's lengths, indexed by sequence id.")
+    dropped_sequence_ids: list[int] = Field(default_factory=list)
+    split_sequence_ids: list[int] = Field(default_factory=list)
+    pipelines: list[PipelinePlan]
+    cost_profile: CostProfile = Field(description="Costs of the schemes used (for re-checking).")
+    solver: SolverStats
+    baselines: list[BaselineResult] = Field(default_factory=list)
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.input_lengths)

@@ -1,0 +1,119 @@
+"""The one solve facade: request + cost profile -> checked `Plan`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from planner.bounds import BoundTables
+from planner.check import check_plan
+from planner.cost import ProfileCostModel
+from planner.errors import PlanningError
+from planner.items import Items, prepare_items
+from planner.scheme import ParallelScheme
+from planner.build import build_plan
+from planner.schemas import BaselineResult, CostProfile, Plan, PlanRequest, SolverStats
+from planner.search import search, solve_strategy
+from planner.strategies import Strategy
+
+
+def solve(
+    request: PlanRequest,
+    profile: CostProfile,
+    baselines: Sequence[str] = (),
+    cancel: Callable[[], bool] | None = None,
+) -> Plan:
+    """Plan one global batch; raises `PlanningError` when the request cannot be planned.
+
+    The search stops at `options.time_limit_s` (or when `cancel()` returns True) with its best
+    incumbent. Every returned plan has passed `check_plan`.
+    """
+    started = time.perf_counter()
+    cost = ProfileCostModel(profile)
+    items = _prepare_items(request, cost)
+    deadline = started + request.options.time_limit_s
+
+    def should_stop() -> bool:
+        return time.perf_counter() >= deadline or (cancel is not None and cancel())
+
+    result = search(items.lengths, cost, request.num_gpus, request.options.max_schemes, should_stop)
+    if result is None:
+        raise PlanningError(
+            f"no strategy of at most {request.options.max_schemes} scheme(s) on {request.num_gpus} GPUs "
+            f"can hold the {len(items)} sequences (fewer sequences than pipelines, or capacities too small)"
+        )
+    stats = SolverStats(
+        backend="greedy",
+        solve_time_s=time.perf_counter() - started,
+        num_schemes=result.num_schemes,
+        num_strategies=result.num_strategies,
+        num_strategies_solved=result.num_strategies_solved,
+        seed=request.options.seed,
+    )
+    plan = build_plan(request, profile, items, result.best, result.lower_bound_s, stats, result.timed_out)
+    return _finish(plan, request, profile, baselines)
+
+
+def evaluate_strategy(
+    request: PlanRequest, profile: CostProfile, strategy: Sequence[tuple[ParallelScheme, int]] | Strategy
+) -> Plan:
+    """Plan the batch on a fixed strategy (no search): dispatch, packing, simulation, check."""
+    started = time.perf_counter()
+    fixed = strategy if isinstance(strategy, Strategy) else Strategy.of(list(strategy))
+    if fixed.num_gpus != request.num_gpus:
+        raise PlanningError(f"strategy {fixed} uses {fixed.num_gpus} GPUs, the cluster has {request.num_gpus}")
+    cost = ProfileCostModel(profile)
+    for scheme in fixed.schemes:
+        if scheme not in cost.schemes():
+            raise PlanningError(f"strategy scheme {scheme} is not in the cost profile")
+    items = _prepare_items(request, cost, fixed.schemes)
+    candidate = solve_strategy(fixed, items.lengths, cost)
+    if candidate is None:
+        raise PlanningError(f"strategy {fixed} cannot hold the {len(items)} sequences (too few sequences or capacity)")
+    distinct = list(dict.fromkeys(candidate.coefs))
+    tables = BoundTables.build(items.lengths, distinct)
+    bound = tables.pipeline_time_bound_s(list(range(len(distinct))), request.num_gpus) + candidate.grad_sync_s
+    stats = SolverStats(
+        backend="fixed-strategy",
+        solve_time_s=time.perf_counter() - started,
+        num_schemes=len(fixed.schemes),
+        num_strategies=1,
+        num_strategies_solved=1,
+        seed=request.options.seed,
+    )
+    plan = build_plan(request, profile, items, candidate, min(bound, candidate.step_time_s), stats, False, fixed)
+    return _finish(plan, request, profile, ())
+
+
+def _prepare_items(request: PlanRequest, cost: ProfileCostModel, schemes: Sequence[ParallelScheme] | None = None) -> Items:
+    usable = [scheme for scheme in (schemes or cost.schemes()) if scheme.num_gpus <= request.num_gpus]
+    if not usable:
+        smallest = min(cost.schemes(), key=lambda scheme: scheme.num_gpus)
+        raise PlanningError(
+            f"no scheme of the cost profile fits {request.num_gpus} GPUs "
+            f"(the smallest, {smallest}, needs {smallest.num_gpus})"
+        )
+    largest_capacity = max(cost.capacity_tokens(scheme) for scheme in usable)
+    return prepare_items(request.lengths, largest_capacity, request.options.oversize)
+
+
+def _finish(plan: Plan, request: PlanRequest, profile: CostProfile, baselines: Sequence[str]) -> Plan:
+    violations = check_plan(plan)
+    if violations:
+        raise AssertionError("planner produced an invalid plan: " + "; ".join(violations[:5]))
+    if baselines:
+        from planner.baselines import run_baseline
+
+        results = []
+        for name in baselines:
+            baseline = run_baseline(name, request, profile)
+            results.append(
+                BaselineResult(
+                    name=name,
+                    strategy=baseline.strategy,
+                    step_time_s=baseline.step_time_s,
+                    speedup=baseline.step_time_s / plan.step_time_s,
+                )
+            )
+        plan = plan.model_copy(update={"baselines": results})
+    return plan
