@@ -1,0 +1,557 @@
+"""Analytic cost profile: stage-time coefficients and memory of every scheme, from specs alone.
+
+For a scheme `<tp, pp, cp>` and a micro-batch of sequences `l_1..l_k`, one PP stage's
+forward+backward time is modelled as `a * sum(l_i^2) + b * sum(l_i) + c` (the form Hydraulis fits,
+arXiv 2412.07894), with
+
+- `a`: the attention score FLOPs (quadratic in each sequence's own length) at a share of peak;
+- `b`: the weight-matmul FLOPs at a share of peak, plus TP, CP and PP communication per token;
+- `c`: a per-layer launch/synchronisation overhead per micro-batch.
+
+Modelling choices (conservative where they must be):
+
+- Layers are split evenly: `pp` must divide `num_layers` (uneven splits are not enumerated).
+- The LM head runs on the last stage, which is taken as the bottleneck stage for time.
+- Communication is not overlapped with compute; its time adds to `b`.
+- `fwd_fraction` is 1/3 for every scheme (forward ~ 1/3 of forward+backward FLOPs), also under full
+  recompute, where the recomputed forward runs in the backward pass.
+- Memory follows Korthikanti et al. 2022 with a 1F1B schedule (stage 0 holds `pp` micro-batches)
+  and ZeRO-1 sharding of the fp32 optimizer state over all GPUs, as Hydraulis trains.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from planner.schemas import CostProfile, GpuSpec, ModelSpec, SchemeCost
+from planner.scheme import ParallelScheme
+
+__all__ = [
+    "AnalyticOptions",
+    "Recompute",
+    "activation_bytes_per_layer",
+    "build_profile",
+    "candidate_schemes",
+    "training_flops_per_token",
+]
+
+Recompute = Literal["none", "selective", "full"]
+
+BF16_BYTES = 2
+FP32_BYTES = 4
+GIB = 2**30
+# bf16 weight + fp32 gradient accumulator per parameter of the GPU's own weight shard.
+WEIGHT_AND_GRAD_BYTES_PER_PARAM = BF16_BYTES + FP32_BYTES
+# fp32 master weight + Adam m and v per parameter, sharded over all GPUs (ZeRO-1,
+# Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models").
+OPTIMIZER_BYTES_PER_PARAM = 3 * FP32_BYTES
+# The LM head is never recomputed: fwd+bwd = 3x forward (Narayanan et al. 2021 count 6hV).
+HEAD_PASS_FACTOR = 3.0
+FWD_FRACTION = 1 / 3
+
+
+@dataclass(frozen=True)
+class AnalyticOptions:
+    """Assumptions of the analytic model; every default is a documented guess to be calibrated.
+
+    - `matmul_efficiency` 0.55: share of dense BF16 peak reached by the weight matmuls; Megatron-LM
+      reports 52% of A100 peak end to end for GPT at scale (Narayanan et al. 2021, Table 1).
+    - `attention_efficiency` 0.45: share of peak reached by (flash) attention; FlashAttention-2
+      reaches 50-73% of A100 peak forward and less backward (Dao 2023, Fig. 4-7), varlen packing
+      and ring-attention chunks lower it further.
+    - `causal` True: a causal mask halves the attention score FLOPs.
+    - `recompute` "selective": Korthikanti et al. 2022 selective (core-attention) recomputation;
+      "full" stores only each layer's input and reruns its forward in the backward pass.
+    - `flash_attention` True: no attention score matrix is stored (Dao et al. 2022).
+    - `memory_reserve_fraction` 0.08: GPU memory kept free for the allocator's fragmentation,
+      NCCL buffers and the CUDA context.
+    - `per_layer_overhead_s` 6e-5: launch and synchronisation time per layer per micro-batch,
+      forward plus backward (~a dozen kernels at ~5 us each; an assumption).
+    - `min_capacity_tokens` 1024: schemes holding fewer tokens per micro-batch are not runnable.
+    - `max_cp` 16: the largest context-parallel degree enumerated (powers of two).
+    """
+
+    matmul_efficiency: float = 0.55
+    attention_efficiency: float = 0.45
+    causal: bool = True
+    recompute: Recompute = "selective"
+    flash_attention: bool = True
+    memory_reserve_fraction: float = 0.08
+    per_layer_overhead_s: float = 6e-5
+    min_capacity_tokens: int = 1024
+    max_cp: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("matmul_efficiency", "attention_efficiency"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ValueError(f"{name} must be in (0, 1], got {value}")
+        if not 0 <= self.memory_reserve_fraction < 1:
+            raise ValueError(
+                f"memory_reserve_fraction must be in [0, 1), got {self.memory_reserve_fraction}"
+            )
+        if self.recompute not in ("none", "selective", "full"):
+            raise ValueError(f"recompute must be none, selective or full, got {self.recompute!r}")
+        if self.per_layer_overhead_s < 0:
+            raise ValueError(f"per_layer_overhead_s must be >= 0, got {self.per_layer_overhead_s}")
+        if self.min_capacity_tokens < 1 or self.max_cp < 1:
+            raise ValueError("min_capacity_tokens and max_cp must be >= 1")
+
+
+# ---------------------------------------------------------------------------------------------
+# FLOPs (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
+# Using Megatron-LM", §5.1: 2 FLOPs per multiply-add, backward = 2x forward)
+# ---------------------------------------------------------------------------------------------
+
+
+def linear_forward_flops_per_token(model: ModelSpec) -> float:
+    """Forward FLOPs per token of one layer's weight matmuls: 2 per weight.
+
+    Attention projections `2*(h*(h + 2*kv_dim) + h*h)`, MLP `2*(3 if gated else 2)*h*f`.
+    """
+    h, f = model.hidden_size, model.ffn_hidden_size
+    attention = 2 * (h * (h + 2 * model.kv_dim) + h * h)
+    mlp = 2 * (3 if model.gated_mlp else 2) * h * f
+    return float(attention + mlp)
+
+
+def attention_forward_flops_per_sq_token(model: ModelSpec, causal: bool) -> float:
+    """Forward FLOPs of one layer's attention scores per squared sequence length.
+
+    `Q K^T` and `softmax(.) V` cost `2*l^2*h` each for a sequence of length l: `4*l^2*h`; a causal
+    mask halves it (only the lower triangle is computed by causal kernels).
+    """
+    return 4.0 * model.hidden_size * (0.5 if causal else 1.0)
+
+
+def lm_head_forward_flops_per_token(model: ModelSpec) -> float:
+    """Forward FLOPs of the output projection to the vocabulary: `2*h*V` per token."""
+    return 2.0 * model.hidden_size * model.vocab_size
+
+
+def linear_pass_factor(recompute: Recompute) -> float:
+    """Forward+backward FLOPs of weight matmuls as a multiple of forward: 3, or 4 under full
+    recompute (the forward runs again; Narayanan et al. 2021 §5.1)."""
+    return 4.0 if recompute == "full" else 3.0
+
+
+def attention_pass_factor(recompute: Recompute, flash_attention: bool) -> float:
+    """Forward+backward FLOPs of attention scores as a multiple of forward.
+
+    Forward 1 + backward 2; full recompute reruns the forward (+1). Selective recompute reruns the
+    core attention (+1, Korthikanti et al. 2022 §5) unless flash attention is used: its backward
+    recomputes `Q K^T`, one of the two forward matmuls (+0.5, Dao et al. 2022, Algorithm 4), and
+    Megatron-LM does not checkpoint the flash core attention again.
+    """
+    factor = 3.0 + (1.0 if recompute == "full" else 0.0)
+    if flash_attention:
+        return factor + 0.5
+    return factor + (1.0 if recompute == "selective" else 0.0)
+
+
+def training_flops_per_token(
+    model: ModelSpec,
+    seq_len: int,
+    recompute: Recompute = "full",
+    causal: bool = False,
+    flash_attention: bool = False,
+) -> float:
+    """Forward+backward FLOPs per token of a whole model for sequences of length `seq_len`.
+
+    With the defaults (full recompute, non-causal, no flash) this is Narayanan et al. 2021's
+    `F = 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h))` divided by the `B*s` tokens, for a GPT model.
+    """
+    per_layer = linear_forward_flops_per_token(model) * linear_pass_factor(recompute)
+    per_layer += (
+        attention_forward_flops_per_sq_token(model, causal)
+        * seq_len
+        * attention_pass_factor(recompute, flash_attention)
+    )
+    head = lm_head_forward_flops_per_token(model) * HEAD_PASS_FACTOR
+    return model.num_layers * per_layer + head
+
+
+# ---------------------------------------------------------------------------------------------
+# Activation memory (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+# Transformer Models", §4), generalised to GQA, gated MLPs and no dropout
+# ---------------------------------------------------------------------------------------------
+
+
+def activation_coefficients(
+    model: ModelSpec,
+    tp: int,
+    sequence_parallel: bool,
+    recompute: Recompute,
+    flash_attention: bool,
+    dropout: bool,
+) -> tuple[float, float]:
+    """Stored activation bytes of one layer per GPU: (per token, per squared sequence length).
+
+    Korthikanti's per-token bytes, in units of h for a GPT layer (34h in all):
+    - kept whole by TP, split by sequence parallelism: two norm inputs 4h, attention input 2h, MLP
+      input 2h, and with dropout the two 1-byte dropout masks 2h;
+    - split by TP: Q 2h, K and V 2*kv_dim each, output-projection input 2h, MLP inner 4f (GeLU input
+      and output; fused SwiGLU keeps its 2f-wide input and the f-wide product: 6f).
+    The score matrix costs 5 bytes per head per l^2 (softmax output 2, dropout mask 1, dropout
+    output 2; 2 bytes without dropout), dropped by selective recompute or flash attention. Full
+    recompute keeps only the layer input, 2h (split by SP).
+    """
+    h, kv_dim, f = model.hidden_size, model.kv_dim, model.ffn_hidden_size
+    sp_divisor = tp if sequence_parallel else 1
+    if recompute == "full":
+        return BF16_BYTES * h / sp_divisor, 0.0
+    replicated = 8 * h + (2 * h if dropout else 0)
+    mlp_inner = 6 * f if model.gated_mlp else 4 * f
+    tensor_split = 4 * h + 4 * kv_dim + mlp_inner
+    per_token = replicated / sp_divisor + tensor_split / tp
+    if recompute == "selective" or flash_attention:
+        return per_token, 0.0
+    score_bytes = 5 if dropout else 2
+    return per_token, model.num_heads * score_bytes / tp
+
+
+def activation_bytes_per_layer(
+    model: ModelSpec,
+    seq_len: int,
+    micro_batch: int,
+    tp: int,
+    sequence_parallel: bool = True,
+    recompute: Recompute = "none",
+    flash_attention: bool = False,
+    dropout: bool = True,
+) -> float:
+    """Activation bytes one layer stores per GPU for `micro_batch` sequences of `seq_len` tokens.
+
+    Reproduces Korthikanti et al. 2022 for a GPT layer (f=4h, MHA, dropout): `s*b*h*(34 + 5as/h)`
+    without parallelism, `s*b*h*(10 + 24/t + 5as/(ht))` with TP, `s*b*h*(34/t + 5as/(ht))` with
+    TP+SP, without the `5as` term under selective recompute, and `2sbh` (`/t` with SP) under full
+    recompute. See `activation_coefficients` for the generalisation.
+    """
+    per_token, per_sq_token = activation_coefficients(
+        model, tp, sequence_parallel, recompute, flash_attention, dropout
+    )
+    return seq_len * micro_batch * per_token + micro_batch * seq_len**2 * per_sq_token
+
+
+# ---------------------------------------------------------------------------------------------
+# Schemes
+# ---------------------------------------------------------------------------------------------
+
+
+def _divisors(value: int) -> list[int]:
+    return [d for d in range(1, value + 1) if value % d == 0]
+
+
+def candidate_schemes(
+    model: ModelSpec, num_gpus: int, gpus_per_node: int, max_cp: int
+) -> list[ParallelScheme]:
+    """Schemes valid by shape (memory not checked), sorted.
+
+    tp divides the query and kv head counts and the GPUs per node (TP stays in a node); pp divides
+    the layers (even splits only); cp is a power of two up to `max_cp`; `tp*pp*cp <= num_gpus`.
+    """
+    tps = [
+        tp
+        for tp in _divisors(gpus_per_node)
+        if model.num_heads % tp == 0 and model.num_kv_heads % tp == 0
+    ]
+    cps = [2**k for k in range(max_cp.bit_length()) if 2**k <= max_cp]
+    return sorted(
+        ParallelScheme(tp, pp, cp)
+        for tp in tps
+        for pp in _divisors(model.num_layers)
+        for cp in cps
+        if tp * pp * cp <= num_gpus
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory per scheme
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SchemeMemory:
+    """One scheme's memory model per GPU (bytes); `capacity_tokens` may be below the minimum."""
+
+    static_bytes: float
+    activation_bytes_per_token: float
+    activation_bytes_per_token_sq: float
+    capacity_tokens: int
+    grad_bytes_per_gpu: float
+
+
+def stage_params(model: ModelSpec, pp: int) -> tuple[int, int]:
+    """Parameters of the first and of the last PP stage (equal when pp == 1).
+
+    The first stage holds the embedding, the last the LM head (Megatron keeps a copy of a tied
+    embedding there for the head).
+    """
+    body = model.num_layers // pp * model.params_per_layer
+    if pp == 1:
+        return (model.num_params,) * 2
+    return body + model.embedding_params, body + model.embedding_params
+
+
+def static_bytes(model: ModelSpec, params_of_stage: int, tp: int, num_gpus: int) -> float:
+    """Weights and gradients of the GPU's stage shard plus its ZeRO-1 optimizer shard."""
+    weights_and_grads = params_of_stage / tp * WEIGHT_AND_GRAD_BYTES_PER_PARAM
+    return weights_and_grads + model.num_params * OPTIMIZER_BYTES_PER_PARAM / num_gpus
+
+
+def max_tokens(free_bytes: float, bytes_per_token: float, bytes_per_sq_token: float) -> int:
+    """Largest T with `bytes_per_token*T + bytes_per_sq_token*T^2 <= free_bytes` (0 if none)."""
+    if free_bytes <= 0:
+        return 0
+    if bytes_per_sq_token > 0:
+        root = math.sqrt(bytes_per_token**2 + 4 * bytes_per_sq_token * free_bytes)
+        return int(math.floor((root - bytes_per_token) / (2 * bytes_per_sq_token)))
+    return int(math.floor(free_bytes / bytes_per_token))
+
+
+def scheme_memory(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    scheme: ParallelScheme,
+    num_gpus: int,
+    options: AnalyticOptions,
+) -> SchemeMemory:
+    """Static memory, stored activations per token, and the capacity of one scheme.
+
+    Stage 0 holds `pp` micro-batches in flight under 1F1B (Narayanan et al. 2021 §2.2.1); the last
+    stage holds one plus the fp32 logits (`4*V` bytes per token, split over TP and CP). Full
+    recompute needs one layer's full activations as working memory in the backward pass. CP splits
+    every sequence's tokens, so per-GPU bytes per token are divided by cp. Llama models have no
+    dropout.
+    """
+    tp, pp, cp = scheme.tp, scheme.pp, scheme.cp
+    layers = model.num_layers // pp
+    per_token, per_sq = activation_coefficients(
+        model, tp, True, options.recompute, options.flash_attention, dropout=False
+    )
+    stored, stored_sq = layers * per_token / cp, layers * per_sq / cp
+    work, work_sq = 0.0, 0.0
+    if options.recompute == "full":
+        work, work_sq = activation_coefficients(
+            model, tp, True, "none", options.flash_attention, dropout=False
+        )
+        work, work_sq = work / cp, work_sq / cp
+    logits = FP32_BYTES * model.vocab_size / (tp * cp)
+    usable = gpu.memory_bytes * (1 - options.memory_reserve_fraction)
+    first_params, last_params = stage_params(model, pp)
+    first_static = static_bytes(model, first_params, tp, num_gpus)
+    last_static = static_bytes(model, last_params, tp, num_gpus)
+    first_bound = max_tokens(usable - first_static, pp * stored + work, pp * stored_sq + work_sq)
+    last_bound = max_tokens(usable - last_static, stored + work + logits, stored_sq + work_sq)
+    return SchemeMemory(
+        static_bytes=max(first_static, last_static),
+        activation_bytes_per_token=stored,
+        activation_bytes_per_token_sq=stored_sq,
+        capacity_tokens=min(first_bound, last_bound),
+        grad_bytes_per_gpu=max(first_params, last_params) / tp * BF16_BYTES,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Time per scheme
+# ---------------------------------------------------------------------------------------------
+
+
+def ring_all_reduce_factor(num_ranks: int) -> float:
+    """Bytes each rank sends per byte of buffer in a ring all-reduce, `2(n-1)/n` (Patarasuk & Yuan
+    2009, "Bandwidth optimal all-reduce algorithms for clusters of workstations")."""
+    return 2 * (num_ranks - 1) / num_ranks
+
+
+def _link_bandwidth(gpu: GpuSpec, in_node: bool) -> float:
+    """Per-GPU bandwidth of NVLink inside a node, else of the network."""
+    if in_node:
+        return gpu.intra_node_bandwidth_bytes_per_s
+    return gpu.inter_node_bandwidth_bytes_per_s
+
+
+def tp_comm_s_per_token(model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme) -> float:
+    """Tensor-parallel communication of one stage per micro-batch token.
+
+    With sequence parallelism each layer runs all-gathers and reduce-scatters worth two all-reduces
+    of the `2h`-byte activation forward and two backward (Korthikanti et al. 2022 §4.2.2), over
+    NVLink; each GPU handles the `1/cp` of the tokens of its CP rank.
+    """
+    layers = model.num_layers // scheme.pp
+    per_layer_bytes = 4 * ring_all_reduce_factor(scheme.tp) * BF16_BYTES * model.hidden_size
+    return layers * per_layer_bytes / scheme.cp / gpu.intra_node_bandwidth_bytes_per_s
+
+
+def cp_comm_s_per_token(
+    model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme, gpus_per_node: int
+) -> float:
+    """Context-parallel (ring attention) communication of one stage per micro-batch token.
+
+    Each layer passes the K and V blocks (`2*kv_dim*2` bytes per token, heads split over TP) around
+    the ring, `(cp-1)/cp` of them per GPU, in the forward pass and twice that in the backward pass
+    (K, V and their gradients) (Liu et al. 2023, "Ring Attention with Blockwise Transformers").
+    NVLink if the TP x CP group fits in a node, else the network.
+    """
+    layers = model.num_layers // scheme.pp
+    kv_bytes = 2 * model.kv_dim * BF16_BYTES / scheme.tp
+    per_layer_bytes = 3 * (scheme.cp - 1) / scheme.cp * kv_bytes
+    bandwidth = _link_bandwidth(gpu, scheme.tp * scheme.cp <= gpus_per_node)
+    return layers * per_layer_bytes / bandwidth
+
+
+def pp_comm_s_per_token(
+    model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme, gpus_per_node: int
+) -> float:
+    """Pipeline point-to-point time of one stage per micro-batch token.
+
+    The stage-boundary activation (`2h` bytes per token, split over TP by the scatter/gather
+    optimisation and over CP) is sent forward and its gradient backward (Narayanan et al. 2021
+    §4.1); over the network when the pipeline spans nodes.
+    """
+    if scheme.pp == 1:
+        return 0.0
+    boundary_bytes = BF16_BYTES * model.hidden_size / (scheme.tp * scheme.cp)
+    bandwidth = _link_bandwidth(gpu, scheme.num_gpus <= gpus_per_node)
+    return 2 * boundary_bytes / bandwidth
+
+
+def attention_s_per_sq_token(
+    model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme, options: AnalyticOptions
+) -> float:
+    """`a`: attention score time of one stage per squared sequence length."""
+    layers = model.num_layers // scheme.pp
+    flops = (
+        layers
+        * attention_forward_flops_per_sq_token(model, options.causal)
+        * attention_pass_factor(options.recompute, options.flash_attention)
+    )
+    return flops / scheme.gpus_per_stage / (gpu.peak_bf16_flops * options.attention_efficiency)
+
+
+def matmul_s_per_token(
+    model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme, options: AnalyticOptions
+) -> float:
+    """Compute part of `b`: weight matmuls of the last stage (its layers plus the LM head)."""
+    layers = model.num_layers // scheme.pp
+    flops = layers * linear_forward_flops_per_token(model) * linear_pass_factor(options.recompute)
+    flops += lm_head_forward_flops_per_token(model) * HEAD_PASS_FACTOR
+    return flops / scheme.gpus_per_stage / (gpu.peak_bf16_flops * options.matmul_efficiency)
+
+
+def scheme_cost(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    scheme: ParallelScheme,
+    gpus_per_node: int,
+    memory: SchemeMemory,
+    options: AnalyticOptions,
+) -> SchemeCost:
+    """The profile entry of one runnable scheme (times in seconds)."""
+    b = (
+        matmul_s_per_token(model, gpu, scheme, options)
+        + tp_comm_s_per_token(model, gpu, scheme)
+        + cp_comm_s_per_token(model, gpu, scheme, gpus_per_node)
+        + pp_comm_s_per_token(model, gpu, scheme, gpus_per_node)
+    )
+    return SchemeCost(
+        tp=scheme.tp,
+        pp=scheme.pp,
+        cp=scheme.cp,
+        a=attention_s_per_sq_token(model, gpu, scheme, options),
+        b=b,
+        c=options.per_layer_overhead_s * (model.num_layers // scheme.pp),
+        fwd_fraction=FWD_FRACTION,
+        capacity_tokens=memory.capacity_tokens,
+        static_bytes=memory.static_bytes,
+        activation_bytes_per_token=memory.activation_bytes_per_token,
+        activation_bytes_per_token_sq=memory.activation_bytes_per_token_sq,
+        in_flight_micro_batches=scheme.pp,
+        grad_bytes_per_gpu=memory.grad_bytes_per_gpu,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The profile
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_cluster(num_gpus: int, gpus_per_node: int) -> None:
+    if num_gpus < 1 or gpus_per_node < 1:
+        raise ValueError(f"num_gpus ({num_gpus}) and gpus_per_node ({gpus_per_node}) must be >= 1")
+    if num_gpus > gpus_per_node and num_gpus % gpus_per_node:
+        raise ValueError(f"num_gpus {num_gpus} is not a multiple of gpus_per_node {gpus_per_node}")
+
+
+def _does_not_fit(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    num_gpus: int,
+    memories: dict[ParallelScheme, SchemeMemory],
+    options: AnalyticOptions,
+) -> ValueError:
+    """The error for a cluster where no scheme is runnable, naming the closest scheme."""
+    usable = gpu.memory_bytes * (1 - options.memory_reserve_fraction)
+    prefix = f"{model.name} does not fit in {num_gpus} x {gpu.name}"
+    best, best_memory = max(memories.items(), key=lambda item: item[1].capacity_tokens)
+    if best_memory.capacity_tokens > 0:
+        return ValueError(
+            f"{prefix}: the best scheme {best} holds {best_memory.capacity_tokens} tokens per "
+            f"micro-batch, below min_capacity_tokens={options.min_capacity_tokens}"
+        )
+    least, least_memory = min(memories.items(), key=lambda item: item[1].static_bytes)
+    return ValueError(
+        f"{prefix}: even the scheme with the least static memory, {least}, needs "
+        f"{least_memory.static_bytes / GIB:.1f} GiB "
+        f"static memory per GPU of {gpu.memory_bytes / GIB:.1f} GiB "
+        f"({usable / GIB:.1f} GiB usable after the {options.memory_reserve_fraction:.0%} reserve)"
+    )
+
+
+def build_profile(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    num_gpus: int,
+    gpus_per_node: int,
+    options: AnalyticOptions = AnalyticOptions(),
+) -> CostProfile:
+    """The analytic `CostProfile` of every runnable scheme of `model` on `num_gpus` x `gpu`.
+
+    Raises `ValueError` naming the closest scheme when no scheme fits in memory.
+    """
+    _check_cluster(num_gpus, gpus_per_node)
+    memories = {
+        scheme: scheme_memory(model, gpu, scheme, num_gpus, options)
+        for scheme in candidate_schemes(model, num_gpus, gpus_per_node, options.max_cp)
+    }
+    schemes = [
+        scheme_cost(model, gpu, scheme, gpus_per_node, memory, options)
+        for scheme, memory in memories.items()
+        if memory.capacity_tokens >= options.min_capacity_tokens
+    ]
+    if not schemes:
+        raise _does_not_fit(model, gpu, num_gpus, memories, options)
+    multi_node = num_gpus > gpus_per_node
+    return CostProfile(
+        source="analytic",
+        model=model.name,
+        gpu=gpu.name,
+        time_unit="s",
+        num_layers=model.num_layers,
+        gpu_memory_bytes=gpu.memory_bytes,
+        memory_reserve_bytes=gpu.memory_bytes * options.memory_reserve_fraction,
+        grad_sync_bandwidth_bytes_per_s=_link_bandwidth(gpu, in_node=not multi_node),
+        schemes=schemes,
+        notes=_notes(num_gpus, gpus_per_node, options),
+    )
+
+
+def _notes(num_gpus: int, gpus_per_node: int, options: AnalyticOptions) -> str:
+    return (
+        f"analytic model for {num_gpus} GPUs, {gpus_per_node} per node; options: {options}. "
+        "Even PP layer splits only; LM head charged to the last (bottleneck) stage; communication "
+        "not overlapped with compute; capacity from 1F1B stage 0 (pp micro-batches in flight) and "
+        "the last stage (one micro-batch plus fp32 logits); static_bytes is the larger stage's and "
+        "activation_bytes_per_token stage 0's. Uncalibrated: efficiencies are assumptions."
+    )

@@ -1,0 +1,103 @@
+"""Read and write `CostProfile` JSON files, with errors that name the file and the field.
+
+A profile file is the JSON form of `planner.schemas.CostProfile`. The smallest useful one::
+
+    {"time_unit": "ms", "num_layers": 32,
+     "schemes": [{"tp": 8, "pp": 1, "cp": 1, "a": 1e-7, "b": 2e-3, "c": 1.0,
+                  "capacity_tokens": 32768}]}
+
+A scheme may give `static_bytes` and `activation_bytes_per_token` instead of `capacity_tokens`
+when the top level has `gpu_memory_bytes`; the capacity is then derived. `schema_version` may be
+omitted (it defaults to the current one); any other version is refused.
+
+The helpers `read_json_object` and `format_validation_error` are shared with `catalog`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from planner.schemas import PROFILE_SCHEMA, CostProfile
+
+__all__ = ["ProfileError", "load_profile", "save_profile"]
+
+
+class ProfileError(ValueError):
+    """A profile cannot be read; the message names the file, the field path and the problem."""
+
+
+def format_location(location: tuple[int | str, ...]) -> str:
+    """Render a pydantic error location as a field path: ('schemes', 2, 'a') -> 'schemes[2].a'."""
+    path = ""
+    for part in location:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def format_validation_error(
+    error: ValidationError, location_prefix: tuple[int | str, ...] = ()
+) -> str:
+    """One 'field.path: problem' clause per pydantic error, joined with '; '.
+
+    `location_prefix` is prepended to every location (e.g. ('models', 1) for a catalog entry).
+    """
+    clauses = []
+    for detail in error.errors():
+        message = str(detail["msg"]).removeprefix("Value error, ")
+        path = format_location(location_prefix + tuple(detail["loc"]))
+        clauses.append(f"{path}: {message}" if path else message)
+    return "; ".join(clauses)
+
+
+def read_json_object(path: Path, error_type: type[ValueError]) -> dict[str, Any]:
+    """Parse a JSON file whose top level must be an object; failures raise `error_type`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error_type(f"{path}: no such file") from None
+    except OSError as exc:
+        raise error_type(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error_type(
+            f"{path}: not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+    if not isinstance(data, dict):
+        raise error_type(f"{path}: the top level must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def load_profile(source: str | Path | dict[str, Any]) -> CostProfile:
+    """Load and validate a cost profile from a JSON file path or an already parsed dict.
+
+    Raises `ProfileError` naming the file (or '<profile>' for a dict), the field path and the
+    problem, e.g. ``p.json: schemes[2].a: Input should be greater than or equal to 0``.
+    """
+    if isinstance(source, dict):
+        name, data = "<profile>", source
+    else:
+        name = str(source)
+        data = read_json_object(Path(source), ProfileError)
+    version = data.get("schema_version", PROFILE_SCHEMA)
+    if version != PROFILE_SCHEMA:
+        raise ProfileError(
+            f"{name}: schema_version: {version!r} is not supported (this hydraplan reads "
+            f"{PROFILE_SCHEMA!r})"
+        )
+    try:
+        return CostProfile.model_validate(data)
+    except ValidationError as exc:
+        raise ProfileError(f"{name}: {format_validation_error(exc)}") from None
+
+
+def save_profile(profile: CostProfile, path: str | Path) -> None:
+    """Write `profile` as indented JSON; `load_profile` of the file gives an equal profile."""
+    Path(path).write_text(profile.model_dump_json(indent=2) + "\n", encoding="utf-8")
