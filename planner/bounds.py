@@ -13,10 +13,18 @@ For a strategy over scheme set Q on N GPUs, every plan satisfies (times in secon
 
 The step time of the strategy is at least `max(area, longest) + sync`. The minimum of this over all
 scheme sets bounds the optimum over the whole strategy space.
+
+With the pipeline counts `n_s` known, a tighter bound follows from Lagrangian duality of the fluid
+dispatch LP (each pipeline of scheme s has time >= its items' `u_is = w_is + c_s l_i/cap_s` plus
+the bubble floor `K_s = (pp_s - 1) c_s`, since 1F1B adds at least pp-1 of its smallest
+micro-batch): for every `lambda >= 0`,
+`T - sync >= (sum_i min_s lambda_s u_is + sum_s lambda_s n_s K_s) / sum_s lambda_s n_s`.
+We take the best `lambda` on a grid of the simplex (any grid point gives a valid bound).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -34,6 +42,7 @@ class BoundTables:
     gpu_seconds: np.ndarray  # g_s * (w_is + c_s l_i / cap_s), inf where item i does not fit s
     longest_s: np.ndarray  # pp_s * (w_is + c_s), inf where item i does not fit s
     multiplicity: np.ndarray  # how many items have this length
+    lengths: np.ndarray  # the unique item lengths (rows)
 
     @classmethod
     def build(cls, lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) -> "BoundTables":
@@ -49,7 +58,7 @@ class BoundTables:
         fits = as_float <= capacity
         gpu_seconds = np.where(fits, gpus * (work + c * as_float / capacity), np.inf)
         longest = np.where(fits, stages * (work + c), np.inf)
-        return cls(tuple(coefs), gpu_seconds, longest, multiplicity.astype(np.float64))
+        return cls(tuple(coefs), gpu_seconds, longest, multiplicity.astype(np.float64), unique.astype(np.float64))
 
     def pipeline_time_bound_s(self, columns: Sequence[int], num_gpus: int) -> float:
         """max(area, longest) for scheme set `columns`; inf when some item fits none of them."""
@@ -60,6 +69,11 @@ class BoundTables:
         area = float(cheapest @ self.multiplicity) / num_gpus
         longest = float(self.longest_s[:, columns].min(axis=1).max())
         return max(area, longest)
+
+    def longest_fitting(self, column: int) -> float:
+        """Length of the longest item that fits scheme `column` (0 if none)."""
+        fits = np.isfinite(self.gpu_seconds[:, column])
+        return float(self.lengths[fits].max()) if fits.any() else 0.0
 
     def all_set_bounds(self, max_schemes: int, num_gpus: int) -> Iterator[tuple[tuple[int, ...], float]]:
         """(columns, max(area, longest)) of every set of at most `max_schemes` schemes that can
@@ -84,6 +98,40 @@ class BoundTables:
         infinite = np.full(self.gpu_seconds.shape[0], np.inf)
         yield from extend((), infinite, infinite)
 
+    def count_bounds(
+        self,
+        columns: Sequence[int],
+        counts: np.ndarray,
+        inflation: np.ndarray | None = None,
+        resolution: int = 12,
+        with_floors: bool = True,
+    ) -> np.ndarray:
+        """Dual fluid bound on the slowest pipeline for each row of `counts` (pipelines per scheme
+        of `columns`), maxed with the area and longest-item bounds; see the module docstring.
+
+        With `inflation` (per column, >= 1) the item costs are scaled by it, and with
+        `with_floors=False` the area and longest-item bounds are left out: the result is then an
+        estimate for ranking strategies, not a bound."""
+        columns = list(columns)
+        gpus = np.array([self.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
+        per_pipeline = self.gpu_seconds[:, columns] / gpus[None, :]
+        if inflation is not None:
+            per_pipeline = per_pipeline * inflation[None, :]
+        # an item that does not fit a scheme may only be priced there at zero weight: a finite
+        # stand-in keeps 0 * inf out; it can only lower (never invalidate) the bound
+        per_pipeline = np.where(np.isfinite(per_pipeline), per_pipeline, 1e30)
+        floors = np.array([(self.coefs[c].scheme.pp - 1) * self.coefs[c].c for c in columns])
+        grid = np.vstack([simplex_grid(len(columns), resolution), gpus / gpus.sum()])
+        priced = (per_pipeline[:, None, :] * grid[None, :, :]).min(axis=2)
+        totals = self.multiplicity @ priced
+        counts = counts.astype(np.float64)
+        numerator = totals[None, :] + (counts * floors[None, :]) @ grid.T
+        denominator = counts @ grid.T
+        fluid = (numerator / denominator).max(axis=1)
+        if not with_floors:
+            return fluid
+        return np.maximum(fluid, self.pipeline_time_bound_s(columns, int(round(counts[0] @ gpus))))
+
     def ideal_counts(self, columns: Sequence[int], num_gpus: int) -> list[float]:
         """Fluid pipeline counts per scheme: each item on its cheapest scheme, loads balanced."""
         sub = self.gpu_seconds[:, columns]
@@ -104,3 +152,20 @@ def sync_lower_bound_s(cost: ProfileCostModel, coefs: Sequence[SchemeCoefficient
         math.ceil(num_gpus / max(scheme.num_gpus / scheme.cp for scheme in schemes)),
     )
     return cost.grad_sync_for_replicas_s(fewest_replicas, schemes)
+
+
+def simplex_grid(dimension: int, resolution: int) -> np.ndarray:
+    """Points of the probability simplex with coordinates in multiples of 1/resolution (dimension
+    <= 3), or corners, centre and pairwise midpoints for higher dimensions."""
+    if dimension == 1:
+        return np.ones((1, 1))
+    if dimension <= 3:
+        points = [
+            combo
+            for combo in itertools.product(range(resolution + 1), repeat=dimension)
+            if sum(combo) == resolution
+        ]
+        return np.asarray(points, dtype=np.float64) / resolution
+    eye = np.eye(dimension)
+    pairs = [(eye[i] + eye[j]) / 2 for i in range(dimension) for j in range(i + 1, dimension)]
+    return np.vstack([eye, np.full((1, dimension), 1 / dimension), *pairs])

@@ -21,7 +21,7 @@ from planner.schemas import (
     SolverStats,
     SolveStatus,
 )
-from planner.search import Candidate
+from planner.candidate import Candidate
 from planner.strategies import Placement, Strategy, place_pipelines
 
 
@@ -47,8 +47,9 @@ def build_plan(
 ) -> Plan:
     """Turn a solver candidate into the boundary `Plan` (ranks, micro-batches, bound, status)."""
     step_time_s = candidate.step_time_s
-    lower_bound_s = min(lower_bound_s, step_time_s)
-    gap = (step_time_s - lower_bound_s) / step_time_s if step_time_s > 0 else 0.0
+    objective_s = candidate.objective_s
+    lower_bound_s = min(lower_bound_s, objective_s)
+    gap = (objective_s - lower_bound_s) / objective_s if objective_s > 0 else 0.0
     if gap <= request.options.gap_tolerance:
         status = SolveStatus.OPTIMAL
     else:
@@ -70,6 +71,9 @@ def build_plan(
         gpus_per_node=request.gpus_per_node,
         step_time_s=step_time_s,
         grad_sync_s=candidate.grad_sync_s,
+        previous_strategy=request.previous_strategy,
+        switch_cost_s=candidate.switch_cost_s,
+        objective_s=objective_s,
         lower_bound_s=lower_bound_s,
         gap=gap,
         input_lengths=list(request.lengths),

@@ -14,7 +14,8 @@ from planner.cost import ProfileCostModel
 from planner.scheme import ParallelScheme
 from planner.schemas import CostProfile, PipelinePlan, Plan
 from planner.simulate import simulate_1f1b
-from planner.strategies import Strategy
+from planner.strategies import Strategy, parse_strategy
+from planner.switching import switch_cost_s
 
 RELATIVE_TOLERANCE = 1e-6
 
@@ -163,9 +164,17 @@ def _check_totals(plan: Plan, cost: ProfileCostModel, pipeline_times: list[float
     step_time_s = max(pipeline_times) + grad_sync_s
     if not _close(step_time_s, plan.step_time_s):
         violations.append(f"step_time_s {plan.step_time_s} != recomputed {step_time_s}")
-    if not 0 <= plan.lower_bound_s <= plan.step_time_s * (1 + RELATIVE_TOLERANCE):
-        violations.append(f"lower_bound_s {plan.lower_bound_s} is not within [0, step_time_s]")
-    gap = (plan.step_time_s - plan.lower_bound_s) / plan.step_time_s if plan.step_time_s > 0 else 0.0
+    previous = parse_strategy(plan.previous_strategy) if plan.previous_strategy else None
+    pipelines = [(scheme, tuple(p.ranks)) for scheme, p in zip(schemes, plan.pipelines)]
+    switch_s = switch_cost_s(previous, pipelines, cost)
+    if not _close(switch_s, plan.switch_cost_s):
+        violations.append(f"switch_cost_s {plan.switch_cost_s} != recomputed {switch_s}")
+    objective_s = step_time_s + switch_s
+    if not _close(objective_s, plan.objective_s):
+        violations.append(f"objective_s {plan.objective_s} != step time + switch cost {objective_s}")
+    if not 0 <= plan.lower_bound_s <= plan.objective_s * (1 + RELATIVE_TOLERANCE):
+        violations.append(f"lower_bound_s {plan.lower_bound_s} is not within [0, objective_s]")
+    gap = (plan.objective_s - plan.lower_bound_s) / plan.objective_s if plan.objective_s > 0 else 0.0
     if not math.isclose(gap, plan.gap, abs_tol=1e-9):
-        violations.append(f"gap {plan.gap} != (step - bound) / step = {gap}")
+        violations.append(f"gap {plan.gap} != (objective - bound) / objective = {gap}")
     return violations

@@ -55,7 +55,7 @@ def pack_pipeline(item_indices: np.ndarray, lengths: np.ndarray, coef: SchemeCoe
     scored.sort(key=lambda entry: (entry[0], entry[1]))
     best: PackedPipeline | None = None
     for _, _, bins, times in scored[:NUM_EXACT_CANDIDATES]:
-        candidate = _best_order([order[b] for b in bins], times, coef)
+        candidate = best_order([order[b] for b in bins], times, coef)
         if best is None or candidate.time_s < best.time_s:
             best = candidate
     assert best is not None
@@ -126,7 +126,7 @@ def _first_fit_until_feasible(sub_lengths: np.ndarray, coef: SchemeCoefficients)
     return bins
 
 
-def _best_order(micro_batches: list[np.ndarray], times: list[float], coef: SchemeCoefficients) -> PackedPipeline:
+def best_order(micro_batches: list[np.ndarray], times: list[float], coef: SchemeCoefficients) -> PackedPipeline:
     """Try a few execution orders under the exact 1F1B simulation and keep the fastest."""
     descending = sorted(range(len(times)), key=lambda index: (-times[index], index))
     orders = [descending, descending[::-1]]

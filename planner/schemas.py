@@ -237,8 +237,20 @@ class OversizePolicy(StrEnum):
     DROP = "drop"
 
 
+class SolverBackend(StrEnum):
+    """Which solver plans the batch; `auto` runs them as an anytime pipeline."""
+
+    AUTO = "auto"
+    GREEDY = "greedy"
+    LP = "lp"
+    CPSAT = "cpsat"
+    PULP = "pulp"
+
+
 class SolverOptions(Frozen):
     """Every knob of one solve; CLI flags and API fields map onto this one type."""
+
+    solver: SolverBackend = Field(SolverBackend.AUTO, description="Solver backend.")
 
     time_limit_s: float = Field(2.0, gt=0, le=600, description="Hard planning-time budget.")
     max_schemes: int = Field(3, ge=1, le=8, description="Most distinct schemes in a strategy (K).")
@@ -248,6 +260,18 @@ class SolverOptions(Frozen):
     )
     gap_tolerance: float = Field(
         0.01, ge=0, le=1, description="Relative gap at or below which a plan is 'optimal'."
+    )
+    max_strategies_solved: int = Field(
+        48,
+        ge=1,
+        le=100_000,
+        description="Deterministic work limit: most strategies given a full solve. With a time "
+        "limit that is not reached, the same request and seed give the same plan.",
+    )
+    strategy_pool: list[str] | None = Field(
+        None,
+        description="Restrict the search to these strategies (e.g. '1x<8,1,2> + 6x<4,2,1>'); "
+        "the lower bound then covers only the pool.",
     )
 
 
@@ -260,6 +284,11 @@ class PlanRequest(Frozen):
     num_gpus: PositiveInt = Field(description="GPUs in the cluster (N).")
     gpus_per_node: PositiveInt = Field(8, description="GPUs per node; TP groups stay inside one.")
     options: SolverOptions = Field(default_factory=SolverOptions)
+    previous_strategy: str | None = Field(
+        None,
+        description="Strategy of the previous step (e.g. from its plan): changing it costs the "
+        "re-sharding of the weights, and the planner switches only when the gain exceeds that.",
+    )
 
     @field_validator("lengths")
     @classmethod
@@ -346,8 +375,11 @@ class Plan(Frozen):
     gpus_per_node: int
     step_time_s: float = Field(description="Slowest pipeline time plus gradient sync.")
     grad_sync_s: float
-    lower_bound_s: float = Field(description="Valid lower bound on the optimal step time.")
-    gap: float = Field(description="(step_time_s - lower_bound_s) / step_time_s.")
+    previous_strategy: str | None = Field(None, description="Strategy of the previous step, if given.")
+    switch_cost_s: float = Field(0.0, description="Re-sharding time to move from previous_strategy.")
+    objective_s: float = Field(description="What the planner minimises: step_time_s + switch_cost_s.")
+    lower_bound_s: float = Field(description="Valid lower bound on the optimal objective_s.")
+    gap: float = Field(description="(objective_s - lower_bound_s) / objective_s.")
     input_lengths: list[int] = Field(description="The request's lengths, indexed by sequence id.")
     dropped_sequence_ids: list[int] = Field(default_factory=list)
     split_sequence_ids: list[int] = Field(default_factory=list)

@@ -1,12 +1,21 @@
-"""Strategy search: branch and bound over scheme sets, greedy dispatch + packing per strategy.
+"""Strategy search: best-first branch and bound with an anytime incumbent and a valid bound.
 
-Scheme sets are ordered by their lower bound (`planner.bounds`); a set is explored only while its
-bound beats the incumbent, so the minimum bound over all sets stays a valid global lower bound.
-Within a set, the pipeline counts nearest to the fluid optimum are tried first.
+The frontier holds scheme *sets* (bounded by the area bound, valid for every pipeline count) and
+*strategies* (bounded by the count-aware dual bound plus their gradient sync and switch cost; see
+`planner.bounds`). The entry with the smallest bound is taken next: a set is expanded into its
+strategies, a strategy is solved (greedy dispatch + packing). The search stops when the smallest
+bound reaches the incumbent (the incumbent is then optimal up to the bound's slack), at the work
+limit or at the time limit. Nothing is pruned unless its bound is no better than the incumbent, so
+`min(frontier bounds, bounds of solved strategies)` stays a lower bound over the whole space.
+
+Backends then polish the best strategies found: `lp` re-dispatches by LP relaxation + rounding,
+`cpsat`/`pulp` by MILP with the incumbent as hint, `auto` runs LP then CP-SAT with the time left;
+all but `greedy` finish with joint refinement (`planner.refine`).
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -16,29 +25,36 @@ from functools import lru_cache
 import numpy as np
 
 from planner.bounds import BoundTables, sync_lower_bound_s
+from planner.candidate import Candidate
 from planner.cost import ProfileCostModel, SchemeCoefficients
 from planner.dispatch import greedy_dispatch
-from planner.packing import PackedPipeline, pack_pipeline
+from planner.lp_dispatch import lp_dispatch
+from planner.milp import solve_milp
+from planner.packing import PackedPipeline, best_order, pack_pipeline
+from planner.refine import refine
+from planner.schemas import SolverBackend
 from planner.strategies import Strategy, count_vectors
+from planner.switching import pipeline_blocks, switch_cost_s
 
-MAX_COUNT_VECTORS_PER_SET = 3
-MAX_SETS_EXPLORED = 40
-EXHAUSTIVE_COUNT_LIMIT = 200
+MAX_STRATEGIES_PER_SET = 4000
+NEAR_IDEAL_PER_LARGE_SET = 12
+NUM_POLISHED = 3
+REFINE_ROUNDS = 40
+# Work limits keep the search deterministic; the time shares are only a safety net.
+MIN_EXPANSIONS = 24  # scheme sets expanded whatever the clock says
+MAX_EXPANSIONS = 600
+EXPANSION_SHARE = 0.6  # of the time limit, for expanding scheme sets
+SEARCH_TIME_SHARE = {SolverBackend.GREEDY: 0.95, SolverBackend.LP: 0.8, SolverBackend.AUTO: 0.7}
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """A complete solution: strategy, item assignment, packing and its true step time."""
-
-    strategy: Strategy
-    coefs: tuple[SchemeCoefficients, ...]  # one per pipeline, placement order
-    assignment: tuple[np.ndarray, ...]  # item indices per pipeline
-    packed: tuple[PackedPipeline, ...]
-    grad_sync_s: float
-
-    @property
-    def step_time_s(self) -> float:
-        return max(pipeline.time_s for pipeline in self.packed) + self.grad_sync_s
+class SearchSettings:
+    backend: SolverBackend
+    max_schemes: int
+    max_strategies_solved: int
+    seed: int
+    pool: tuple[Strategy, ...] | None = None
+    previous: Strategy | None = None
 
 
 @dataclass(frozen=True)
@@ -51,7 +67,20 @@ class SearchResult:
     timed_out: bool
 
 
-def solve_strategy(strategy: Strategy, lengths: np.ndarray, cost: ProfileCostModel) -> Candidate | None:
+@dataclass(frozen=True)
+class Clock:
+    """Time left, and whether to stop (time up or cancelled); supplied by the caller."""
+
+    remaining_s: Callable[[], float]
+    cancelled: Callable[[], bool]
+
+    def stop(self, reserve_s: float = 0.0) -> bool:
+        return self.remaining_s() <= reserve_s or self.cancelled()
+
+
+def solve_strategy(
+    strategy: Strategy, lengths: np.ndarray, cost: ProfileCostModel, previous: Strategy | None = None
+) -> Candidate | None:
     """Greedy dispatch then packing for one fixed strategy; None if some pipeline gets no item."""
     schemes = strategy.pipeline_schemes()
     coefs = tuple(cost.coefficients(scheme) for scheme in schemes)
@@ -60,14 +89,30 @@ def solve_strategy(strategy: Strategy, lengths: np.ndarray, cost: ProfileCostMod
     assignment = greedy_dispatch(lengths, coefs)
     if assignment is None:
         return None
-    packed = tuple(pack_pipeline(items, lengths, coef) for items, coef in zip(assignment, coefs))
-    return Candidate(strategy, coefs, tuple(assignment), packed, cost.grad_sync_s(schemes))
+    return _candidate(strategy, coefs, assignment, lengths, cost, previous)
 
 
-def runnable_schemes(cost: ProfileCostModel, num_gpus: int) -> list[SchemeCoefficients]:
-    """Schemes that fit the cluster, without those another scheme dominates."""
+def _candidate(strategy, coefs, assignment, lengths, cost, previous, packed=None) -> Candidate:
+    if packed is None:
+        packed = tuple(pack_pipeline(items, lengths, coef) for items, coef in zip(assignment, coefs))
+    return Candidate(
+        strategy=strategy,
+        coefs=tuple(coefs),
+        assignment=tuple(np.asarray(items, dtype=np.int64) for items in assignment),
+        packed=tuple(packed),
+        grad_sync_s=cost.grad_sync_s(strategy.pipeline_schemes()),
+        switch_cost_s=switch_cost_s(previous, pipeline_blocks(strategy), cost),
+    )
+
+
+def runnable_schemes(cost: ProfileCostModel, num_gpus: int, keep: Sequence = ()) -> list[SchemeCoefficients]:
+    """Schemes that fit the cluster, without those another scheme dominates (except `keep`)."""
     fitting = [cost.coefficients(scheme) for scheme in cost.schemes() if scheme.num_gpus <= num_gpus]
-    return [coef for coef in fitting if not any(_dominates(other, coef) for other in fitting if other is not coef)]
+    return [
+        coef
+        for coef in fitting
+        if coef.scheme in keep or not any(_dominates(other, coef) for other in fitting if other is not coef)
+    ]
 
 
 def _dominates(better: SchemeCoefficients, worse: SchemeCoefficients) -> bool:
@@ -87,54 +132,235 @@ def _dominates(better: SchemeCoefficients, worse: SchemeCoefficients) -> bool:
     return better.scheme.num_gpus == worse.scheme.num_gpus and no_worse and strictly
 
 
+@dataclass(frozen=True)
+class Bounded:
+    """A strategy with its lower bound (for the global bound) and estimate (for solve order)."""
+
+    estimate_s: float
+    fluid_estimate_s: float  # without the longest-item floor: breaks ties among floored estimates
+    bound_s: float
+    strategy: Strategy
+
+
+class Frontier:
+    """Scheme sets waiting to be expanded (by area bound) and strategies with bounds/estimates."""
+
+    def __init__(self, tables: BoundTables, cost: ProfileCostModel, num_gpus: int, previous: Strategy | None) -> None:
+        self.tables, self.cost, self.num_gpus, self.previous = tables, cost, num_gpus, previous
+        self.column_of = {coef.scheme: column for column, coef in enumerate(tables.coefs)}
+        self.sets: list[tuple[float, int, tuple[int, ...]]] = []
+        self.strategies: list[Bounded] = []
+        self.floor_s = math.inf  # bounds of strategies that were not enumerated (huge sets)
+        self._order = itertools.count()
+        self._seen: set[Strategy] = set()
+
+    def push_set(self, columns: tuple[int, ...], bound_s: float) -> None:
+        heapq.heappush(self.sets, (bound_s, next(self._order), columns))
+
+    def push_strategies(self, strategies: Sequence[Strategy]) -> None:
+        """Bound and estimate new strategies, grouped by scheme set for vectorised bounds."""
+        by_schemes: dict[tuple, list[Strategy]] = {}
+        for strategy in strategies:
+            if strategy not in self._seen:
+                self._seen.add(strategy)
+                by_schemes.setdefault(tuple(strategy.schemes), []).append(strategy)
+        for schemes, group in by_schemes.items():
+            columns = [self.column_of[scheme] for scheme in schemes]
+            counts = np.array([[count for _, count in strategy.counts] for strategy in group])
+            bounds = self.tables.count_bounds(columns, counts)
+            inflation = _bubble_inflation(self.tables, columns, bounds)
+            estimates = self.tables.count_bounds(columns, counts, inflation)
+            fluid = self.tables.count_bounds(columns, counts, inflation, with_floors=False)
+            for strategy, bound, estimate, flat in zip(group, bounds.tolist(), estimates.tolist(), fluid.tolist()):
+                extra = self.cost.grad_sync_s(strategy.pipeline_schemes())
+                extra += switch_cost_s(self.previous, pipeline_blocks(strategy), self.cost)
+                self.strategies.append(Bounded(max(estimate, bound) + extra, flat + extra, bound + extra, strategy))
+
+    def expand_next(self) -> None:
+        """Expand the set with the smallest bound into its strategies (all of them, or those
+        nearest the fluid optimum with the set's bound kept as a floor for the rest)."""
+        set_bound_s, _, columns = heapq.heappop(self.sets)
+        combo = [self.tables.coefs[column].scheme for column in columns]
+        vectors = list(itertools.islice(count_vectors(combo, self.num_gpus), MAX_STRATEGIES_PER_SET + 1))
+        if len(vectors) > MAX_STRATEGIES_PER_SET:
+            self.floor_s = min(self.floor_s, set_bound_s)
+            vectors = _near_ideal(self.tables.ideal_counts(columns, self.num_gpus), combo, self.num_gpus)
+        self.push_strategies([Strategy.of(list(zip(combo, counts))) for counts in vectors])
+
+    def next_set_bound_s(self) -> float:
+        return self.sets[0][0] if self.sets else math.inf
+
+    def lower_bound_s(self) -> float:
+        """Valid over the whole space: unexpanded sets, strategies left out of huge sets, and
+        every enumerated strategy (solving one does not raise its bound)."""
+        enumerated = min((entry.bound_s for entry in self.strategies), default=math.inf)
+        return min(self.floor_s, self.next_set_bound_s(), enumerated)
+
+
+def _bubble_inflation(tables: BoundTables, columns: Sequence[int], bounds: np.ndarray) -> np.ndarray:
+    """Per scheme, how much 1F1B inflates a pipeline's work L (an estimate, not a bound): the
+    best micro-batch count gives 1 + 2 sqrt((pp-1) c / L), and a pipeline that holds the longest
+    item it can take also idles (pp-1) times that item's stage time, L ~ the bound."""
+    load_s = max(float(np.min(bounds)), 1e-9)
+    factors = []
+    for column in columns:
+        coef = tables.coefs[column]
+        bubbles = coef.scheme.pp - 1
+        longest = tables.longest_fitting(column)
+        long_item_s = bubbles * (coef.a * longest * longest + coef.b * longest + coef.c)
+        factors.append(1 + 2 * math.sqrt(bubbles * coef.c / load_s) + long_item_s / load_s)
+    return np.array(factors)
+
+
 def search(
-    lengths: np.ndarray,
-    cost: ProfileCostModel,
-    num_gpus: int,
-    max_schemes: int,
-    should_stop: Callable[[], bool],
+    lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int, settings: SearchSettings, clock: Clock, time_limit_s: float
 ) -> SearchResult | None:
-    """Best strategy found and a valid lower bound; None when no strategy can hold the items."""
-    coefs = runnable_schemes(cost, num_gpus)
+    """Best plan found and a valid lower bound on the objective; None when nothing can hold the items.
+
+    Alternates: expand scheme sets (in bound order) whose bound beats the incumbent and the best
+    queued estimate, then solve the queued strategy with the best estimate, skipping any whose
+    bound cannot beat the incumbent; up to the work limit or the search's share of the time.
+    Then the backend polishes the best strategies found.
+    """
+    pinned = [strategy for strategy in (*(settings.pool or ()), settings.previous) if strategy is not None]
+    pinned = [s for s in pinned if s.num_gpus == num_gpus and all(x in cost.schemes() for x in s.schemes)]
+    keep = {scheme for strategy in pinned for scheme in strategy.schemes}
+    coefs = runnable_schemes(cost, num_gpus, keep)
     tables = BoundTables.build(lengths, coefs)
-    bounded = _bounded_sets(tables, coefs, cost, num_gpus, max_schemes)
-    if not bounded:
-        return None
-    incumbent: Candidate | None = None
-    num_solved = 0
+    frontier = Frontier(tables, cost, num_gpus, settings.previous)
+    if settings.pool is not None:
+        frontier.push_strategies([s for s in settings.pool if s in pinned])
+    else:
+        _seed_sets(frontier, coefs, cost, num_gpus, settings.max_schemes)
+        frontier.push_strategies(pinned)
+    share = SEARCH_TIME_SHARE.get(settings.backend, 0.6)
+    expansion_reserve_s = time_limit_s * (1 - EXPANSION_SHARE)
+    solved: list[Candidate] = []  # best first
+    queue: list[tuple[float, float, str, int]] = []  # unsolved strategies by estimate
+    queued = 0
+    expansions = 0
+    attempts = 0
     timed_out = False
-    for explored, (bound_s, columns) in enumerate(bounded):
-        if incumbent is not None and (bound_s >= incumbent.step_time_s or explored >= MAX_SETS_EXPLORED):
+    while True:
+        incumbent_s = solved[0].objective_s if solved else math.inf
+        while frontier.sets and frontier.next_set_bound_s() < incumbent_s and expansions < MAX_EXPANSIONS:
+            if expansions >= MIN_EXPANSIONS and clock.stop(reserve_s=expansion_reserve_s):
+                break
+            if expansions >= MIN_EXPANSIONS and queue and frontier.next_set_bound_s() >= queue[0][0]:
+                break
+            frontier.expand_next()
+            expansions += 1
+        for entry in frontier.strategies[queued:]:
+            heapq.heappush(queue, (round(entry.estimate_s, 3), entry.fluid_estimate_s, str(entry.strategy), queued))
+            queued += 1
+        while queue and frontier.strategies[queue[0][3]].bound_s >= incumbent_s:
+            heapq.heappop(queue)
+        if not queue or (solved and attempts >= settings.max_strategies_solved):
             break
-        if should_stop() and incumbent is not None:
+        if solved and clock.stop(reserve_s=time_limit_s * (1 - share)):
             timed_out = True
             break
-        combo = [coefs[column] for column in columns]
-        for counts in _count_candidates(tables, columns, combo, num_gpus):
-            strategy = Strategy.of([(coef.scheme, count) for coef, count in zip(combo, counts)])
-            candidate = solve_strategy(strategy, lengths, cost)
-            num_solved += 1
-            if candidate is not None and (incumbent is None or candidate.step_time_s < incumbent.step_time_s):
-                incumbent = candidate
-    if incumbent is None:
+        entry = frontier.strategies[heapq.heappop(queue)[3]]
+        attempts += 1
+        candidate = _first_solution(entry.strategy, lengths, cost, settings, clock)
+        if candidate is not None:
+            solved.append(candidate)
+            solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
+    if not solved:
         return None
-    lower_bound = min(bounded[0][0], incumbent.step_time_s)
-    return SearchResult(incumbent, lower_bound, len(coefs), len(bounded), num_solved, timed_out)
+    best, polish_timed_out = _polish(solved, lengths, cost, settings, clock)
+    lower_bound_s = min(frontier.lower_bound_s(), best.objective_s)
+    return SearchResult(best, lower_bound_s, len(coefs), len(frontier.strategies), attempts, timed_out or polish_timed_out)
 
 
-def _bounded_sets(
-    tables: BoundTables, coefs: Sequence[SchemeCoefficients], cost: ProfileCostModel, num_gpus: int, max_schemes: int
-) -> list[tuple[float, tuple[int, ...]]]:
-    """Every fillable scheme set with its lower bound, best first (ties: fewer schemes first)."""
+def _seed_sets(frontier: Frontier, coefs, cost, num_gpus: int, max_schemes: int) -> None:
     sizes = [coef.scheme.num_gpus for coef in coefs]
-    bounded = []
-    for columns, pipeline_bound in tables.all_set_bounds(max_schemes, num_gpus):
-        if not _fillable(tuple(sorted(sizes[column] for column in columns)), num_gpus):
-            continue
-        sync = sync_lower_bound_s(cost, [coefs[column] for column in columns], num_gpus)
-        bounded.append((pipeline_bound + sync, columns))
-    bounded.sort(key=lambda entry: (entry[0], len(entry[1]), entry[1]))
-    return bounded
+    for columns, pipeline_bound in frontier.tables.all_set_bounds(max_schemes, num_gpus):
+        if _fillable(tuple(sorted(sizes[column] for column in columns)), num_gpus):
+            sync = sync_lower_bound_s(cost, [coefs[column] for column in columns], num_gpus)
+            frontier.push_set(columns, pipeline_bound + sync)
+
+
+def _first_solution(strategy, lengths, cost, settings: SearchSettings, clock: Clock) -> Candidate | None:
+    """Screen a strategy: greedy, or the exact joint MILP when the instance is tiny."""
+    candidate = solve_strategy(strategy, lengths, cost, settings.previous)
+    if settings.backend in (SolverBackend.CPSAT, SolverBackend.PULP) and len(lengths) <= 12:
+        exact = milp_candidate(settings.backend.value, strategy, lengths, cost, settings, clock, candidate)
+        if exact is not None and (candidate is None or exact.objective_s < candidate.objective_s):
+            candidate = exact
+    return candidate
+
+
+def _polish(solved: list[Candidate], lengths, cost, settings: SearchSettings, clock: Clock) -> tuple[Candidate, bool]:
+    """Apply the backend's dispatch to the best strategies found, then joint refinement."""
+    best = solved[0]
+    if settings.backend == SolverBackend.GREEDY:
+        return best, False
+    timed_out = False
+    for candidate in solved[:NUM_POLISHED]:
+        if clock.stop():
+            timed_out = True
+            break
+        improved = _polish_one(candidate, lengths, cost, settings, clock)
+        if improved.objective_s < best.objective_s:
+            best = improved
+    return best, timed_out
+
+
+def _polish_one(candidate: Candidate, lengths, cost, settings: SearchSettings, clock: Clock) -> Candidate:
+    options = [candidate]
+    if settings.backend in (SolverBackend.LP, SolverBackend.AUTO):
+        options.append(lp_candidate(candidate, lengths, cost, settings.previous))
+    if settings.backend in (SolverBackend.CPSAT, SolverBackend.PULP):
+        options.append(milp_candidate(settings.backend.value, candidate.strategy, lengths, cost, settings, clock, candidate))
+    best = min((option for option in options if option is not None), key=lambda c: c.objective_s)
+    best = refine(best, lengths, REFINE_ROUNDS, clock.stop)
+    if settings.backend == SolverBackend.AUTO and clock.remaining_s() > 0.3:
+        polished = milp_candidate("cpsat", best.strategy, lengths, cost, settings, clock, best)
+        if polished is not None and polished.objective_s < best.objective_s:
+            best = refine(polished, lengths, REFINE_ROUNDS, clock.stop)
+    return best
+
+
+def _inflation(candidate: Candidate, lengths: np.ndarray) -> list[float]:
+    """True pipeline time over raw stage work, per pipeline of the candidate (>= 1)."""
+    return [
+        max(1.0, packed.time_s / max(float(coef.work_s(lengths[items]).sum()), 1e-12))
+        for coef, items, packed in zip(candidate.coefs, candidate.assignment, candidate.packed)
+    ]
+
+
+def lp_candidate(candidate: Candidate, lengths, cost, previous) -> Candidate | None:
+    """Re-dispatch a candidate's strategy by LP relaxation + rounding, with its packing inflation."""
+    by_type: dict[SchemeCoefficients, list[float]] = {}
+    for coef, factor in zip(candidate.coefs, _inflation(candidate, lengths)):
+        by_type.setdefault(coef, []).append(factor)
+    inflation = {coef: float(np.mean(factors)) for coef, factors in by_type.items()}
+    assignment = lp_dispatch(lengths, candidate.coefs, inflation)
+    if assignment is None:
+        return None
+    return _candidate(candidate.strategy, candidate.coefs, assignment, lengths, cost, previous)
+
+
+def milp_candidate(backend, strategy, lengths, cost, settings: SearchSettings, clock: Clock, hint: Candidate | None):
+    """Dispatch (or, for tiny batches, dispatch + packing) by MILP within the time left."""
+    coefs = tuple(cost.coefficients(scheme) for scheme in strategy.pipeline_schemes())
+    inflation = _inflation(hint, lengths) if hint is not None else None
+    result = solve_milp(
+        backend, lengths, coefs, max(0.05, clock.remaining_s() * 0.5), settings.seed, inflation,
+        hint.assignment if hint is not None else None,
+    )
+    if result is None or any(len(items) == 0 for items in result.assignment):
+        return None
+    packed = None
+    if result.micro_batches is not None:
+        packed = tuple(_packed_from_batches(batches, lengths, coef) for batches, coef in zip(result.micro_batches, coefs))
+    return _candidate(strategy, coefs, result.assignment, lengths, cost, settings.previous, packed)
+
+
+def _packed_from_batches(batches: list[np.ndarray], lengths: np.ndarray, coef: SchemeCoefficients) -> PackedPipeline:
+    times = [coef.stage_time_s(float(lengths[b] @ lengths[b]), float(lengths[b].sum())) for b in batches]
+    return best_order(batches, times, coef)
 
 
 @lru_cache(maxsize=4096)
@@ -149,37 +375,17 @@ def _fillable(sizes: tuple[int, ...], num_gpus: int) -> bool:
     return reachable[remainder]
 
 
-def _count_candidates(
-    tables: BoundTables, columns: Sequence[int], combo: Sequence[SchemeCoefficients], num_gpus: int
-) -> list[tuple[int, ...]]:
-    """Pipeline counts for a scheme set, nearest (in GPUs) to the fluid optimum first."""
-    ideal = tables.ideal_counts(columns, num_gpus)
-    sizes = [coef.scheme.num_gpus for coef in combo]
-    options = list(itertools.islice(count_vectors([coef.scheme for coef in combo], num_gpus), EXHAUSTIVE_COUNT_LIMIT + 1))
-    if len(options) > EXHAUSTIVE_COUNT_LIMIT:
-        options = _near_ideal(ideal, sizes, num_gpus)
-
-    def distance(counts: tuple[int, ...]) -> tuple[float, tuple[int, ...]]:
-        return (sum(abs(count - want) * size for count, want, size in zip(counts, ideal, sizes)), counts)
-
-    return sorted(options, key=distance)[:MAX_COUNT_VECTORS_PER_SET]
-
-
-def _near_ideal(ideal: Sequence[float], sizes: Sequence[int], num_gpus: int) -> list[tuple[int, ...]]:
-    """Integer count vectors within two pipelines of the ideal on every scheme but the filler."""
+def _near_ideal(ideal: Sequence[float], combo, num_gpus: int) -> list[tuple[int, ...]]:
+    """Integer count vectors within two pipelines of the ideal on every scheme but the smallest."""
+    sizes = [scheme.num_gpus for scheme in combo]
     filler = int(np.argmin(sizes))
     ranges = []
     for index, want in enumerate(ideal):
-        if index == filler:
-            ranges.append([0])
-            continue
         base = int(math.floor(want))
-        ranges.append(sorted({max(1, base + delta) for delta in (-1, 0, 1, 2)}))
+        ranges.append([0] if index == filler else sorted({max(1, base + delta) for delta in (-1, 0, 1, 2)}))
     vectors = []
     for choice in itertools.product(*ranges):
-        remainder = num_gpus - sum(count * size for index, (count, size) in enumerate(zip(choice, sizes)) if index != filler)
-        if remainder >= sizes[filler] and remainder % sizes[filler] == 0:
-            counts = list(choice)
-            counts[filler] = remainder // sizes[filler]
-            vectors.append(tuple(counts))
-    return vectors
+        rest = num_gpus - sum(count * size for index, (count, size) in enumerate(zip(choice, sizes)) if index != filler)
+        if rest >= sizes[filler] and rest % sizes[filler] == 0:
+            vectors.append(tuple(rest // sizes[filler] if index == filler else count for index, count in enumerate(choice)))
+    return sorted(vectors, key=lambda counts: sum(abs(c - w) * s for c, w, s in zip(counts, ideal, sizes)))[:NEAR_IDEAL_PER_LARGE_SET]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from planner.bounds import BoundTables
 from planner.check import check_plan
 from planner.cost import ProfileCostModel
@@ -13,8 +15,8 @@ from planner.items import Items, prepare_items
 from planner.scheme import ParallelScheme
 from planner.build import build_plan
 from planner.schemas import BaselineResult, CostProfile, Plan, PlanRequest, SolverStats
-from planner.search import search, solve_strategy
-from planner.strategies import Strategy
+from planner.search import Clock, SearchSettings, search, solve_strategy
+from planner.strategies import Strategy, parse_strategy
 
 
 def solve(
@@ -22,36 +24,63 @@ def solve(
     profile: CostProfile,
     baselines: Sequence[str] = (),
     cancel: Callable[[], bool] | None = None,
+    previous_plan: Plan | None = None,
 ) -> Plan:
     """Plan one global batch; raises `PlanningError` when the request cannot be planned.
 
     The search stops at `options.time_limit_s` (or when `cancel()` returns True) with its best
-    incumbent. Every returned plan has passed `check_plan`.
+    incumbent. `previous_plan` (or `request.previous_strategy`) makes strategy switches cost their
+    re-sharding time. Every returned plan has passed `check_plan`.
     """
     started = time.perf_counter()
+    if previous_plan is not None and request.previous_strategy is None:
+        request = request.model_copy(update={"previous_strategy": previous_plan.strategy})
+    options = request.options
     cost = ProfileCostModel(profile)
-    items = _prepare_items(request, cost)
-    deadline = started + request.options.time_limit_s
-
-    def should_stop() -> bool:
-        return time.perf_counter() >= deadline or (cancel is not None and cancel())
-
-    result = search(items.lengths, cost, request.num_gpus, request.options.max_schemes, should_stop)
+    pool = _parse_pool(options.strategy_pool)
+    items = _prepare_items(request, cost, sorted({s for p in pool for s in p.schemes}) if pool else None)
+    deadline = started + options.time_limit_s
+    clock = Clock(remaining_s=lambda: deadline - time.perf_counter(), cancelled=cancel or (lambda: False))
+    settings = SearchSettings(
+        backend=options.solver,
+        max_schemes=options.max_schemes,
+        max_strategies_solved=options.max_strategies_solved,
+        seed=options.seed,
+        pool=pool,
+        previous=_parse(request.previous_strategy, "previous_strategy") if request.previous_strategy else None,
+    )
+    result = search(items.lengths, cost, request.num_gpus, settings, clock, options.time_limit_s)
     if result is None:
+        space = f"the strategy pool ({len(pool)} strategies)" if pool else f"no strategy of at most {options.max_schemes} scheme(s)"
         raise PlanningError(
-            f"no strategy of at most {request.options.max_schemes} scheme(s) on {request.num_gpus} GPUs "
-            f"can hold the {len(items)} sequences (fewer sequences than pipelines, or capacities too small)"
+            f"{space} on {request.num_gpus} GPUs can hold the {len(items)} sequences "
+            "(fewer sequences than pipelines, or capacities too small)"
         )
     stats = SolverStats(
-        backend="greedy",
+        backend=options.solver.value,
         solve_time_s=time.perf_counter() - started,
         num_schemes=result.num_schemes,
         num_strategies=result.num_strategies,
         num_strategies_solved=result.num_strategies_solved,
-        seed=request.options.seed,
+        seed=options.seed,
     )
     plan = build_plan(request, profile, items, result.best, result.lower_bound_s, stats, result.timed_out)
     return _finish(plan, request, profile, baselines)
+
+
+def _parse(text: str, field: str) -> Strategy:
+    try:
+        return parse_strategy(text)
+    except ValueError as error:
+        raise PlanningError(f"{field}: {error}") from None
+
+
+def _parse_pool(texts: list[str] | None) -> tuple[Strategy, ...] | None:
+    if texts is None:
+        return None
+    if not texts:
+        raise PlanningError("strategy_pool is empty")
+    return tuple(_parse(text, f"strategy_pool[{index}]") for index, text in enumerate(texts))
 
 
 def evaluate_strategy(
@@ -67,12 +96,15 @@ def evaluate_strategy(
         if scheme not in cost.schemes():
             raise PlanningError(f"strategy scheme {scheme} is not in the cost profile")
     items = _prepare_items(request, cost, fixed.schemes)
-    candidate = solve_strategy(fixed, items.lengths, cost)
+    previous = _parse(request.previous_strategy, "previous_strategy") if request.previous_strategy else None
+    candidate = solve_strategy(fixed, items.lengths, cost, previous)
     if candidate is None:
         raise PlanningError(f"strategy {fixed} cannot hold the {len(items)} sequences (too few sequences or capacity)")
     distinct = list(dict.fromkeys(candidate.coefs))
     tables = BoundTables.build(items.lengths, distinct)
-    bound = tables.pipeline_time_bound_s(list(range(len(distinct))), request.num_gpus) + candidate.grad_sync_s
+    counts = np.array([[sum(1 for coef in candidate.coefs if coef == kind) for kind in distinct]])
+    pipeline_bound = float(tables.count_bounds(list(range(len(distinct))), counts)[0])
+    bound = pipeline_bound + candidate.grad_sync_s + candidate.switch_cost_s
     stats = SolverStats(
         backend="fixed-strategy",
         solve_time_s=time.perf_counter() - started,

@@ -1,0 +1,32 @@
+"""A complete solution inside the solver: strategy, assignment, packing, true objective."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.cost import SchemeCoefficients
+from planner.packing import PackedPipeline
+from planner.strategies import Strategy
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A complete solution: strategy, item assignment, packing and its true objective."""
+
+    strategy: Strategy
+    coefs: tuple[SchemeCoefficients, ...]  # one per pipeline, placement order
+    assignment: tuple[np.ndarray, ...]  # item indices per pipeline
+    packed: tuple[PackedPipeline, ...]
+    grad_sync_s: float
+    switch_cost_s: float = 0.0
+
+    @property
+    def step_time_s(self) -> float:
+        return max(pipeline.time_s for pipeline in self.packed) + self.grad_sync_s
+
+    @property
+    def objective_s(self) -> float:
+        """What the search minimises: step time plus the cost of switching to this strategy."""
+        return self.step_time_s + self.switch_cost_s

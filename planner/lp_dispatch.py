@@ -1,0 +1,152 @@
+"""Dispatch by LP relaxation (HiGHS) + rounding, on the scheme-type level.
+
+Pipelines of one scheme are interchangeable, so the LP decides how many items of each length go
+to each scheme type: variables `y[l, s] >= 0` (items of length l on type s, only where l fits s's
+capacity) and the makespan `T`:
+
+    minimise T
+    subject to  sum_s y[l, s] = count(l)                                   every length l
+                rho_s * sum_l w_s(l) y[l, s] + n_s * K_s <= n_s * T          every type s
+
+`w_s(l)` is the stage work of an item, `rho_s >= 1` the packing/bubble inflation of type s measured
+on an incumbent (1 without one) and `K_s` the bubble floor. Rounding keeps each length's integral
+part per type and deals the fractional remainders by largest remainder; within a type the items are
+spread over its pipelines by the greedy estimate. HiGHS runs single-threaded by default; its
+`threads` option is process-global, so we leave it alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from planner.cost import SchemeCoefficients
+from planner.dispatch import greedy_dispatch
+
+_BANNER_SILENCED = False
+
+
+def _new_highs():
+    """A silent HiGHS instance. The first construction in a process prints a banner to stdout
+    (before any option can be set), which would corrupt JSON output: swallow it once."""
+    global _BANNER_SILENCED
+    import highspy
+
+    if _BANNER_SILENCED:
+        highs = highspy.Highs()
+    else:
+        with _stdout_to_devnull():
+            highs = highspy.Highs()
+        _BANNER_SILENCED = True
+    highs.setOptionValue("output_flag", False)
+    return highs
+
+
+@contextlib.contextmanager
+def _stdout_to_devnull():
+    try:
+        saved = os.dup(1)
+    except OSError:
+        yield
+        return
+    with open(os.devnull, "w") as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def solve_type_lp(
+    lengths: np.ndarray, types: Sequence[SchemeCoefficients], counts: Sequence[int], inflation: Sequence[float]
+) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """Solve the LP; returns (unique lengths, y[len(unique), len(types)], T) or None on failure."""
+    import highspy
+
+    unique, multiplicity = np.unique(lengths, return_counts=True)
+    as_float = unique.astype(np.float64)
+    num_lengths, num_types = len(unique), len(types)
+    columns: list[tuple[int, int]] = [
+        (row, kind) for kind, coef in enumerate(types) for row in np.flatnonzero(unique <= coef.capacity_tokens).tolist()
+    ]
+    num_columns = len(columns) + 1  # last column is T
+    starts, indices, values = [0], [], []
+    for row, kind in columns:
+        coef = types[kind]
+        work = coef.a * as_float[row] ** 2 + coef.b * as_float[row]
+        indices += [row, num_lengths + kind]
+        values += [1.0, inflation[kind] * work]
+        starts.append(len(indices))
+    indices += [num_lengths + kind for kind in range(num_types)]
+    values += [-float(count) for count in counts]
+    starts.append(len(indices))
+    floors = [count * (coef.scheme.pp - 1) * coef.c for coef, count in zip(types, counts)]
+
+    model = highspy.HighsLp()
+    model.num_col_ = num_columns
+    model.num_row_ = num_lengths + num_types
+    model.col_cost_ = np.r_[np.zeros(num_columns - 1), 1.0]
+    model.col_lower_ = np.zeros(num_columns)
+    model.col_upper_ = np.full(num_columns, highspy.kHighsInf)
+    model.row_lower_ = np.r_[multiplicity.astype(np.float64), np.full(num_types, -highspy.kHighsInf)]
+    model.row_upper_ = np.r_[multiplicity.astype(np.float64), -np.asarray(floors, dtype=np.float64)]
+    model.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    model.a_matrix_.start_ = np.asarray(starts, dtype=np.int32)
+    model.a_matrix_.index_ = np.asarray(indices, dtype=np.int32)
+    model.a_matrix_.value_ = np.asarray(values, dtype=np.float64)
+    highs = _new_highs()
+    highs.passModel(model)
+    highs.run()
+    if highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    solution = np.asarray(highs.getSolution().col_value)
+    shares = np.zeros((num_lengths, num_types))
+    for (row, kind), value in zip(columns, solution[:-1]):
+        shares[row, kind] = max(0.0, value)
+    return unique, shares, float(solution[-1])
+
+
+def round_shares(lengths: np.ndarray, unique: np.ndarray, shares: np.ndarray) -> np.ndarray:
+    """Type of every item: each length's items split by its LP shares, largest remainder first.
+    Items of one length are interchangeable, so which of them goes where does not matter."""
+    item_type = np.empty(len(lengths), dtype=np.int64)
+    for row, length in enumerate(unique.tolist()):
+        members = np.flatnonzero(lengths == length)
+        want = shares[row] * (len(members) / max(shares[row].sum(), 1e-12))
+        whole = np.floor(want + 1e-9).astype(np.int64)
+        remainder = len(members) - int(whole.sum())
+        for kind in np.argsort(-(want - whole), kind="stable")[:remainder].tolist():
+            whole[kind] += 1
+        item_type[members] = np.repeat(np.arange(len(whole)), whole)
+    return item_type
+
+
+def lp_dispatch(
+    lengths: np.ndarray, coefs: Sequence[SchemeCoefficients], inflation: dict[SchemeCoefficients, float] | None = None
+) -> list[np.ndarray] | None:
+    """Item indices per pipeline (pipelines in `coefs` order), or None when the LP or a type's
+    greedy split fails (e.g. a type gets fewer items than it has pipelines)."""
+    types = list(dict.fromkeys(coefs))
+    counts = [sum(1 for coef in coefs if coef == kind) for kind in types]
+    factors = [max(1.0, (inflation or {}).get(kind, 1.0)) for kind in types]
+    solved = solve_type_lp(lengths, types, counts, factors)
+    if solved is None:
+        return None
+    unique, shares, _ = solved
+    item_type = round_shares(lengths, unique, shares)
+    assignment: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * len(coefs)
+    for kind, coef in enumerate(types):
+        members = np.flatnonzero(item_type == kind)
+        pipelines = [index for index, other in enumerate(coefs) if other == coef]
+        if len(members) < len(pipelines) or (len(members) and lengths[members].max() > coef.capacity_tokens):
+            return None
+        split = greedy_dispatch(lengths[members], [coef] * len(pipelines))
+        if split is None:
+            return None
+        for pipeline, local in zip(pipelines, split):
+            assignment[pipeline] = members[local]
+    return assignment
