@@ -19,6 +19,7 @@ Dispatch model (large instances):
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -91,10 +92,10 @@ class PulpAdapter:
         return f"{name}_{self._count}"
 
     def binary(self, name: str):
-        return self._pulp.LpVariable(self._name(name), cat="Binary")
+        return self.model.add_variable(self._name(name), 0, 1, cat="Binary")
 
     def integer(self, upper: int, name: str):
-        return self._pulp.LpVariable(self._name(name), lowBound=0, upBound=upper, cat="Integer")
+        return self.model.add_variable(self._name(name), 0, upper, cat="Integer")
 
     def add(self, terms, sense: str, rhs: int) -> None:
         expression = self._pulp.lpSum(coefficient * variable for coefficient, variable in terms)
@@ -108,8 +109,11 @@ class PulpAdapter:
 
     def solve(self, time_limit_s: float, seed: int) -> str:
         pulp = self._pulp
-        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.ceil(time_limit_s)), threads=1)
-        self.model.solve(solver)
+        with warnings.catch_warnings():
+            # the bundled CBC binary is what PuLP 3 ships; its 4.0 deprecation notice is noise here
+            warnings.simplefilter("ignore", DeprecationWarning)
+            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.ceil(time_limit_s)), threads=1)
+            self.model.solve(solver)
         # PuLP reports "Optimal" at a time limit; the solution status tells the truth.
         if self.model.sol_status == pulp.LpSolutionOptimal:
             return "optimal"

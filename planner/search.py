@@ -273,6 +273,14 @@ def search(
     return SearchResult(best, lower_bound_s, len(coefs), len(frontier.strategies), attempts, timed_out or polish_timed_out)
 
 
+def solve_fixed(strategy: Strategy, lengths: np.ndarray, cost: ProfileCostModel, settings: SearchSettings, clock: Clock) -> Candidate | None:
+    """One strategy, solved the way the backend solves the best strategies of a search."""
+    candidate = _first_solution(strategy, lengths, cost, settings, clock)
+    if candidate is None:
+        return None
+    return _polish([candidate], lengths, cost, settings, clock)[0]
+
+
 def _seed_sets(frontier: Frontier, coefs, cost, num_gpus: int, max_schemes: int) -> None:
     sizes = [coef.scheme.num_gpus for coef in coefs]
     for columns, pipeline_bound in frontier.tables.all_set_bounds(max_schemes, num_gpus):

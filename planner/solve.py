@@ -15,7 +15,7 @@ from planner.items import Items, prepare_items
 from planner.scheme import ParallelScheme
 from planner.build import build_plan
 from planner.schemas import BaselineResult, CostProfile, Plan, PlanRequest, SolverStats
-from planner.search import Clock, SearchSettings, search, solve_strategy
+from planner.search import Clock, SearchSettings, search, solve_fixed
 from planner.strategies import Strategy, parse_strategy
 
 
@@ -39,16 +39,7 @@ def solve(
     cost = ProfileCostModel(profile)
     pool = _parse_pool(options.strategy_pool)
     items = _prepare_items(request, cost, sorted({s for p in pool for s in p.schemes}) if pool else None)
-    deadline = started + options.time_limit_s
-    clock = Clock(remaining_s=lambda: deadline - time.perf_counter(), cancelled=cancel or (lambda: False))
-    settings = SearchSettings(
-        backend=options.solver,
-        max_schemes=options.max_schemes,
-        max_strategies_solved=options.max_strategies_solved,
-        seed=options.seed,
-        pool=pool,
-        previous=_parse(request.previous_strategy, "previous_strategy") if request.previous_strategy else None,
-    )
+    settings, clock = _settings(request, pool, cancel, started)
     result = search(items.lengths, cost, request.num_gpus, settings, clock, options.time_limit_s)
     if result is None:
         space = f"the strategy pool ({len(pool)} strategies)" if pool else f"no strategy of at most {options.max_schemes} scheme(s)"
@@ -66,6 +57,23 @@ def solve(
     )
     plan = build_plan(request, profile, items, result.best, result.lower_bound_s, stats, result.timed_out)
     return _finish(plan, request, profile, baselines)
+
+
+def _settings(
+    request: PlanRequest, pool: tuple[Strategy, ...] | None, cancel: Callable[[], bool] | None, started: float
+) -> tuple[SearchSettings, Clock]:
+    options = request.options
+    deadline = started + options.time_limit_s
+    clock = Clock(remaining_s=lambda: deadline - time.perf_counter(), cancelled=cancel or (lambda: False))
+    settings = SearchSettings(
+        backend=options.solver,
+        max_schemes=options.max_schemes,
+        max_strategies_solved=options.max_strategies_solved,
+        seed=options.seed,
+        pool=pool,
+        previous=_parse(request.previous_strategy, "previous_strategy") if request.previous_strategy else None,
+    )
+    return settings, clock
 
 
 def _parse(text: str, field: str) -> Strategy:
@@ -96,8 +104,8 @@ def evaluate_strategy(
         if scheme not in cost.schemes():
             raise PlanningError(f"strategy scheme {scheme} is not in the cost profile")
     items = _prepare_items(request, cost, fixed.schemes)
-    previous = _parse(request.previous_strategy, "previous_strategy") if request.previous_strategy else None
-    candidate = solve_strategy(fixed, items.lengths, cost, previous)
+    settings, clock = _settings(request, None, cancel=None, started=started)
+    candidate = solve_fixed(fixed, items.lengths, cost, settings, clock)
     if candidate is None:
         raise PlanningError(f"strategy {fixed} cannot hold the {len(items)} sequences (too few sequences or capacity)")
     distinct = list(dict.fromkeys(candidate.coefs))
@@ -106,14 +114,14 @@ def evaluate_strategy(
     pipeline_bound = float(tables.count_bounds(list(range(len(distinct))), counts)[0])
     bound = pipeline_bound + candidate.grad_sync_s + candidate.switch_cost_s
     stats = SolverStats(
-        backend="fixed-strategy",
+        backend=f"fixed-strategy:{request.options.solver.value}",
         solve_time_s=time.perf_counter() - started,
         num_schemes=len(fixed.schemes),
         num_strategies=1,
         num_strategies_solved=1,
         seed=request.options.seed,
     )
-    plan = build_plan(request, profile, items, candidate, min(bound, candidate.step_time_s), stats, False, fixed)
+    plan = build_plan(request, profile, items, candidate, bound, stats, False, fixed)
     return _finish(plan, request, profile, ())
 
 
