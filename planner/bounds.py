@@ -28,6 +28,7 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -99,19 +100,12 @@ class BoundTables:
         yield from extend((), infinite, infinite)
 
     def count_bounds(
-        self,
-        columns: Sequence[int],
-        counts: np.ndarray,
-        inflation: np.ndarray | None = None,
-        resolution: int = 12,
-        with_floors: bool = True,
-    ) -> np.ndarray:
-        """Dual fluid bound on the slowest pipeline for each row of `counts` (pipelines per scheme
-        of `columns`), maxed with the area and longest-item bounds; see the module docstring.
-
-        With `inflation` (per column, >= 1) the item costs are scaled by it, and with
-        `with_floors=False` the area and longest-item bounds are left out: the result is then an
-        estimate for ranking strategies, not a bound."""
+        self, columns: Sequence[int], counts: np.ndarray, inflation: np.ndarray | None = None, resolution: int = 12
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """For each row of `counts` (pipelines per scheme of `columns`): the dual fluid bound on
+        the slowest pipeline, and that maxed with the area and longest-item bounds; see the module
+        docstring. With `inflation` (per column, >= 1) item costs are scaled by it: the results
+        are then estimates for ranking strategies, not bounds."""
         columns = list(columns)
         gpus = np.array([self.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
         per_pipeline = self.gpu_seconds[:, columns] / gpus[None, :]
@@ -128,9 +122,7 @@ class BoundTables:
         numerator = totals[None, :] + (counts * floors[None, :]) @ grid.T
         denominator = counts @ grid.T
         fluid = (numerator / denominator).max(axis=1)
-        if not with_floors:
-            return fluid
-        return np.maximum(fluid, self.pipeline_time_bound_s(columns, int(round(counts[0] @ gpus))))
+        return fluid, np.maximum(fluid, self.pipeline_time_bound_s(columns, int(round(counts[0] @ gpus))))
 
     def ideal_counts(self, columns: Sequence[int], num_gpus: int) -> list[float]:
         """Fluid pipeline counts per scheme: each item on its cheapest scheme, loads balanced."""
@@ -154,6 +146,7 @@ def sync_lower_bound_s(cost: ProfileCostModel, coefs: Sequence[SchemeCoefficient
     return cost.grad_sync_for_replicas_s(fewest_replicas, schemes)
 
 
+@lru_cache(maxsize=64)
 def simplex_grid(dimension: int, resolution: int) -> np.ndarray:
     """Points of the probability simplex with coordinates in multiples of 1/resolution (dimension
     <= 3), or corners, centre and pairwise midpoints for higher dimensions."""
@@ -165,7 +158,10 @@ def simplex_grid(dimension: int, resolution: int) -> np.ndarray:
             for combo in itertools.product(range(resolution + 1), repeat=dimension)
             if sum(combo) == resolution
         ]
-        return np.asarray(points, dtype=np.float64) / resolution
-    eye = np.eye(dimension)
-    pairs = [(eye[i] + eye[j]) / 2 for i in range(dimension) for j in range(i + 1, dimension)]
-    return np.vstack([eye, np.full((1, dimension), 1 / dimension), *pairs])
+        grid = np.asarray(points, dtype=np.float64) / resolution
+    else:
+        eye = np.eye(dimension)
+        pairs = [(eye[i] + eye[j]) / 2 for i in range(dimension) for j in range(i + 1, dimension)]
+        grid = np.vstack([eye, np.full((1, dimension), 1 / dimension), *pairs])
+    grid.flags.writeable = False
+    return grid

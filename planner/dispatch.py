@@ -34,17 +34,17 @@ def estimate_pipeline_s(coef: SchemeCoefficients, load: PipelineLoad) -> float:
     """Estimated 1F1B time of a pipeline holding `load` (0 when empty)."""
     if load.num_items == 0:
         return 0.0
-    minimum = max(1, math.ceil(load.num_tokens / coef.capacity_tokens))
+    return _estimate_s(coef, load.work_s, load.num_tokens, load.max_item_s, load.num_items)
+
+
+def _estimate_s(coef: SchemeCoefficients, work_s: float, num_tokens: float, max_item_s: float, num_items: int) -> float:
+    minimum = max(1, math.ceil(num_tokens / coef.capacity_tokens))
     bubbles = coef.scheme.pp - 1
     if bubbles == 0:
-        return load.work_s + minimum * coef.c
-    ideal = math.sqrt(bubbles * load.work_s / coef.c) if coef.c > 0 else load.num_items
-    count = min(max(minimum, load.num_items), max(minimum, round(ideal)))
-    return load.work_s + count * coef.c + bubbles * (max(load.work_s / count, load.max_item_s) + coef.c)
-
-
-def _with_item(load: PipelineLoad, work_s: float, length: float) -> PipelineLoad:
-    return PipelineLoad(load.work_s + work_s, load.num_tokens + length, max(load.max_item_s, work_s), load.num_items + 1)
+        return work_s + minimum * coef.c
+    ideal = math.sqrt(bubbles * work_s / coef.c) if coef.c > 0 else num_items
+    count = min(max(minimum, num_items), max(minimum, round(ideal)))
+    return work_s + count * coef.c + bubbles * (max(work_s / count, max_item_s) + coef.c)
 
 
 def greedy_dispatch(lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) -> list[np.ndarray] | None:
@@ -57,26 +57,31 @@ def greedy_dispatch(lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) ->
     for index, coef in enumerate(coefs):
         groups.setdefault(coef, []).append((0.0, index))
     order = np.lexsort((np.arange(len(lengths)), -lengths)).tolist()
+    as_float = lengths.astype(np.float64).tolist()
     for item in order:
-        length = float(lengths[item])
-        best: tuple[float, int, SchemeCoefficients, float] | None = None
+        length = as_float[item]
+        best_after = math.inf
+        best = None
         for coef, heap in groups.items():
             if length > coef.capacity_tokens:
                 continue
             pipeline = heap[0][1]
+            load = loads[pipeline]
             work_s = coef.a * length * length + coef.b * length
-            after = estimate_pipeline_s(coef, _with_item(loads[pipeline], work_s, length))
-            if best is None or (after, pipeline) < (best[0], best[1]):
-                best = (after, pipeline, coef, work_s)
+            after = _estimate_s(
+                coef, load.work_s + work_s, load.num_tokens + length, max(load.max_item_s, work_s), load.num_items + 1
+            )
+            if after < best_after or (after == best_after and best is not None and pipeline < best[0]):
+                best_after, best = after, (pipeline, coef, work_s)
         assert best is not None, "item fits no pipeline"
-        after, pipeline, coef, work_s = best
+        pipeline, coef, work_s = best
         load = loads[pipeline]
         load.work_s += work_s
         load.num_tokens += length
         load.max_item_s = max(load.max_item_s, work_s)
         load.num_items += 1
         load.items.append(item)
-        heapq.heapreplace(groups[coef], (after, pipeline))
+        heapq.heapreplace(groups[coef], (best_after, pipeline))
     if not _give_every_pipeline_work(loads, lengths, coefs):
         return None
     return [np.asarray(sorted(load.items), dtype=np.int64) for load in loads]

@@ -101,7 +101,7 @@ def _candidate(strategy, coefs, assignment, lengths, cost, previous, packed=None
         assignment=tuple(np.asarray(items, dtype=np.int64) for items in assignment),
         packed=tuple(packed),
         grad_sync_s=cost.grad_sync_s(strategy.pipeline_schemes()),
-        switch_cost_s=switch_cost_s(previous, pipeline_blocks(strategy), cost),
+        switch_cost_s=switch_cost_s(previous, pipeline_blocks(strategy), cost) if previous else 0.0,
     )
 
 
@@ -167,13 +167,12 @@ class Frontier:
         for schemes, group in by_schemes.items():
             columns = [self.column_of[scheme] for scheme in schemes]
             counts = np.array([[count for _, count in strategy.counts] for strategy in group])
-            bounds = self.tables.count_bounds(columns, counts)
-            inflation = _bubble_inflation(self.tables, columns, bounds)
-            estimates = self.tables.count_bounds(columns, counts, inflation)
-            fluid = self.tables.count_bounds(columns, counts, inflation, with_floors=False)
+            _, bounds = self.tables.count_bounds(columns, counts)
+            fluid, estimates = self.tables.count_bounds(columns, counts, _bubble_inflation(self.tables, columns, bounds))
             for strategy, bound, estimate, flat in zip(group, bounds.tolist(), estimates.tolist(), fluid.tolist()):
                 extra = self.cost.grad_sync_s(strategy.pipeline_schemes())
-                extra += switch_cost_s(self.previous, pipeline_blocks(strategy), self.cost)
+                if self.previous is not None:
+                    extra += switch_cost_s(self.previous, pipeline_blocks(strategy), self.cost)
                 self.strategies.append(Bounded(max(estimate, bound) + extra, flat + extra, bound + extra, strategy))
 
     def expand_next(self) -> None:

@@ -111,7 +111,7 @@ def evaluate_strategy(
     distinct = list(dict.fromkeys(candidate.coefs))
     tables = BoundTables.build(items.lengths, distinct)
     counts = np.array([[sum(1 for coef in candidate.coefs if coef == kind) for kind in distinct]])
-    pipeline_bound = float(tables.count_bounds(list(range(len(distinct))), counts)[0])
+    pipeline_bound = float(tables.count_bounds(list(range(len(distinct))), counts)[1][0])
     bound = pipeline_bound + candidate.grad_sync_s + candidate.switch_cost_s
     stats = SolverStats(
         backend=f"fixed-strategy:{request.options.solver.value}",
