@@ -39,6 +39,7 @@ from planner.switching import pipeline_blocks, switch_cost_s
 MAX_STRATEGIES_PER_SET = 4000
 NEAR_IDEAL_PER_LARGE_SET = 12
 NUM_POLISHED = 3
+NUM_RUNNERS_UP = 8
 REFINE_ROUNDS = 40
 # Work limits keep the search deterministic; the time shares are only a safety net.
 MIN_EXPANSIONS = 24  # scheme sets expanded whatever the clock says
@@ -60,6 +61,7 @@ class SearchSettings:
 @dataclass(frozen=True)
 class SearchResult:
     best: Candidate
+    runners_up: tuple[Strategy, ...]  # best other strategies solved, best first
     lower_bound_s: float
     num_schemes: int
     num_strategies: int
@@ -269,7 +271,10 @@ def search(
         return None
     best, polish_timed_out = _polish(solved, lengths, cost, settings, clock)
     lower_bound_s = min(frontier.lower_bound_s(), best.objective_s)
-    return SearchResult(best, lower_bound_s, len(coefs), len(frontier.strategies), attempts, timed_out or polish_timed_out)
+    runners_up = tuple(c.strategy for c in solved if c.strategy != best.strategy)[:NUM_RUNNERS_UP]
+    return SearchResult(
+        best, runners_up, lower_bound_s, len(coefs), len(frontier.strategies), attempts, timed_out or polish_timed_out
+    )
 
 
 def solve_fixed(strategy: Strategy, lengths: np.ndarray, cost: ProfileCostModel, settings: SearchSettings, clock: Clock) -> Candidate | None:
