@@ -40,8 +40,7 @@ def render_schemes(profile: CostProfile) -> str:
         )
     headers = ["scheme", "GPUs", "a (s/tok^2)", "b (s/tok)", "c (s)", "fwd", "capacity tokens"]
     header = (
-        f"cost profile: {profile.source}, {_model_on_gpu(profile)}, "
-        f"{profile.num_layers} layers, {len(schemes)} schemes"
+        f"cost profile: {profile.source}, {_model_on_gpu(profile)}, {profile.num_layers} layers, {len(schemes)} schemes"
     )
     return header + "\n\n" + _table(headers, rows, right_from=1) + "\n"
 
@@ -74,7 +73,11 @@ def _model_on_gpu(profile: CostProfile) -> str:
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:,.1f} ms"
+    """Milliseconds: one decimal from 10 ms up, three significant digits below (tiny models)."""
+    milliseconds = seconds * 1e3
+    if abs(milliseconds) >= 10:
+        return f"{milliseconds:,.1f} ms"
+    return f"{milliseconds:.3g} ms"
 
 
 def _plan_header(plan: Plan) -> str:
@@ -89,9 +92,9 @@ def _plan_header(plan: Plan) -> str:
         ("status", str(plan.status)),
         (
             "step time",
-            f"{_ms(plan.step_time_s)} (slowest pipeline {_ms(slowest_s)}"
-            f" + grad sync {_ms(plan.grad_sync_s)})",
+            f"{_ms(plan.step_time_s)} (slowest pipeline {_ms(slowest_s)} + grad sync {_ms(plan.grad_sync_s)})",
         ),
+        *_switch_facts(plan),
         ("lower bound", f"{_ms(plan.lower_bound_s)} (gap {plan.gap * 100:.2f}%)"),
         (
             "solver",
@@ -105,6 +108,19 @@ def _plan_header(plan: Plan) -> str:
     ]
     width = max(len(label) for label, _ in facts)
     return "\n".join(f"{label:<{width}}  {value}" for label, value in facts)
+
+
+def _switch_facts(plan: Plan) -> list[tuple[str, str]]:
+    """The objective when the plan was made with the previous step's strategy as context."""
+    if plan.previous_strategy is None:
+        return []
+    return [
+        ("previous", plan.previous_strategy),
+        (
+            "objective",
+            f"{_ms(plan.objective_s)} (step time + switch cost {_ms(plan.switch_cost_s)})",
+        ),
+    ]
 
 
 def _dropped(sequence_ids: Sequence[int]) -> str:

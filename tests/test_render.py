@@ -1,0 +1,195 @@
+"""Text renderings of plans and profiles (planner/render.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.render import format_ranks, render_plan, render_schemes
+from planner.schemas import (
+    BaselineResult,
+    CostProfile,
+    MicroBatch,
+    PipelinePlan,
+    Plan,
+    SchemeModel,
+    SolverStats,
+)
+
+
+@pytest.fixture
+def profile(user_profile_data: dict) -> CostProfile:
+    return CostProfile.model_validate(
+        {**user_profile_data, "source": "analytic", "model": "llama3-8b", "gpu": "h100-sxm-80gb"}
+    )
+
+
+def _pipeline(
+    index: int, tp: int, pp: int, cp: int, first_rank: int, batches: list[list[int]]
+) -> PipelinePlan:
+    num_gpus = tp * pp * cp
+    ranks = list(range(first_rank, first_rank + num_gpus))
+    micro_batches = []
+    next_id = index * 100
+    for lengths in batches:
+        ids = list(range(next_id, next_id + len(lengths)))
+        next_id += len(lengths)
+        micro_batches.append(
+            MicroBatch(
+                sequence_ids=ids,
+                lengths=lengths,
+                offsets=[0] * len(lengths),
+                num_tokens=sum(lengths),
+                stage_time_s=0.01,
+            )
+        )
+    return PipelinePlan(
+        index=index,
+        scheme=SchemeModel(tp=tp, pp=pp, cp=cp),
+        ranks=ranks,
+        stage_ranks=[ranks[stage * tp * cp : (stage + 1) * tp * cp] for stage in range(pp)],
+        capacity_tokens=30000,
+        num_sequences=sum(len(lengths) for lengths in batches),
+        num_tokens=sum(sum(lengths) for lengths in batches),
+        time_s=0.5 + index / 10,
+        micro_batches=micro_batches,
+    )
+
+
+def _plan(
+    profile: CostProfile,
+    baselines: list[BaselineResult] | None = None,
+    dropped: list[int] | None = None,
+) -> Plan:
+    pipelines = [
+        _pipeline(0, 8, 1, 2, 0, [[20000, 4000], [9000]]),
+        _pipeline(1, 4, 2, 1, 16, [[1000, 2000, 3000]]),
+    ]
+    return Plan(
+        plan_id="abc123",
+        status="optimal",
+        strategy="1x<8,1,2> + 1x<4,2,1>",
+        num_gpus=24,
+        gpus_per_node=8,
+        step_time_s=0.64,
+        grad_sync_s=0.04,
+        objective_s=0.64,
+        lower_bound_s=0.632,
+        gap=0.0125,
+        input_lengths=[1] * 6,
+        dropped_sequence_ids=dropped or [],
+        split_sequence_ids=[2],
+        pipelines=pipelines,
+        cost_profile=profile,
+        solver=SolverStats(
+            backend="greedy",
+            solve_time_s=0.123,
+            num_schemes=4,
+            num_strategies=10,
+            num_strategies_solved=3,
+            seed=0,
+        ),
+        baselines=baselines or [],
+    )
+
+
+def test_plan_summary_has_the_headline_facts(profile: CostProfile) -> None:
+    text = render_plan(_plan(profile))
+    for fact in (
+        "llama3-8b on h100-sxm-80gb (analytic profile)",
+        "24 GPUs, 8 per node",
+        "1x<8,1,2> + 1x<4,2,1>",
+        "optimal",
+        "640.0 ms (slowest pipeline 600.0 ms + grad sync 40.0 ms)",
+        "632.0 ms (gap 1.25%)",
+        "greedy in 0.12 s: 4 schemes, 10 strategies, 3 solved, seed 0",
+        "1 sequences cut into chunks",
+        "dropped      0 sequences",
+    ):
+        assert fact in text, fact
+    assert "baseline" not in text
+    assert "objective" not in text  # no previous strategy, nothing to switch from
+
+
+def test_plan_table_has_one_row_per_pipeline(profile: CostProfile) -> None:
+    lines = render_plan(_plan(profile)).splitlines()
+    header = next(index for index, line in enumerate(lines) if line.startswith("pipeline"))
+    rows = lines[header + 2 : header + 4]
+    assert rows[0].split()[:3] == ["0", "<8,1,2>", "0-15"]
+    assert "33,000" in rows[0] and "24,000 / 30,000" in rows[0] and "500.0 ms" in rows[0]
+    assert rows[1].split()[:3] == ["1", "<4,2,1>", "16-23"]
+    assert "6,000" in rows[1] and "600.0 ms" in rows[1]
+
+
+def test_baselines_are_shown_with_speedup(profile: CostProfile) -> None:
+    baseline = BaselineResult(name="megatron", strategy="3x<4,2,1>", step_time_s=0.96, speedup=1.5)
+    text = render_plan(_plan(profile, baselines=[baseline]))
+    row = next(line for line in text.splitlines() if line.startswith("megatron"))
+    assert row.split() == ["megatron", "3x<4,2,1>", "960.0", "ms", "1.50x"]
+
+
+def test_switch_cost_is_shown_with_a_previous_strategy(profile: CostProfile) -> None:
+    plan = _plan(profile).model_copy(
+        update={"previous_strategy": "2x<4,2,1>", "switch_cost_s": 0.1, "objective_s": 0.74}
+    )
+    text = render_plan(plan)
+    assert "previous     2x<4,2,1>" in text
+    assert "objective    740.0 ms (step time + switch cost 100.0 ms)" in text
+
+
+def test_dropped_ids_are_listed_up_to_a_limit(profile: CostProfile) -> None:
+    assert "2 sequences (ids 3, 5)" in render_plan(_plan(profile, dropped=[3, 5]))
+    assert "(ids 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ...)" in render_plan(
+        _plan(profile, dropped=list(range(12)))
+    )
+
+
+def test_a_plan_without_model_names_still_renders(
+    profile: CostProfile, user_profile_data: dict
+) -> None:
+    unnamed = CostProfile.model_validate(user_profile_data)
+    plan = _plan(profile).model_copy(update={"cost_profile": unnamed})
+    assert "unnamed model on unnamed GPU (user profile)" in render_plan(plan)
+
+
+def test_sub_10_ms_times_keep_three_significant_digits(profile: CostProfile) -> None:
+    plan = _plan(profile).model_copy(
+        update={"step_time_s": 0.000412, "grad_sync_s": 0.0, "objective_s": 0.000412}
+    )
+    assert "step time    0.412 ms" in render_plan(plan)
+    assert "grad sync 0 ms" in render_plan(plan)
+
+
+@pytest.mark.parametrize(
+    ("ranks", "text"),
+    [
+        ([], "-"),
+        ([3], "3"),
+        (list(range(16)), "0-15"),
+        ([8, 9, 0, 1, 2, 3], "0-3,8-9"),
+        ([0, 2, 4], "0,2,4"),
+    ],
+)
+def test_format_ranks(ranks: list[int], text: str) -> None:
+    assert format_ranks(ranks) == text
+
+
+def test_scheme_table_converts_to_seconds_and_derives_capacities(profile: CostProfile) -> None:
+    text = render_schemes(profile)
+    assert text.startswith(
+        "cost profile: analytic, llama3-8b on h100-sxm-80gb, 32 layers, 4 schemes"
+    )
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("<")}
+    assert list(rows) == ["<1,1,1>", "<2,1,1>", "<4,2,1>", "<8,1,2>"]  # by GPUs per pipeline
+    # time_unit ms -> seconds: a = 2e-6 ms = 2e-9 s, b = 0.12 ms = 1.2e-4 s, c = 1 ms.
+    assert rows["<1,1,1>"] == [
+        "<1,1,1>",
+        "1",
+        "2.000e-09",
+        "1.200e-04",
+        "1.000e-03",
+        "0.33",
+        "8,192",
+    ]
+    # Derived: (80e9 - 20e9 static) / (1e6 bytes/token * 2 in-flight micro-batches) = 30,000.
+    assert rows["<4,2,1>"][1] == "8" and rows["<4,2,1>"][-1] == "30,000"
+    assert rows["<8,1,2>"][1] == "16"
