@@ -1,28 +1,74 @@
 """Baselines the planner is compared against.
 
+Every baseline returns a checked-format `Plan` built by `planner.build.build_plan`: its reported
+times are the exact 1F1B simulation of the micro-batches it chose, whatever estimate drove its
+choices. Each is deterministic for `request.options.seed`.
+
 `megatron`: the fixed layout of Megatron-LM style training — one homogeneous scheme for every
 data-parallel replica (the best one for this batch, chosen by simulated step time), sequences
 packed in arrival order into micro-batches up to the capacity (token-count packing), and the
 micro-batches dealt round-robin to the replicas.
+
+`wlb` (after WLB-LLM, Wang et al. 2025, arXiv 2503.17924): the same homogeneous layout, but
+workload-balanced packing: sequences, heaviest first, each go to the micro-batch (over all
+replicas' micro-batches) with the least stage time that still has token room; the number of
+micro-batches per replica is the least the capacity allows. Each replica's micro-batches are then
+ordered by the 1F1B simulation as `planner.packing` does.
+
+`flexsp` (after FlexSP, Wang et al. ASPLOS 2025, arXiv 2412.01523): heterogeneous
+sequence-parallel-only groups — schemes `<1,1,cp>`; when the profile has none, or none holds the
+longest sequence, the `pp == 1` schemes of the smallest TP that does — with hydraplan's own greedy
+dispatch and packing; the group multiset is the best by simulated step time among a bounded pool.
+
+`hydraulis` (after Hydraulis, Li, Fu et al. 2024, arXiv 2412.07894, and its code, PKU-DAIR/Hetu
+`examples/hydraulis`): TP x PP heterogeneous pipelines (`cp == 1`); randomised first-fit dispatch
+over 50 seeded shuffles, then per-pipeline packing into the `v` micro-batches that minimise the
+estimate `(v + pp - 1) * max(micro-batch time)`; the strategy is the best of a bounded pool (40,
+fewer for batches of over 6K sequences) by that estimate, as its code chooses, and the plan reports
+the simulated time of what it chose.
+
+The pools of `flexsp` and `hydraulis` hold the strategies hydraplan's search meets first: scheme
+sets by their fluid lower bound (`planner.bounds`), pipeline counts nearest the fluid optimum.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from planner.bounds import BoundTables
+from planner.bounds import BoundTables, sync_lower_bound_s
 from planner.build import build_plan
+from planner.candidate import Candidate
 from planner.cost import ProfileCostModel, SchemeCoefficients
+from planner.dispatch import greedy_dispatch
 from planner.errors import PlanningError
 from planner.items import Items, prepare_items
-from planner.packing import PackedPipeline
+from planner.packing import PackedPipeline, balance_lpt, best_order, by_length_descending, pack_pipeline
 from planner.schemas import CostProfile, Plan, PlanRequest, SolverStats
-from planner.search import Candidate
+from planner.search import runnable_schemes
 from planner.simulate import simulate_1f1b
-from planner.strategies import Strategy
+from planner.strategies import Strategy, count_vectors, parse_strategy
+from planner.switching import pipeline_blocks, switch_cost_s
+
+FLEXSP_POOL_SIZE = 24
+HYDRAULIS_POOL_SIZE = 40
+HYDRAULIS_MIN_POOL_SIZE = 8
+HYDRAULIS_DISPATCH_BUDGET = 250_000  # sequences x strategies dispatched (x 50 shuffles each)
+HYDRAULIS_SHUFFLES = 50
+HYDRAULIS_PACKINGS_PER_PIPELINE = 5
+COUNTS_PER_SCHEME_SET = 3
+DISPATCH_BLOCK_ENTRIES = 1 << 20
+FALLBACK_COUNT_VECTORS = 256
+
+
+# ---------------------------------------------------------------------------------------------
+# megatron
+# ---------------------------------------------------------------------------------------------
 
 
 def arrival_order_micro_batches(lengths: np.ndarray, capacity_tokens: int) -> list[np.ndarray]:
@@ -38,7 +84,9 @@ def arrival_order_micro_batches(lengths: np.ndarray, capacity_tokens: int) -> li
     return [np.asarray(batch, dtype=np.int64) for batch in batches]
 
 
-def _megatron_candidate(items: Items, coef: SchemeCoefficients, num_gpus: int, cost: ProfileCostModel) -> Candidate | None:
+def _megatron_candidate(
+    items: Items, coef: SchemeCoefficients, num_gpus: int, cost: ProfileCostModel
+) -> Candidate | None:
     num_replicas = num_gpus // coef.scheme.num_gpus
     if num_replicas * coef.scheme.num_gpus != num_gpus or items.lengths.max() > coef.capacity_tokens:
         return None
@@ -48,49 +96,476 @@ def _megatron_candidate(items: Items, coef: SchemeCoefficients, num_gpus: int, c
     packed = []
     for replica in range(num_replicas):
         mine = batches[replica::num_replicas]
-        times = [coef.stage_time_s(float(items.lengths[b] @ items.lengths[b]), float(items.lengths[b].sum())) for b in mine]
-        packed.append(PackedPipeline(tuple(mine), tuple(times), simulate_1f1b(times, coef.scheme.pp, coef.fwd_fraction)))
-    strategy = Strategy.of([(coef.scheme, num_replicas)])
-    schemes = strategy.pipeline_schemes()
-    return Candidate(
-        strategy=strategy,
-        coefs=tuple(coef for _ in schemes),
-        assignment=tuple(np.concatenate(p.micro_batches) for p in packed),
-        packed=tuple(packed),
-        grad_sync_s=cost.grad_sync_s(schemes),
-    )
+        times = [
+            coef.stage_time_s(float(items.lengths[b] @ items.lengths[b]), float(items.lengths[b].sum())) for b in mine
+        ]
+        packed.append(
+            PackedPipeline(tuple(mine), tuple(times), simulate_1f1b(times, coef.scheme.pp, coef.fwd_fraction))
+        )
+    return _homogeneous_candidate(coef, num_replicas, packed, cost)
 
 
 def megatron(request: PlanRequest, profile: CostProfile) -> Plan:
     """The best homogeneous arrival-order plan (see module docstring)."""
+    return _best_homogeneous("megatron", request, profile, _megatron_candidate)
+
+
+# ---------------------------------------------------------------------------------------------
+# wlb
+# ---------------------------------------------------------------------------------------------
+
+
+def _wlb_candidate(items: Items, coef: SchemeCoefficients, num_gpus: int, cost: ProfileCostModel) -> Candidate | None:
+    num_replicas = num_gpus // coef.scheme.num_gpus
+    if num_replicas * coef.scheme.num_gpus != num_gpus or items.lengths.max() > coef.capacity_tokens:
+        return None
+    if len(items) < num_replicas:
+        return None
+    order = by_length_descending(np.arange(len(items), dtype=np.int64), items.lengths)
+    sub_lengths = items.lengths[order].astype(np.float64)
+    per_replica = max(1, math.ceil(float(sub_lengths.sum()) / (coef.capacity_tokens * num_replicas)))
+    while True:
+        # terminates: with at least one micro-batch per item, every item finds an empty one
+        balanced = balance_lpt(sub_lengths, per_replica * num_replicas, coef)
+        if balanced is not None:
+            break
+        per_replica += 1
+    bins, times = balanced
+    if len(bins) < num_replicas:
+        return None
+    packed = []
+    for replica in range(num_replicas):
+        # micro-batch k goes to replica k mod R: each replica gets balanced micro-batches
+        mine = range(replica, len(bins), num_replicas)
+        packed.append(best_order([order[bins[k]] for k in mine], [times[k] for k in mine], coef))
+    return _homogeneous_candidate(coef, num_replicas, packed, cost)
+
+
+def wlb(request: PlanRequest, profile: CostProfile) -> Plan:
+    """The best homogeneous workload-balanced plan (see module docstring)."""
+    return _best_homogeneous("wlb", request, profile, _wlb_candidate)
+
+
+# ---------------------------------------------------------------------------------------------
+# flexsp
+# ---------------------------------------------------------------------------------------------
+
+
+def flexsp_schemes(cost: ProfileCostModel, num_gpus: int, longest: int) -> list[SchemeCoefficients]:
+    """FlexSP's space: the `pp == 1` schemes that fit the cluster with the smallest TP (`<1,1,cp>`
+    when the profile has them) whose largest capacity holds the `longest` sequence, or, when no TP
+    does, with the TP of the largest capacity."""
+    no_pp = [cost.coefficients(s) for s in cost.schemes() if s.pp == 1 and s.num_gpus <= num_gpus]
+    if not no_pp:
+        return []
+    reach: dict[int, int] = {}
+    for coef in no_pp:
+        reach[coef.scheme.tp] = max(reach.get(coef.scheme.tp, 0), coef.capacity_tokens)
+    holding = [tp for tp, capacity in reach.items() if capacity >= longest]
+    tp = min(holding) if holding else min(reach, key=lambda tp: (-reach[tp], tp))
+    return sorted((coef for coef in no_pp if coef.scheme.tp == tp), key=lambda coef: coef.scheme)
+
+
+def flexsp(request: PlanRequest, profile: CostProfile) -> Plan:
+    """Sequence-parallel-only heterogeneous groups with hydraplan's dispatch and packing."""
     started = time.perf_counter()
     cost = ProfileCostModel(profile)
-    homogeneous = [
-        cost.coefficients(scheme) for scheme in cost.schemes() if request.num_gpus % scheme.num_gpus == 0
+    coefs = flexsp_schemes(cost, request.num_gpus, max(request.lengths))
+    if not coefs:
+        raise PlanningError(f"flexsp: no scheme of the profile with pp == 1 fits {request.num_gpus} GPUs")
+    items = _items_for("flexsp", request, coefs)
+    pool = strategy_pool(items.lengths, coefs, cost, request.num_gpus, request.options.max_schemes, FLEXSP_POOL_SIZE)
+    best: Candidate | None = None
+    for strategy in pool:
+        candidate = _greedy_candidate(strategy, items.lengths, cost)
+        if candidate is not None and (best is None or candidate.step_time_s < best.step_time_s):
+            best = candidate
+    if best is None:
+        raise PlanningError(
+            f"flexsp: no strategy of sequence-parallel groups {_names(coefs)} on "
+            f"{request.num_gpus} GPUs can hold the {len(items)} sequences "
+            "(fewer sequences than groups, or capacities too small)"
+        )
+    return _plan("flexsp", request, profile, cost, items, best, len(coefs), len(pool), len(pool), started)
+
+
+def _greedy_candidate(strategy: Strategy, lengths: np.ndarray, cost: ProfileCostModel) -> Candidate | None:
+    """hydraplan's greedy dispatch and packing on one strategy; None if a pipeline stays empty."""
+    coefs = tuple(cost.coefficients(scheme) for scheme in strategy.pipeline_schemes())
+    if len(lengths) < len(coefs) or lengths.max() > max(coef.capacity_tokens for coef in coefs):
+        return None
+    assignment = greedy_dispatch(lengths, coefs)
+    if assignment is None:
+        return None
+    packed = tuple(pack_pipeline(members, lengths, coef) for members, coef in zip(assignment, coefs, strict=True))
+    return _candidate(strategy, coefs, packed, cost)
+
+
+# ---------------------------------------------------------------------------------------------
+# hydraulis
+# ---------------------------------------------------------------------------------------------
+
+
+def hydraulis(request: PlanRequest, profile: CostProfile) -> Plan:
+    """TP x PP heterogeneous pipelines, randomised dispatch and `(v + pp - 1) * max` packing."""
+    started = time.perf_counter()
+    cost = ProfileCostModel(profile)
+    coefs = [coef for coef in runnable_schemes(cost, request.num_gpus) if coef.scheme.cp == 1]
+    if not coefs:
+        raise PlanningError(f"hydraulis: no scheme of the profile with cp == 1 fits {request.num_gpus} GPUs")
+    items = _items_for("hydraulis", request, coefs)
+    # dispatch costs ~30 us per sequence and strategy: big batches get fewer strategies
+    size = min(HYDRAULIS_POOL_SIZE, max(HYDRAULIS_MIN_POOL_SIZE, HYDRAULIS_DISPATCH_BUDGET // len(items)))
+    pool = strategy_pool(items.lengths, coefs, cost, request.num_gpus, request.options.max_schemes, size)
+    rng = np.random.default_rng(request.options.seed)
+    shuffles = np.stack([rng.permutation(len(items)) for _ in range(HYDRAULIS_SHUFFLES)])
+    best: HydraulisChoice | None = None
+    for strategy in pool:
+        choice = _hydraulis_choice(strategy, items.lengths, cost, shuffles)
+        if choice is not None and (best is None or choice[0] < best[0]):
+            best = choice
+    if best is None:
+        raise PlanningError(
+            f"hydraulis: no TP x PP strategy over {_names(coefs)} on {request.num_gpus} GPUs can "
+            f"hold the {len(items)} sequences "
+            "(every shuffle left a pipeline without sequences, or capacities too small)"
+        )
+    candidate = _simulated(best, cost)
+    return _plan(
+        "hydraulis",
+        request,
+        profile,
+        cost,
+        items,
+        candidate,
+        len(coefs),
+        len(pool),
+        len(pool),
+        started,
+    )
+
+
+HydraulisChoice = tuple[float, Strategy, tuple[SchemeCoefficients, ...], list[tuple[list[np.ndarray], list[float]]]]
+
+
+def _hydraulis_choice(
+    strategy: Strategy, lengths: np.ndarray, cost: ProfileCostModel, shuffles: np.ndarray
+) -> HydraulisChoice | None:
+    """(Hydraulis estimate incl. gradient sync, strategy, coefs, packing per pipeline) or None."""
+    coefs = tuple(cost.coefficients(scheme) for scheme in strategy.pipeline_schemes())
+    if len(lengths) < len(coefs) or lengths.max() > max(coef.capacity_tokens for coef in coefs):
+        return None
+    assignment = hydraulis_dispatch(lengths, coefs, shuffles)
+    if assignment is None:
+        return None
+    packings = []
+    estimate_s = 0.0
+    for members, coef in zip(assignment, coefs, strict=True):
+        micro_batches, times, pipeline_estimate_s = hydraulis_pack(members, lengths, coef)
+        estimate_s = max(estimate_s, pipeline_estimate_s)
+        packings.append((micro_batches, times))
+    return estimate_s + cost.grad_sync_s(strategy.pipeline_schemes()), strategy, coefs, packings
+
+
+def _simulated(choice: HydraulisChoice, cost: ProfileCostModel) -> Candidate:
+    """The chosen packing with its exact 1F1B times; micro-batches run in the order packed
+    (Hydraulis does not reorder them)."""
+    _, strategy, coefs, packings = choice
+    packed = tuple(
+        PackedPipeline(
+            tuple(micro_batches),
+            tuple(times),
+            simulate_1f1b(times, coef.scheme.pp, coef.fwd_fraction),
+        )
+        for (micro_batches, times), coef in zip(packings, coefs, strict=True)
+    )
+    return _candidate(strategy, coefs, packed, cost)
+
+
+def hydraulis_dispatch(
+    lengths: np.ndarray, coefs: Sequence[SchemeCoefficients], shuffles: np.ndarray
+) -> list[np.ndarray] | None:
+    """Randomised first-fit dispatch, best of the given shuffles (rows of item permutations).
+
+    A pipeline's estimate is its summed per-sequence stage work `a l^2 + b l`. In each shuffle's
+    order, a sequence goes to the first pipeline (in placement order) whose capacity fits it and
+    whose estimate after taking it stays within the current maximum estimate; if none does, to the
+    fitting pipeline with the least estimate after taking it. The shuffle with the least maximum
+    estimate wins (first on ties); shuffles that leave a pipeline empty are discarded (Hydraulis
+    fails on them). All shuffles run together, vectorised. None when every shuffle leaves one empty.
+    """
+    kinds = list(dict.fromkeys(coefs))
+    kind_of = np.array([kinds.index(coef) for coef in coefs])
+    as_float = lengths.astype(np.float64)[:, None]
+    a = np.array([coef.a for coef in kinds])[None, :]
+    b = np.array([coef.b for coef in kinds])[None, :]
+    capacity = np.array([coef.capacity_tokens for coef in kinds])[None, :]
+    work = a * as_float * as_float + b * as_float  # (items, kinds of pipeline)
+    fits = as_float <= capacity
+    num_shuffles, num_items = shuffles.shape
+    num_pipelines = len(coefs)
+    base = np.arange(num_shuffles) * num_pipelines  # flat index of each shuffle's first pipeline
+    estimate = np.zeros((num_shuffles, num_pipelines))
+    flat_estimate = estimate.reshape(-1)
+    running_max = np.zeros(num_shuffles)
+    choices = np.empty((num_items, num_shuffles), dtype=np.int64)  # flat indices into `estimate`
+    fits_everywhere = fits.all(axis=1)
+    block = max(1, DISPATCH_BLOCK_ENTRIES // (num_shuffles * num_pipelines))
+    for start in range(0, num_items, block):
+        # gather a block of steps at once: (steps, shuffles, pipelines)
+        positions = shuffles[:, start : start + block].T
+        block_work, block_fits = work[positions][:, :, kind_of], fits[positions][:, :, kind_of]
+        block_fits_everywhere = fits_everywhere[positions].all(axis=1)
+        for offset in range(len(positions)):
+            after = estimate + block_work[offset]
+            within = after <= running_max[:, None]
+            if not block_fits_everywhere[offset]:
+                within &= block_fits[offset]
+            index = base + within.argmax(axis=1)
+            hits = within.reshape(-1).take(index)
+            if np.count_nonzero(hits) < num_shuffles:
+                least = np.where(block_fits[offset], after, np.inf).argmin(axis=1)
+                index = np.where(hits, index, base + least)
+            chosen = after.reshape(-1).take(index)
+            flat_estimate.put(index, chosen)
+            np.maximum(running_max, chosen, out=running_max)
+            choices[start + offset] = index
+    choices -= base
+    used = np.zeros((num_shuffles, num_pipelines), dtype=bool)
+    used[np.repeat(np.arange(num_shuffles), num_items), choices.T.ravel()] = True
+    score = np.where(used.all(axis=1), running_max, np.inf)
+    best = int(np.argmin(score))
+    if not math.isfinite(score[best]):
+        return None
+    order, picks = shuffles[best], choices[:, best]
+    return [np.sort(order[picks == pipeline]).astype(np.int64) for pipeline in range(num_pipelines)]
+
+
+def hydraulis_pack(
+    item_indices: np.ndarray, lengths: np.ndarray, coef: SchemeCoefficients
+) -> tuple[list[np.ndarray], list[float], float]:
+    """Micro-batches (item indices), their stage times and the estimate `(v + pp - 1) * max t`.
+
+    `v` ranges from the least count the capacity allows to one micro-batch per item. Every `v` is
+    first priced by the optimistic `(v + pp - 1) * (max(W / v, w_max) + c)` (W: total work,
+    w_max: the heaviest item); the least count and the best few by that price are packed greedily
+    (heaviest first into the lightest micro-batch with room, `planner.packing`'s balancing) and
+    the packing with the least true estimate wins (fewest micro-batches on ties).
+    """
+    order = by_length_descending(item_indices, lengths)
+    sub_lengths = lengths[order].astype(np.float64)
+    num_items = len(sub_lengths)
+    bubbles = coef.scheme.pp - 1
+    least = max(1, math.ceil(float(sub_lengths.sum()) / coef.capacity_tokens))
+    item_work = coef.a * sub_lengths * sub_lengths + coef.b * sub_lengths
+    counts = np.arange(least, num_items + 1)
+    price = (counts + bubbles) * (np.maximum(item_work.sum() / counts, item_work[0]) + coef.c)
+    tried = [
+        least,
+        *counts[np.argsort(price, kind="stable")[: HYDRAULIS_PACKINGS_PER_PIPELINE - 1]].tolist(),
     ]
+    best: tuple[float, int, list[list[int]], list[float]] | None = None
+    for count in sorted(set(tried)):
+        balanced = balance_lpt(sub_lengths, count, coef)
+        if balanced is None:
+            continue
+        bins, times = balanced
+        estimate_s = (len(bins) + bubbles) * max(times)
+        if best is None or (estimate_s, len(bins)) < (best[0], best[1]):
+            best = (estimate_s, len(bins), bins, times)
+    count = least
+    while best is None:
+        # capacity-tight: more micro-batches until the greedy packing fits (one per item does)
+        count += 1
+        balanced = balance_lpt(sub_lengths, count, coef)
+        if balanced is not None:
+            bins, times = balanced
+            best = ((len(bins) + bubbles) * max(times), len(bins), bins, times)
+    estimate_s, _, bins, times = best
+    return [order[members] for members in bins], list(times), estimate_s
+
+
+# ---------------------------------------------------------------------------------------------
+# shared
+# ---------------------------------------------------------------------------------------------
+
+
+def strategy_pool(
+    lengths: np.ndarray,
+    coefs: Sequence[SchemeCoefficients],
+    cost: ProfileCostModel,
+    num_gpus: int,
+    max_schemes: int,
+    limit: int,
+) -> list[Strategy]:
+    """Up to `limit` strategies over `coefs` in the order hydraplan's search meets them: scheme
+    sets (at most `max_schemes`) by their fluid lower bound, best first, and within a set the
+    pipeline counts nearest (in GPUs) to the fluid optimum."""
+    tables = BoundTables.build(lengths, coefs)
+    ranked = sorted(
+        (
+            bound + sync_lower_bound_s(cost, [coefs[column] for column in columns], num_gpus),
+            len(columns),
+            columns,
+        )
+        for columns, bound in tables.all_set_bounds(max_schemes, num_gpus)
+    )
+    pool: list[Strategy] = []
+    for _, _, columns in ranked:
+        schemes = [coefs[column].scheme for column in columns]
+        with np.errstate(invalid="ignore", divide="ignore"):  # cost-free profiles give NaN
+            ideal = tables.ideal_counts(columns, num_gpus)
+        for counts in _counts_near(ideal, schemes, num_gpus)[:COUNTS_PER_SCHEME_SET]:
+            pool.append(Strategy.of(list(zip(schemes, counts, strict=True))))
+            if len(pool) >= limit:
+                return pool
+    return pool
+
+
+def _counts_near(ideal: Sequence[float], schemes: Sequence, num_gpus: int) -> list[tuple[int, ...]]:
+    """Count vectors (>= 1 pipeline per scheme, exactly `num_gpus` GPUs) nearest to `ideal`.
+
+    Every scheme but the smallest takes its floor or ceiling of the ideal, or one more on either
+    side; the smallest fills the rest. When no such vector exists, the first vectors of
+    `count_vectors` stand in.
+    """
+    sizes = [scheme.num_gpus for scheme in schemes]
+    ideal = [want if math.isfinite(want) else 1.0 for want in ideal]  # cost-free profiles
+    filler = sizes.index(min(sizes))
+    choices = [
+        [0] if index == filler else sorted({max(1, math.floor(want) + step) for step in (-1, 0, 1, 2)})
+        for index, want in enumerate(ideal)
+    ]
+    vectors = []
+    for choice in itertools.product(*choices):
+        remainder = num_gpus - sum(count * size for count, size in zip(choice, sizes, strict=True))
+        if remainder >= sizes[filler] and remainder % sizes[filler] == 0:
+            vectors.append(tuple(remainder // sizes[filler] if i == filler else c for i, c in enumerate(choice)))
+    if not vectors:
+        vectors = list(itertools.islice(count_vectors(schemes, num_gpus), FALLBACK_COUNT_VECTORS))
+
+    def distance(counts: tuple[int, ...]) -> tuple[float, tuple[int, ...]]:
+        return (
+            sum(abs(count - want) * size for count, want, size in zip(counts, ideal, sizes, strict=True)),
+            counts,
+        )
+
+    return sorted(vectors, key=distance)
+
+
+def _best_homogeneous(
+    name: str,
+    request: PlanRequest,
+    profile: CostProfile,
+    build: Callable[[Items, SchemeCoefficients, int, ProfileCostModel], Candidate | None],
+) -> Plan:
+    """One scheme on every replica, the best of all schemes that divide N by simulated step time."""
+    started = time.perf_counter()
+    cost = ProfileCostModel(profile)
+    homogeneous = [cost.coefficients(scheme) for scheme in cost.schemes() if request.num_gpus % scheme.num_gpus == 0]
     if not homogeneous:
-        raise PlanningError(f"no scheme of the profile divides {request.num_gpus} GPUs evenly")
-    largest = max(coef.capacity_tokens for coef in homogeneous)
-    items = prepare_items(request.lengths, largest, request.options.oversize)
-    candidates = [_megatron_candidate(items, coef, request.num_gpus, cost) for coef in homogeneous]
+        raise PlanningError(f"{name}: no scheme of the profile divides {request.num_gpus} GPUs evenly")
+    items = _items_for(name, request, homogeneous)
+    candidates = [build(items, coef, request.num_gpus, cost) for coef in homogeneous]
     feasible = [candidate for candidate in candidates if candidate is not None]
     if not feasible:
-        raise PlanningError("no homogeneous strategy can hold the batch (too few sequences or capacity)")
+        raise PlanningError(f"{name}: no homogeneous strategy can hold the batch (too few sequences or capacity)")
     best = min(feasible, key=lambda candidate: (candidate.step_time_s, str(candidate.strategy)))
-    tables = BoundTables.build(items.lengths, [best.coefs[0]])
-    bound = tables.pipeline_time_bound_s([0], request.num_gpus) + best.grad_sync_s
+    return _plan(
+        name,
+        request,
+        profile,
+        cost,
+        items,
+        best,
+        len(homogeneous),
+        len(homogeneous),
+        len(feasible),
+        started,
+    )
+
+
+def _homogeneous_candidate(
+    coef: SchemeCoefficients,
+    num_replicas: int,
+    packed: Sequence[PackedPipeline],
+    cost: ProfileCostModel,
+) -> Candidate:
+    strategy = Strategy.of([(coef.scheme, num_replicas)])
+    return _candidate(strategy, tuple(coef for _ in range(num_replicas)), tuple(packed), cost)
+
+
+def _candidate(
+    strategy: Strategy,
+    coefs: Sequence[SchemeCoefficients],
+    packed: Sequence[PackedPipeline],
+    cost: ProfileCostModel,
+) -> Candidate:
+    return Candidate(
+        strategy=strategy,
+        coefs=tuple(coefs),
+        assignment=tuple(np.concatenate(p.micro_batches) for p in packed),
+        packed=tuple(packed),
+        grad_sync_s=cost.grad_sync_s(strategy.pipeline_schemes()),
+    )
+
+
+def _items_for(name: str, request: PlanRequest, coefs: Sequence[SchemeCoefficients]) -> Items:
+    """The request's items, oversize sequences handled against the baseline's largest capacity."""
+    largest = max(coef.capacity_tokens for coef in coefs)
+    try:
+        return prepare_items(request.lengths, largest, request.options.oversize)
+    except PlanningError as error:
+        raise PlanningError(f"{name} (schemes {_names(coefs)}): {error}") from None
+
+
+def _names(coefs: Sequence[SchemeCoefficients], shown: int = 6) -> str:
+    names = ", ".join(str(coef.scheme) for coef in coefs[:shown])
+    return names if len(coefs) <= shown else f"{names}, ... ({len(coefs)} in all)"
+
+
+def _plan(
+    name: str,
+    request: PlanRequest,
+    profile: CostProfile,
+    cost: ProfileCostModel,
+    items: Items,
+    best: Candidate,
+    num_schemes: int,
+    num_strategies: int,
+    num_solved: int,
+    started: float,
+) -> Plan:
+    """The plan of the baseline's chosen candidate, with the switch cost from the request's
+    previous strategy and a lower bound valid for the chosen strategy's schemes."""
+    previous = None
+    if request.previous_strategy:
+        try:
+            previous = parse_strategy(request.previous_strategy)
+        except ValueError as error:
+            raise PlanningError(f"previous_strategy: {error}") from None
+    best = dataclasses.replace(best, switch_cost_s=switch_cost_s(previous, pipeline_blocks(best.strategy), cost))
+    distinct = list(dict.fromkeys(best.coefs))
+    tables = BoundTables.build(items.lengths, distinct)
+    bound = tables.pipeline_time_bound_s(range(len(distinct)), request.num_gpus) + best.grad_sync_s + best.switch_cost_s
     stats = SolverStats(
-        backend="baseline:megatron",
+        backend=f"baseline:{name}",
         solve_time_s=time.perf_counter() - started,
-        num_schemes=len(homogeneous),
-        num_strategies=len(homogeneous),
-        num_strategies_solved=len(feasible),
+        num_schemes=num_schemes,
+        num_strategies=num_strategies,
+        num_strategies_solved=num_solved,
         seed=request.options.seed,
     )
-    return build_plan(request, profile, items, best, bound, stats, False, best.strategy)
+    # the id names the baseline: two baselines may choose the same strategy with different plans
+    return build_plan(request, profile, items, best, bound, stats, False, f"baseline:{name}")
 
 
-BASELINES: dict[str, Callable[[PlanRequest, CostProfile], Plan]] = {"megatron": megatron}
+BASELINES: dict[str, Callable[[PlanRequest, CostProfile], Plan]] = {
+    "megatron": megatron,
+    "wlb": wlb,
+    "flexsp": flexsp,
+    "hydraulis": hydraulis,
+}
 
 
 def run_baseline(name: str, request: PlanRequest, profile: CostProfile) -> Plan:

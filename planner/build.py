@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 
+from planner.candidate import Candidate
 from planner.cost import SchemeCoefficients
 from planner.items import Items
 from planner.packing import PackedPipeline
-from planner.scheme import ParallelScheme
 from planner.schemas import (
     CostProfile,
     MicroBatch,
@@ -21,8 +21,8 @@ from planner.schemas import (
     SolverStats,
     SolveStatus,
 )
-from planner.candidate import Candidate
-from planner.strategies import Placement, Strategy, place_pipelines
+from planner.scheme import ParallelScheme
+from planner.strategies import Placement, place_pipelines
 
 
 def plan_id(request: PlanRequest, profile: CostProfile, extra: str = "") -> str:
@@ -43,9 +43,12 @@ def build_plan(
     lower_bound_s: float,
     stats: SolverStats,
     timed_out: bool,
-    fixed_strategy: Strategy | None = None,
+    id_extra: str = "",
 ) -> Plan:
-    """Turn a solver candidate into the boundary `Plan` (ranks, micro-batches, bound, status)."""
+    """Turn a solver candidate into the boundary `Plan` (ranks, micro-batches, bound, status).
+
+    `id_extra` distinguishes plans of one request made differently (a fixed strategy, a baseline).
+    """
     step_time_s = candidate.step_time_s
     objective_s = candidate.objective_s
     lower_bound_s = min(lower_bound_s, objective_s)
@@ -64,7 +67,7 @@ def build_plan(
         update={"schemes": [entry for entry in profile.schemes if ParallelScheme(entry.tp, entry.pp, entry.cp) in used]}
     )
     return Plan(
-        plan_id=plan_id(request, profile, str(fixed_strategy) if fixed_strategy else ""),
+        plan_id=plan_id(request, profile, id_extra),
         status=status,
         strategy=str(candidate.strategy),
         num_gpus=request.num_gpus,

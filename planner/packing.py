@@ -38,13 +38,13 @@ def pack_pipeline(item_indices: np.ndarray, lengths: np.ndarray, coef: SchemeCoe
     """Pack the given items (indices into `lengths`) for one pipeline with scheme costs `coef`."""
     if len(item_indices) == 0:
         return EMPTY
-    order = _by_work_descending(item_indices, lengths)
+    order = by_length_descending(item_indices, lengths)
     sub_lengths = lengths[order].astype(np.float64)
     if sub_lengths.max() > coef.capacity_tokens:
         raise ValueError(f"an item of {int(sub_lengths.max())} tokens exceeds capacity {coef.capacity_tokens}")
     scored = []
     for num_micro_batches in _candidate_counts(sub_lengths, coef):
-        balanced = _balance(sub_lengths, num_micro_batches, coef)
+        balanced = balance_lpt(sub_lengths, num_micro_batches, coef)
         if balanced is not None:
             bins, times = balanced
             scored.append((approximate_1f1b_s(times, coef.scheme.pp), num_micro_batches, bins, times))
@@ -62,7 +62,7 @@ def pack_pipeline(item_indices: np.ndarray, lengths: np.ndarray, coef: SchemeCoe
     return best
 
 
-def _by_work_descending(item_indices: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def by_length_descending(item_indices: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Items sorted longest first (work is increasing in length); ties by index, deterministic."""
     keys = np.lexsort((item_indices, -lengths[item_indices]))
     return item_indices[keys]
@@ -79,7 +79,7 @@ def _candidate_counts(sub_lengths: np.ndarray, coef: SchemeCoefficients) -> list
     return sorted({min(num_items, max(minimum, int(round(value)))) for value in raw})
 
 
-def _balance(
+def balance_lpt(
     sub_lengths: np.ndarray, num_bins: int, coef: SchemeCoefficients
 ) -> tuple[list[list[int]], list[float]] | None:
     """Longest-processing-time-first into `num_bins` bins under the capacity, with each bin's

@@ -8,13 +8,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from planner.bounds import BoundTables
+from planner.build import build_plan
 from planner.check import check_plan
 from planner.cost import ProfileCostModel
 from planner.errors import PlanningError
 from planner.items import Items, prepare_items
-from planner.scheme import ParallelScheme
-from planner.build import build_plan
 from planner.schemas import BaselineResult, CostProfile, Plan, PlanRequest, SolverStats
+from planner.scheme import ParallelScheme
 from planner.search import Clock, SearchSettings, search, solve_fixed
 from planner.strategies import Strategy, parse_strategy
 
@@ -42,7 +42,11 @@ def solve(
     settings, clock = _settings(request, pool, cancel, started)
     result = search(items.lengths, cost, request.num_gpus, settings, clock, options.time_limit_s)
     if result is None:
-        space = f"the strategy pool ({len(pool)} strategies)" if pool else f"no strategy of at most {options.max_schemes} scheme(s)"
+        space = (
+            f"the strategy pool ({len(pool)} strategies)"
+            if pool
+            else f"no strategy of at most {options.max_schemes} scheme(s)"
+        )
         raise PlanningError(
             f"{space} on {request.num_gpus} GPUs can hold the {len(items)} sequences "
             "(fewer sequences than pipelines, or capacities too small)"
@@ -121,11 +125,13 @@ def evaluate_strategy(
         num_strategies_solved=1,
         seed=request.options.seed,
     )
-    plan = build_plan(request, profile, items, candidate, bound, stats, False, fixed)
+    plan = build_plan(request, profile, items, candidate, bound, stats, False, f"strategy:{fixed}")
     return _finish(plan, request, profile, ())
 
 
-def _prepare_items(request: PlanRequest, cost: ProfileCostModel, schemes: Sequence[ParallelScheme] | None = None) -> Items:
+def _prepare_items(
+    request: PlanRequest, cost: ProfileCostModel, schemes: Sequence[ParallelScheme] | None = None
+) -> Items:
     usable = [scheme for scheme in (schemes or cost.schemes()) if scheme.num_gpus <= request.num_gpus]
     if not usable:
         smallest = min(cost.schemes(), key=lambda scheme: scheme.num_gpus)

@@ -1,0 +1,183 @@
+"""The baselines: checked plans, each one's defining restriction, determinism, refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from synthetic import synthetic_profile, wikipedia_like_batch
+
+from planner.baselines import (
+    BASELINES,
+    hydraulis,
+    hydraulis_dispatch,
+    hydraulis_pack,
+    megatron,
+    run_baseline,
+    wlb,
+)
+from planner.check import check_plan
+from planner.cost import ProfileCostModel
+from planner.errors import PlanningError
+from planner.schemas import CostProfile, PlanRequest, SchemeCost, SolverOptions
+from planner.scheme import ParallelScheme
+
+PROFILE = synthetic_profile(max_gpus=16)
+NAMES = ["megatron", "wlb", "flexsp", "hydraulis"]
+
+
+def request(lengths, num_gpus=16, previous_strategy=None, **options) -> PlanRequest:
+    return PlanRequest(
+        lengths=lengths,
+        num_gpus=num_gpus,
+        gpus_per_node=8,
+        options=SolverOptions(**options),
+        previous_strategy=previous_strategy,
+    )
+
+
+def schemes_of(plan) -> set[tuple[int, int, int]]:
+    return {(p.scheme.tp, p.scheme.pp, p.scheme.cp) for p in plan.pipelines}
+
+
+def test_registry_holds_the_four_baselines():
+    assert sorted(BASELINES) == sorted(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("num_gpus", [8, 16])
+def test_every_baseline_plan_passes_the_checker(name, num_gpus):
+    lengths = wikipedia_like_batch(50_000, seed=num_gpus)
+    plan = run_baseline(name, request(lengths, num_gpus=num_gpus), PROFILE)
+    assert check_plan(plan) == [] and check_plan(plan, PROFILE) == []
+    assert plan.solver.backend == f"baseline:{name}"
+    placed = sorted(
+        sid for p in plan.pipelines for mb in p.micro_batches for sid in mb.sequence_ids
+    )
+    assert placed == list(range(len(lengths)))
+    assert 0 < plan.lower_bound_s <= plan.step_time_s
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_baseline_plans_carry_the_switch_cost_from_a_previous_strategy(name):
+    lengths = wikipedia_like_batch(30_000, seed=3)
+    plan = run_baseline(name, request(lengths, previous_strategy="16x<1,1,1>"), PROFILE)
+    assert check_plan(plan) == []
+    assert plan.previous_strategy == "16x<1,1,1>"
+    assert plan.objective_s == pytest.approx(plan.step_time_s + plan.switch_cost_s)
+    if plan.strategy != "16x<1,1,1>":
+        assert plan.switch_cost_s > 0
+
+
+def test_wlb_is_homogeneous_and_beats_megatron_when_long_documents_arrive_together():
+    # Attention-heavy costs (long-context regime) and the four long documents first: Megatron's
+    # arrival-order packing puts two of them in each of its first micro-batches, WLB spreads them.
+    profile = CostProfile(
+        num_layers=8,
+        schemes=[SchemeCost(tp=2, pp=2, cp=1, a=1e-8, b=2e-5, c=1e-3, capacity_tokens=16384)],
+    )
+    lengths = [8000] * 4 + [500] * 256
+    baseline, balanced = (
+        megatron(request(lengths, num_gpus=8), profile),
+        wlb(request(lengths, num_gpus=8), profile),
+    )
+    assert check_plan(balanced) == []
+    assert balanced.strategy == baseline.strategy == "2x<2,2,1>"
+    assert balanced.step_time_s < 0.9 * baseline.step_time_s
+    assert balanced.plan_id != baseline.plan_id  # same request and strategy, different baselines
+    # least micro-batches the capacity allows: ceil(160_000 tokens / (16384 * 2 replicas)) = 5 each
+    assert [len(p.micro_batches) for p in balanced.pipelines] == [5, 5]
+    # no micro-batch holds two long documents
+    assert all(mb.lengths.count(8000) <= 1 for p in balanced.pipelines for mb in p.micro_batches)
+
+
+def test_wlb_on_the_synthetic_profile_is_no_slower_than_megatron_on_sorted_arrivals():
+    # Sorted arrival order (shortest first) concentrates the longest sequences in Megatron's last
+    # micro-batches; measured to hold for these batches, not a theorem (see the module docstring).
+    for seed in range(2):
+        lengths = sorted(wikipedia_like_batch(60_000, seed=seed))
+        balanced, baseline = wlb(request(lengths), PROFILE), megatron(request(lengths), PROFILE)
+        assert len(schemes_of(balanced)) == 1
+        assert balanced.step_time_s <= baseline.step_time_s
+
+
+def test_flexsp_uses_only_sequence_parallel_groups():
+    plan = run_baseline("flexsp", request(wikipedia_like_batch(60_000, seed=7)), PROFILE)
+    assert all(tp == 1 and pp == 1 for tp, pp, _ in schemes_of(plan))
+    assert check_plan(plan) == []
+
+
+def test_flexsp_falls_back_to_the_smallest_tp_with_pp_1():
+    no_tp1 = PROFILE.model_copy(update={"schemes": [s for s in PROFILE.schemes if s.tp >= 2]})
+    plan = run_baseline("flexsp", request(wikipedia_like_batch(40_000, seed=8)), no_tp1)
+    assert all(tp == 2 and pp == 1 for tp, pp, _ in schemes_of(plan))
+    # a sequence longer than every <1,1,cp> capacity moves FlexSP to the smallest TP that holds it
+    longest_tp1 = max(
+        ProfileCostModel(PROFILE).capacity_tokens(ParallelScheme(1, 1, cp)) for cp in (1, 2, 4)
+    )
+    lengths = wikipedia_like_batch(40_000, seed=8) + [longest_tp1 + 1000]
+    plan = run_baseline("flexsp", request(lengths), PROFILE)
+    assert check_plan(plan) == [] and all(tp == 2 and pp == 1 for tp, pp, _ in schemes_of(plan))
+
+
+def test_hydraulis_uses_only_tp_pp_schemes_and_is_deterministic_for_a_seed():
+    lengths = wikipedia_like_batch(60_000, seed=9)
+    first, second = (
+        hydraulis(request(lengths, seed=4), PROFILE),
+        hydraulis(request(lengths, seed=4), PROFILE),
+    )
+    assert all(cp == 1 for _, _, cp in schemes_of(first))
+    assert first.model_dump(exclude={"solver"}) == second.model_dump(exclude={"solver"})
+    assert first.plan_id != wlb(request(lengths, seed=4), PROFILE).plan_id
+    other = hydraulis(request(lengths, seed=5), PROFILE)
+    assert check_plan(other) == [] and all(cp == 1 for _, _, cp in schemes_of(other))
+
+
+def test_hydraulis_dispatch_is_first_fit_under_the_running_maximum_and_drops_idle_shuffles():
+    cost = ProfileCostModel(PROFILE)
+    coefs = [cost.coefficients(ParallelScheme(1, 1, 1))] * 3
+    lengths = np.array([4000, 1000, 1000, 1000])  # work: long ~0.20 s, short ~0.05 s each
+    # shuffle 0 (long first): every short fits pipeline 1 under the running max, pipeline 2 idles
+    # -> discarded; shuffle 1 (shorts first): one short each, then the long to the least loaded
+    shuffles = np.array([[0, 1, 2, 3], [1, 2, 3, 0]])
+    assignment = hydraulis_dispatch(lengths, coefs, shuffles)
+    assert [a.tolist() for a in assignment] == [[0, 1], [2], [3]]
+    assert hydraulis_dispatch(lengths, coefs, shuffles[:1]) is None
+
+
+def test_hydraulis_packing_minimises_its_pipeline_estimate():
+    cost = ProfileCostModel(PROFILE)
+    coef = cost.coefficients(ParallelScheme(2, 4, 1))
+    lengths = np.array(wikipedia_like_batch(40_000, seed=10))
+    members = np.arange(len(lengths))
+    micro_batches, times, estimate_s = hydraulis_pack(members, lengths, coef)
+    assert sorted(np.concatenate(micro_batches).tolist()) == members.tolist()
+    assert all(lengths[mb].sum() <= coef.capacity_tokens for mb in micro_batches)
+    assert times == pytest.approx(
+        [
+            coef.stage_time_s(float(lengths[mb] @ lengths[mb]), float(lengths[mb].sum()))
+            for mb in micro_batches
+        ]
+    )
+    assert estimate_s == pytest.approx((len(micro_batches) + coef.scheme.pp - 1) * max(times))
+    # far better than one micro-batch per sequence (a sanity check of the choice of v)
+    per_item = (len(lengths) + 3) * max(coef.stage_time_s(float(n * n), float(n)) for n in lengths)
+    assert estimate_s < 0.5 * per_item
+
+
+def test_unknown_baseline_lists_the_valid_names():
+    with pytest.raises(
+        PlanningError, match="unknown baseline 'nope'; valid: flexsp, hydraulis, megatron, wlb"
+    ):
+        run_baseline("nope", request([100] * 20), PROFILE)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_batch_no_baseline_can_hold_raises_planning_error(name):
+    tiny = CostProfile(
+        num_layers=8,
+        schemes=[SchemeCost(tp=1, pp=1, cp=1, a=1e-10, b=1e-5, c=1e-3, capacity_tokens=4096)],
+    )
+    with pytest.raises(PlanningError, match=name):  # fewer sequences than the 8 pipelines
+        run_baseline(name, request([1000, 2000, 3000], num_gpus=8), tiny)
+    with pytest.raises(PlanningError, match="exceed the largest capacity"):
+        run_baseline(name, request([1000] * 20 + [10**6]), PROFILE)
