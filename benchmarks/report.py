@@ -6,7 +6,7 @@ import platform
 import re
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -31,7 +31,7 @@ def environment_line(packages: tuple[str, ...] = ("numpy", "highspy", "ortools",
             continue
     cpu = _cpu_model()
     return (
-        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}; {cpu}; {_num_cores()} cores; "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M UTC}; {cpu}; {_num_cores()} cores; "
         f"Python {platform.python_version()}; " + ", ".join(versions)
     )
 

@@ -89,9 +89,7 @@ class AnalyticOptions:
             if not 0 < value <= 1:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
         if not 0 <= self.memory_reserve_fraction < 1:
-            raise ValueError(
-                f"memory_reserve_fraction must be in [0, 1), got {self.memory_reserve_fraction}"
-            )
+            raise ValueError(f"memory_reserve_fraction must be in [0, 1), got {self.memory_reserve_fraction}")
         if self.recompute not in ("none", "selective", "full"):
             raise ValueError(f"recompute must be none, selective or full, got {self.recompute!r}")
         if self.per_layer_overhead_s < 0:
@@ -229,9 +227,7 @@ def activation_bytes_per_layer(
     TP+SP, without the `5as` term under selective recompute, and `2sbh` (`/t` with SP) under full
     recompute. See `activation_coefficients` for the generalisation.
     """
-    per_token, per_sq_token = activation_coefficients(
-        model, tp, sequence_parallel, recompute, flash_attention, dropout
-    )
+    per_token, per_sq_token = activation_coefficients(model, tp, sequence_parallel, recompute, flash_attention, dropout)
     return seq_len * micro_batch * per_token + micro_batch * seq_len**2 * per_sq_token
 
 
@@ -244,19 +240,13 @@ def _divisors(value: int) -> list[int]:
     return [d for d in range(1, value + 1) if value % d == 0]
 
 
-def candidate_schemes(
-    model: ModelSpec, num_gpus: int, gpus_per_node: int, max_cp: int
-) -> list[ParallelScheme]:
+def candidate_schemes(model: ModelSpec, num_gpus: int, gpus_per_node: int, max_cp: int) -> list[ParallelScheme]:
     """Schemes valid by shape (memory not checked), sorted.
 
     tp divides the query and kv head counts and the GPUs per node (TP stays in a node); pp divides
     the layers (even splits only); cp is a power of two up to `max_cp`; `tp*pp*cp <= num_gpus`.
     """
-    tps = [
-        tp
-        for tp in _divisors(gpus_per_node)
-        if model.num_heads % tp == 0 and model.num_kv_heads % tp == 0
-    ]
+    tps = [tp for tp in _divisors(gpus_per_node) if model.num_heads % tp == 0 and model.num_kv_heads % tp == 0]
     cps = [2**k for k in range(max_cp.bit_length()) if 2**k <= max_cp]
     return sorted(
         ParallelScheme(tp, pp, cp)
@@ -334,9 +324,7 @@ def scheme_memory(
     stored, stored_sq = layers * per_token / cp, layers * per_sq / cp
     work, work_sq = 0.0, 0.0
     if options.recompute == "full":
-        work, work_sq = activation_coefficients(
-            model, tp, True, "none", options.flash_attention, dropout=False
-        )
+        work, work_sq = activation_coefficients(model, tp, True, "none", options.flash_attention, dropout=False)
         work, work_sq = work / cp, work_sq / cp
     logits = FP32_BYTES * model.vocab_size / (tp * cp)
     usable = gpu.memory_bytes * (1 - options.memory_reserve_fraction)
@@ -384,9 +372,7 @@ def tp_comm_s_per_token(model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme) 
     return layers * per_layer_bytes / scheme.cp / gpu.intra_node_bandwidth_bytes_per_s
 
 
-def cp_comm_s_per_token(
-    model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme, gpus_per_node: int
-) -> float:
+def cp_comm_s_per_token(model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme, gpus_per_node: int) -> float:
     """Context-parallel (ring attention) communication of one stage per micro-batch token.
 
     Each layer passes the K and V blocks (`2*kv_dim*2` bytes per token, heads split over TP) around
@@ -401,9 +387,7 @@ def cp_comm_s_per_token(
     return layers * per_layer_bytes / bandwidth
 
 
-def pp_comm_s_per_token(
-    model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme, gpus_per_node: int
-) -> float:
+def pp_comm_s_per_token(model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme, gpus_per_node: int) -> float:
     """Pipeline point-to-point time of one stage per micro-batch token.
 
     The stage-boundary activation (`2h` bytes per token, split over TP by the scatter/gather
@@ -417,9 +401,7 @@ def pp_comm_s_per_token(
     return 2 * boundary_bytes / bandwidth
 
 
-def attention_s_per_sq_token(
-    model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme, options: AnalyticOptions
-) -> float:
+def attention_s_per_sq_token(model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme, options: AnalyticOptions) -> float:
     """`a`: attention score time of one stage per squared sequence length."""
     layers = model.num_layers // scheme.pp
     flops = (
@@ -430,9 +412,7 @@ def attention_s_per_sq_token(
     return flops / scheme.gpus_per_stage / (gpu.peak_bf16_flops * options.attention_efficiency)
 
 
-def matmul_s_per_token(
-    model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme, options: AnalyticOptions
-) -> float:
+def matmul_s_per_token(model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme, options: AnalyticOptions) -> float:
     """Compute part of `b`: weight matmuls of the last stage (its layers plus the LM head)."""
     layers = model.num_layers // scheme.pp
     flops = layers * linear_forward_flops_per_token(model) * linear_pass_factor(options.recompute)

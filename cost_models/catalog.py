@@ -25,9 +25,7 @@ class CatalogError(ValueError):
     """An unknown catalog name, or a malformed catalog file (the message names file and field)."""
 
 
-def _parse_entries(
-    data: dict[str, Any], list_key: str, spec_type: type[SpecT], file_name: str
-) -> dict[str, SpecT]:
+def _parse_entries(data: dict[str, Any], list_key: str, spec_type: type[SpecT], file_name: str) -> dict[str, SpecT]:
     """Validate `data[list_key]` entry by entry into `spec_type`, keyed by name."""
     entries = data.get(list_key)
     if not isinstance(entries, list):
@@ -43,9 +41,7 @@ def _parse_entries(
     return specs
 
 
-def _load(
-    bundled_file: str, list_key: str, spec_type: type[SpecT], extra_path: str | Path | None
-) -> dict[str, SpecT]:
+def _load(bundled_file: str, list_key: str, spec_type: type[SpecT], extra_path: str | Path | None) -> dict[str, SpecT]:
     """The bundled catalog, then the user's entries on top of it."""
     bundled = resources.files("cost_models").joinpath("data", bundled_file)
     with resources.as_file(bundled) as bundled_path:

@@ -41,9 +41,7 @@ def format_location(location: tuple[int | str, ...]) -> str:
     return path
 
 
-def format_validation_error(
-    error: ValidationError, location_prefix: tuple[int | str, ...] = ()
-) -> str:
+def format_validation_error(error: ValidationError, location_prefix: tuple[int | str, ...] = ()) -> str:
     """One 'field.path: problem' clause per pydantic error, joined with '; '.
 
     `location_prefix` is prepended to every location (e.g. ('models', 1) for a catalog entry).
@@ -67,9 +65,7 @@ def read_json_object(path: Path, error_type: type[ValueError]) -> dict[str, Any]
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise error_type(
-            f"{path}: not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
+        raise error_type(f"{path}: not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     if not isinstance(data, dict):
         raise error_type(f"{path}: the top level must be a JSON object, got {type(data).__name__}")
     return data
@@ -89,8 +85,7 @@ def load_profile(source: str | Path | dict[str, Any]) -> CostProfile:
     version = data.get("schema_version", PROFILE_SCHEMA)
     if version != PROFILE_SCHEMA:
         raise ProfileError(
-            f"{name}: schema_version: {version!r} is not supported (this hydraplan reads "
-            f"{PROFILE_SCHEMA!r})"
+            f"{name}: schema_version: {version!r} is not supported (this hydraplan reads {PROFILE_SCHEMA!r})"
         )
     try:
         return CostProfile.model_validate(data)

@@ -4,7 +4,7 @@ No IO, no globals; deterministic for a seed. Entry points: `solve` and `check_pl
 """
 
 from planner.errors import PlanningError
-from planner.scheme import ParallelScheme
 from planner.schemas import CostProfile, Plan, PlanRequest, SolverOptions
+from planner.scheme import ParallelScheme
 
 __all__ = ["CostProfile", "ParallelScheme", "Plan", "PlanRequest", "PlanningError", "SolverOptions"]

@@ -46,7 +46,7 @@ class BoundTables:
     lengths: np.ndarray  # the unique item lengths (rows)
 
     @classmethod
-    def build(cls, lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) -> "BoundTables":
+    def build(cls, lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) -> BoundTables:
         unique, multiplicity = np.unique(lengths, return_counts=True)
         as_float = unique.astype(np.float64)[:, None]
         a = np.array([coef.a for coef in coefs])[None, :]
@@ -154,9 +154,7 @@ def simplex_grid(dimension: int, resolution: int) -> np.ndarray:
         return np.ones((1, 1))
     if dimension <= 3:
         points = [
-            combo
-            for combo in itertools.product(range(resolution + 1), repeat=dimension)
-            if sum(combo) == resolution
+            combo for combo in itertools.product(range(resolution + 1), repeat=dimension) if sum(combo) == resolution
         ]
         grid = np.asarray(points, dtype=np.float64) / resolution
     else:

@@ -11,8 +11,8 @@ import math
 from collections import defaultdict
 
 from planner.cost import ProfileCostModel
-from planner.scheme import ParallelScheme
 from planner.schemas import CostProfile, PipelinePlan, Plan
+from planner.scheme import ParallelScheme
 from planner.simulate import simulate_1f1b
 from planner.strategies import Strategy, parse_strategy
 from planner.switching import switch_cost_s
@@ -124,7 +124,9 @@ def _check_pipeline(pipeline: PipelinePlan, cost: ProfileCostModel) -> tuple[lis
     if not pipeline.micro_batches:
         violations.append(f"{label}: has no micro-batches (idle GPUs)")
     if pipeline.capacity_tokens != coef.capacity_tokens:
-        violations.append(f"{label}: capacity {pipeline.capacity_tokens} differs from the profile's {coef.capacity_tokens}")
+        violations.append(
+            f"{label}: capacity {pipeline.capacity_tokens} differs from the profile's {coef.capacity_tokens}"
+        )
     stage_times = []
     for position, batch in enumerate(pipeline.micro_batches):
         where = f"{label} micro-batch {position}"

@@ -14,8 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
-from planner.scheme import ParallelScheme
 from planner.schemas import CostProfile, derive_capacity_tokens
+from planner.scheme import ParallelScheme
 
 
 class CostModel(Protocol):

@@ -87,7 +87,9 @@ def greedy_dispatch(lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) ->
     return [np.asarray(sorted(load.items), dtype=np.int64) for load in loads]
 
 
-def _give_every_pipeline_work(loads: list[PipelineLoad], lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) -> bool:
+def _give_every_pipeline_work(
+    loads: list[PipelineLoad], lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]
+) -> bool:
     """Move the shortest fitting item from a pipeline holding several to each empty pipeline."""
     for empty, load in enumerate(loads):
         if load.items:

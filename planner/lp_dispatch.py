@@ -71,7 +71,9 @@ def solve_type_lp(
     as_float = unique.astype(np.float64)
     num_lengths, num_types = len(unique), len(types)
     columns: list[tuple[int, int]] = [
-        (row, kind) for kind, coef in enumerate(types) for row in np.flatnonzero(unique <= coef.capacity_tokens).tolist()
+        (row, kind)
+        for kind, coef in enumerate(types)
+        for row in np.flatnonzero(unique <= coef.capacity_tokens).tolist()
     ]
     num_columns = len(columns) + 1  # last column is T
     starts, indices, values = [0], [], []

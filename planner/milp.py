@@ -99,7 +99,9 @@ class PulpAdapter:
 
     def add(self, terms, sense: str, rhs: int) -> None:
         expression = self._pulp.lpSum(coefficient * variable for coefficient, variable in terms)
-        self.model += (expression <= rhs) if sense == "<=" else (expression >= rhs) if sense == ">=" else (expression == rhs)
+        self.model += (
+            (expression <= rhs) if sense == "<=" else (expression >= rhs) if sense == ">=" else (expression == rhs)
+        )
 
     def minimise(self, variable) -> None:
         self.model += variable
@@ -174,7 +176,9 @@ def _build_joint(adapter, lengths, coefs, fits, scale):
         members = [(i, x[i, p, b]) for i in range(num_items) if (i, p, b) in x]
         adapter.add([(int(lengths[i]), var) for i, var in members] + [(-coefs[p].capacity_tokens, slot_used)], "<=", 0)
         work = [(_ticks(float(coefs[p].work_s(lengths[i : i + 1])[0]), scale), var) for i, var in members]
-        adapter.add([(1, times[p, b])] + [(-w, var) for w, var in work] + [(-_ticks(coefs[p].c, scale), slot_used)], "==", 0)
+        adapter.add(
+            [(1, times[p, b])] + [(-w, var) for w, var in work] + [(-_ticks(coefs[p].c, scale), slot_used)], "==", 0
+        )
         adapter.add([(1, top[p]), (-1, times[p, b])], ">=", 0)
         if b > 0:
             adapter.add([(1, slot_used), (-1, used[p, b - 1])], "<=", 0)
@@ -188,7 +192,15 @@ def _build_joint(adapter, lengths, coefs, fits, scale):
     adapter.minimise(makespan)
 
     def decode(optimal: bool) -> MilpResult:
-        batches = [[np.asarray([i for i in range(num_items) if (i, p, b) in x and adapter.value(x[i, p, b]) > 0.5], dtype=np.int64) for b in slots[p]] for p in slots]
+        batches = [
+            [
+                np.asarray(
+                    [i for i in range(num_items) if (i, p, b) in x and adapter.value(x[i, p, b]) > 0.5], dtype=np.int64
+                )
+                for b in slots[p]
+            ]
+            for p in slots
+        ]
         batches = [[batch for batch in pipeline if len(batch)] for pipeline in batches]
         return MilpResult([np.sort(np.concatenate(pipeline)) for pipeline in batches], batches, optimal)
 
@@ -203,8 +215,19 @@ def _place_each_item_once(adapter, choices: dict[int, list]) -> None:
 def _build_dispatch(adapter, lengths, coefs, fits, scale, inflation, hint):
     num_items = len(lengths)
     x = {(i, p): adapter.binary("x") for i in range(num_items) for p in fits[i]}
-    loads = [[(_ticks(inflation[p] * float(coefs[p].work_s(lengths[i : i + 1])[0]), scale), x[i, p]) for i in range(num_items) if (i, p) in x] for p in range(len(coefs))]
-    horizon = sum(weight for pipeline in loads for weight, _ in pipeline) + _ticks(max((c.scheme.pp - 1) * c.c for c in coefs), scale) + 1
+    loads = [
+        [
+            (_ticks(inflation[p] * float(coefs[p].work_s(lengths[i : i + 1])[0]), scale), x[i, p])
+            for i in range(num_items)
+            if (i, p) in x
+        ]
+        for p in range(len(coefs))
+    ]
+    horizon = (
+        sum(weight for pipeline in loads for weight, _ in pipeline)
+        + _ticks(max((c.scheme.pp - 1) * c.c for c in coefs), scale)
+        + 1
+    )
     makespan = adapter.integer(horizon, "T")
     _place_each_item_once(adapter, {i: [x[i, p] for p in fits[i]] for i in range(num_items)})
     for p, coef in enumerate(coefs):
@@ -217,7 +240,10 @@ def _build_dispatch(adapter, lengths, coefs, fits, scale, inflation, hint):
             adapter.hint(var, 1 if owner.get(i) == p else 0)
 
     def decode(optimal: bool) -> MilpResult:
-        assignment = [np.asarray([i for i in range(num_items) if (i, p) in x and adapter.value(x[i, p]) > 0.5], dtype=np.int64) for p in range(len(coefs))]
+        assignment = [
+            np.asarray([i for i in range(num_items) if (i, p) in x and adapter.value(x[i, p]) > 0.5], dtype=np.int64)
+            for p in range(len(coefs))
+        ]
         return MilpResult(assignment, None, optimal)
 
     return decode

@@ -88,8 +88,10 @@ def propose_pool(
 def _candidates(item_lengths, cost: ProfileCostModel, template: PlanRequest, clock) -> list[Strategy]:
     options = template.options
     settings = SearchSettings(
-        backend=options.solver, max_schemes=options.max_schemes,
-        max_strategies_solved=options.max_strategies_solved, seed=options.seed,
+        backend=options.solver,
+        max_schemes=options.max_schemes,
+        max_strategies_solved=options.max_strategies_solved,
+        seed=options.seed,
     )
     found: dict[Strategy, None] = {}
     for index, lengths in enumerate(item_lengths):

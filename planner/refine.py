@@ -14,16 +14,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.packing import PackedPipeline, pack_pipeline
 from planner.candidate import Candidate
+from planner.packing import PackedPipeline, pack_pipeline
 
 MAX_ITEMS_TRIED = 6
 MAX_TARGETS_TRIED = 4
 
 
-def refine(
-    candidate: Candidate, lengths: np.ndarray, max_rounds: int, should_stop: Callable[[], bool]
-) -> Candidate:
+def refine(candidate: Candidate, lengths: np.ndarray, max_rounds: int, should_stop: Callable[[], bool]) -> Candidate:
     """Improve `candidate` by local search; returns it unchanged when no move helps."""
     assignment = [np.asarray(items) for items in candidate.assignment]
     packed = list(candidate.packed)

@@ -45,15 +45,11 @@ class ModelSpec(Frozen):
     source: str = Field("", description="Where the numbers come from.")
 
     @model_validator(mode="after")
-    def _heads_divide(self) -> "ModelSpec":
+    def _heads_divide(self) -> ModelSpec:
         if self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
-            )
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}"
-            )
+            raise ValueError(f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}")
         return self
 
     @property
@@ -117,9 +113,7 @@ class SchemeCost(Frozen):
     a: NonNegativeFloat = Field(description="Stage time per squared token (time_unit / token^2).")
     b: NonNegativeFloat = Field(description="Stage time per token (time_unit / token).")
     c: NonNegativeFloat = Field(0.0, description="Stage time per micro-batch (time_unit).")
-    fwd_fraction: float = Field(
-        1 / 3, gt=0, lt=1, description="Share of the stage time spent in the forward pass."
-    )
+    fwd_fraction: float = Field(1 / 3, gt=0, lt=1, description="Share of the stage time spent in the forward pass.")
     capacity_tokens: PositiveInt | None = Field(
         None, description="Most tokens one micro-batch may hold without running out of memory."
     )
@@ -148,9 +142,7 @@ class CostProfile(Frozen):
     """Stage-time and memory coefficients of every runnable scheme for one (model, GPU, cluster)."""
 
     schema_version: Literal["hydraplan.profile/1"] = Field(PROFILE_SCHEMA)
-    source: Literal["analytic", "profiled", "user"] = Field(
-        "user", description="Who produced the coefficients."
-    )
+    source: Literal["analytic", "profiled", "user"] = Field("user", description="Who produced the coefficients.")
     model: str | None = Field(None, description="Model name the profile is for.")
     gpu: str | None = Field(None, description="GPU name the profile is for.")
     time_unit: Literal["s", "ms"] = Field("s", description="Unit of a, b, c and grad_sync_s.")
@@ -169,7 +161,7 @@ class CostProfile(Frozen):
     notes: str = Field("", description="Free text: assumptions, calibration error, provenance.")
 
     @model_validator(mode="after")
-    def _capacities_derivable(self) -> "CostProfile":
+    def _capacities_derivable(self) -> CostProfile:
         seen: set[tuple[int, int, int]] = set()
         for index, scheme in enumerate(self.schemes):
             if scheme.key in seen:
@@ -177,11 +169,7 @@ class CostProfile(Frozen):
             seen.add(scheme.key)
             if scheme.capacity_tokens is not None:
                 continue
-            missing = [
-                name
-                for name in ("static_bytes", "activation_bytes_per_token")
-                if getattr(scheme, name) is None
-            ]
+            missing = [name for name in ("static_bytes", "activation_bytes_per_token") if getattr(scheme, name) is None]
             if self.gpu_memory_bytes is None:
                 missing.append("gpu_memory_bytes (top level)")
             if missing:
@@ -190,9 +178,7 @@ class CostProfile(Frozen):
                     f"also missing {', '.join(missing)}"
                 )
             if derive_capacity_tokens(self, scheme) < 1:
-                raise ValueError(
-                    f"schemes[{index}] {scheme.key}: static memory leaves no room for activations"
-                )
+                raise ValueError(f"schemes[{index}] {scheme.key}: static memory leaves no room for activations")
         return self
 
     @property
@@ -258,9 +244,7 @@ class SolverOptions(Frozen):
     oversize: OversizePolicy = Field(
         OversizePolicy.ERROR, description="Policy for sequences longer than every capacity."
     )
-    gap_tolerance: float = Field(
-        0.01, ge=0, le=1, description="Relative gap at or below which a plan is 'optimal'."
-    )
+    gap_tolerance: float = Field(0.01, ge=0, le=1, description="Relative gap at or below which a plan is 'optimal'.")
     max_strategies_solved: int = Field(
         48,
         ge=1,
@@ -278,9 +262,7 @@ class SolverOptions(Frozen):
 class PlanRequest(Frozen):
     """One global batch to plan on one cluster."""
 
-    lengths: list[int] = Field(
-        min_length=1, description="Token length of every sequence of the global batch."
-    )
+    lengths: list[int] = Field(min_length=1, description="Token length of every sequence of the global batch.")
     num_gpus: PositiveInt = Field(description="GPUs in the cluster (N).")
     gpus_per_node: PositiveInt = Field(8, description="GPUs per node; TP groups stay inside one.")
     options: SolverOptions = Field(default_factory=SolverOptions)
@@ -299,11 +281,9 @@ class PlanRequest(Frozen):
         return lengths
 
     @model_validator(mode="after")
-    def _whole_nodes(self) -> "PlanRequest":
+    def _whole_nodes(self) -> PlanRequest:
         if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
-            raise ValueError(
-                f"num_gpus {self.num_gpus} is not a multiple of gpus_per_node {self.gpus_per_node}"
-            )
+            raise ValueError(f"num_gpus {self.num_gpus} is not a multiple of gpus_per_node {self.gpus_per_node}")
         return self
 
 

@@ -37,7 +37,7 @@ class ParallelScheme:
         return f"<{self.tp},{self.pp},{self.cp}>"
 
     @classmethod
-    def parse(cls, text: str) -> "ParallelScheme":
+    def parse(cls, text: str) -> ParallelScheme:
         """Parse `<tp,pp,cp>` or `tp,pp,cp` (cp optional)."""
         body = text.strip().removeprefix("<").removesuffix(">")
         try:

@@ -170,7 +170,9 @@ class Frontier:
             columns = [self.column_of[scheme] for scheme in schemes]
             counts = np.array([[count for _, count in strategy.counts] for strategy in group])
             _, bounds = self.tables.count_bounds(columns, counts)
-            fluid, estimates = self.tables.count_bounds(columns, counts, _bubble_inflation(self.tables, columns, bounds))
+            fluid, estimates = self.tables.count_bounds(
+                columns, counts, _bubble_inflation(self.tables, columns, bounds)
+            )
             for strategy, bound, estimate, flat in zip(group, bounds.tolist(), estimates.tolist(), fluid.tolist()):
                 extra = self.cost.grad_sync_s(strategy.pipeline_schemes())
                 if self.previous is not None:
@@ -214,7 +216,12 @@ def _bubble_inflation(tables: BoundTables, columns: Sequence[int], bounds: np.nd
 
 
 def search(
-    lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int, settings: SearchSettings, clock: Clock, time_limit_s: float
+    lengths: np.ndarray,
+    cost: ProfileCostModel,
+    num_gpus: int,
+    settings: SearchSettings,
+    clock: Clock,
+    time_limit_s: float,
 ) -> SearchResult | None:
     """Best plan found and a valid lower bound on the objective; None when nothing can hold the items.
 
@@ -277,7 +284,9 @@ def search(
     )
 
 
-def solve_fixed(strategy: Strategy, lengths: np.ndarray, cost: ProfileCostModel, settings: SearchSettings, clock: Clock) -> Candidate | None:
+def solve_fixed(
+    strategy: Strategy, lengths: np.ndarray, cost: ProfileCostModel, settings: SearchSettings, clock: Clock
+) -> Candidate | None:
     """One strategy, solved the way the backend solves the best strategies of a search."""
     candidate = _first_solution(strategy, lengths, cost, settings, clock)
     if candidate is None:
@@ -324,7 +333,9 @@ def _polish_one(candidate: Candidate, lengths, cost, settings: SearchSettings, c
     if settings.backend in (SolverBackend.LP, SolverBackend.AUTO):
         options.append(lp_candidate(candidate, lengths, cost, settings.previous))
     if settings.backend in (SolverBackend.CPSAT, SolverBackend.PULP):
-        options.append(milp_candidate(settings.backend.value, candidate.strategy, lengths, cost, settings, clock, candidate))
+        options.append(
+            milp_candidate(settings.backend.value, candidate.strategy, lengths, cost, settings, clock, candidate)
+        )
     best = min((option for option in options if option is not None), key=lambda c: c.objective_s)
     best = refine(best, lengths, REFINE_ROUNDS, clock.stop)
     if settings.backend == SolverBackend.AUTO and clock.remaining_s() > 0.3:
@@ -359,14 +370,21 @@ def milp_candidate(backend, strategy, lengths, cost, settings: SearchSettings, c
     coefs = tuple(cost.coefficients(scheme) for scheme in strategy.pipeline_schemes())
     inflation = _inflation(hint, lengths) if hint is not None else None
     result = solve_milp(
-        backend, lengths, coefs, max(0.05, clock.remaining_s() * 0.5), settings.seed, inflation,
+        backend,
+        lengths,
+        coefs,
+        max(0.05, clock.remaining_s() * 0.5),
+        settings.seed,
+        inflation,
         hint.assignment if hint is not None else None,
     )
     if result is None or any(len(items) == 0 for items in result.assignment):
         return None
     packed = None
     if result.micro_batches is not None:
-        packed = tuple(_packed_from_batches(batches, lengths, coef) for batches, coef in zip(result.micro_batches, coefs))
+        packed = tuple(
+            _packed_from_batches(batches, lengths, coef) for batches, coef in zip(result.micro_batches, coefs)
+        )
     return _candidate(strategy, coefs, result.assignment, lengths, cost, settings.previous, packed)
 
 
@@ -399,5 +417,9 @@ def _near_ideal(ideal: Sequence[float], combo, num_gpus: int) -> list[tuple[int,
     for choice in itertools.product(*ranges):
         rest = num_gpus - sum(count * size for index, (count, size) in enumerate(zip(choice, sizes)) if index != filler)
         if rest >= sizes[filler] and rest % sizes[filler] == 0:
-            vectors.append(tuple(rest // sizes[filler] if index == filler else count for index, count in enumerate(choice)))
-    return sorted(vectors, key=lambda counts: sum(abs(c - w) * s for c, w, s in zip(counts, ideal, sizes)))[:NEAR_IDEAL_PER_LARGE_SET]
+            vectors.append(
+                tuple(rest // sizes[filler] if index == filler else count for index, count in enumerate(choice))
+            )
+    return sorted(vectors, key=lambda counts: sum(abs(c - w) * s for c, w, s in zip(counts, ideal, sizes)))[
+        :NEAR_IDEAL_PER_LARGE_SET
+    ]

@@ -16,7 +16,7 @@ class Strategy:
     counts: tuple[tuple[ParallelScheme, int], ...]
 
     @classmethod
-    def of(cls, counts: dict[ParallelScheme, int] | Sequence[tuple[ParallelScheme, int]]) -> "Strategy":
+    def of(cls, counts: dict[ParallelScheme, int] | Sequence[tuple[ParallelScheme, int]]) -> Strategy:
         items = counts.items() if isinstance(counts, dict) else counts
         merged: dict[ParallelScheme, int] = {}
         for scheme, count in items:

@@ -25,7 +25,9 @@ def synthetic_profile(max_gpus: int = 64, gpus_per_node: int = 8, grad_sync_s: f
                 capacity = int(8192 * shards * pp**0.5 / (1 + 0.5 * (pp - 1)) * (0.6 if tp == 1 else 1.0))
                 schemes.append(
                     SchemeCost(
-                        tp=tp, pp=pp, cp=cp,
+                        tp=tp,
+                        pp=pp,
+                        cp=cp,
                         a=1.2e-10 / shards / pp,
                         b=5e-5 * comm / shards / pp,
                         c=1.5e-3 / pp + 2e-4 * (tp > 1),
@@ -34,8 +36,13 @@ def synthetic_profile(max_gpus: int = 64, gpus_per_node: int = 8, grad_sync_s: f
                     )
                 )
     return CostProfile(
-        source="user", model="synthetic-8b", gpu="synthetic", num_layers=32, schemes=schemes,
-        grad_sync_s=grad_sync_s, grad_sync_bandwidth_bytes_per_s=50e9,
+        source="user",
+        model="synthetic-8b",
+        gpu="synthetic",
+        num_layers=32,
+        schemes=schemes,
+        grad_sync_s=grad_sync_s,
+        grad_sync_bandwidth_bytes_per_s=50e9,
     )
 
 

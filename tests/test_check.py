@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from synthetic import synthetic_profile, wikipedia_like_batch
 
 from planner.check import check_plan
 from planner.schemas import Plan, PlanRequest, SolverOptions
 from planner.solve import solve
-from synthetic import synthetic_profile, wikipedia_like_batch
 
 PROFILE = synthetic_profile(max_gpus=16)
 
@@ -36,11 +36,19 @@ def test_valid_plan_has_no_violations(plan):
 @pytest.mark.parametrize(
     "name,edit,message",
     [
-        ("missing sequence", lambda d: [first_batch(d)[k].pop() for k in ("sequence_ids", "lengths", "offsets")], "is missing"),
+        (
+            "missing sequence",
+            lambda d: [first_batch(d)[k].pop() for k in ("sequence_ids", "lengths", "offsets")],
+            "is missing",
+        ),
         ("unknown id", lambda d: first_batch(d)["sequence_ids"].__setitem__(0, 10**6), "missing"),
         ("duplicate", lambda d: d["pipelines"][1]["micro_batches"].append(first_batch(d)), "placed 2 times"),
         ("over capacity", lambda d: d["pipelines"][0].__setitem__("capacity_tokens", 1), "capacity"),
-        ("stage time", lambda d: first_batch(d).__setitem__("stage_time_s", first_batch(d)["stage_time_s"] * 0.9), "stage time"),
+        (
+            "stage time",
+            lambda d: first_batch(d).__setitem__("stage_time_s", first_batch(d)["stage_time_s"] * 0.9),
+            "stage time",
+        ),
         ("pipeline time", lambda d: d["pipelines"][0].__setitem__("time_s", 0.001), "simulated 1F1B"),
         ("step time", lambda d: d.__setitem__("step_time_s", d["step_time_s"] * 0.99), "step_time_s"),
         ("rank overlap", lambda d: d["pipelines"][1]["ranks"].__setitem__(0, d["pipelines"][0]["ranks"][0]), "ranks"),

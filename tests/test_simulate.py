@@ -39,8 +39,18 @@ def reference_1f1b(times: list[float], num_stages: int, fwd_fraction: float) -> 
 
 def test_stage_operations_follow_1f1b():
     assert stage_operations(0, 4, 6) == [
-        (True, 0), (True, 1), (True, 2), (True, 3), (False, 0), (True, 4), (False, 1),
-        (True, 5), (False, 2), (False, 3), (False, 4), (False, 5),
+        (True, 0),
+        (True, 1),
+        (True, 2),
+        (True, 3),
+        (False, 0),
+        (True, 4),
+        (False, 1),
+        (True, 5),
+        (False, 2),
+        (False, 3),
+        (False, 4),
+        (False, 5),
     ]
     assert stage_operations(3, 4, 2) == [(True, 0), (False, 0), (True, 1), (False, 1)]
     assert stage_operations(0, 4, 2) == [(True, 0), (True, 1), (False, 0), (False, 1)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from synthetic import synthetic_profile, wikipedia_like_batch
 
 from planner.baselines import megatron, run_baseline
 from planner.check import check_plan
@@ -12,7 +13,6 @@ from planner.errors import PlanningError
 from planner.schemas import CostProfile, Plan, PlanRequest, SchemeCost, SolverOptions, SolveStatus
 from planner.solve import evaluate_strategy, solve
 from planner.strategies import parse_strategy
-from synthetic import synthetic_profile, wikipedia_like_batch
 
 PROFILE = synthetic_profile(max_gpus=16)
 
@@ -92,11 +92,17 @@ def test_oversize_policies_through_solve():
 
 def test_unplannable_requests_raise_planning_errors():
     with pytest.raises(PlanningError, match="no scheme of the cost profile fits 1 GPUs"):
-        solve(request([100, 200], num_gpus=1), synthetic_profile(max_gpus=16).model_copy(
-            update={"schemes": [s for s in PROFILE.schemes if s.tp * s.pp * s.cp > 1]}))
+        solve(
+            request([100, 200], num_gpus=1),
+            synthetic_profile(max_gpus=16).model_copy(
+                update={"schemes": [s for s in PROFILE.schemes if s.tp * s.pp * s.cp > 1]}
+            ),
+        )
     with pytest.raises(PlanningError, match="can hold the 1 sequences"):
-        solve(request([100], num_gpus=16, max_schemes=1), PROFILE.model_copy(
-            update={"schemes": [s for s in PROFILE.schemes if (s.tp, s.pp, s.cp) == (1, 1, 1)]}))
+        solve(
+            request([100], num_gpus=16, max_schemes=1),
+            PROFILE.model_copy(update={"schemes": [s for s in PROFILE.schemes if (s.tp, s.pp, s.cp) == (1, 1, 1)]}),
+        )
 
 
 def test_request_validation_names_the_offending_value():

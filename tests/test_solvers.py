@@ -7,13 +7,13 @@ import itertools
 
 import numpy as np
 import pytest
+from synthetic import synthetic_profile, wikipedia_like_batch
 
 from planner.check import check_plan
 from planner.errors import PlanningError
 from planner.schemas import CostProfile, PlanRequest, SchemeCost, SolverOptions, SolveStatus
 from planner.solve import evaluate_strategy, solve
 from planner.strategies import parse_strategy
-from synthetic import synthetic_profile, wikipedia_like_batch
 
 TINY_PROFILE = CostProfile(
     num_layers=4,
@@ -61,7 +61,9 @@ def brute_force_step_s(lengths: list[int], strategy: str, profile: CostProfile) 
 
 def tiny_request(lengths, num_gpus, solver, **options) -> PlanRequest:
     return PlanRequest(
-        lengths=lengths, num_gpus=num_gpus, gpus_per_node=8,
+        lengths=lengths,
+        num_gpus=num_gpus,
+        gpus_per_node=8,
         options=SolverOptions(solver=solver, time_limit_s=10, **options),
     )
 
@@ -87,9 +89,7 @@ def test_exact_backends_match_brute_force_and_bound_greedy(case):
 
 def test_search_with_an_exact_backend_finds_the_best_tiny_strategy():
     lengths = [2500, 2400, 900, 700, 650, 300]
-    best = min(
-        brute_force_step_s(lengths, s, TINY_PROFILE) for s in ["2x<1,1,1>", "1x<2,1,1>"]
-    )
+    best = min(brute_force_step_s(lengths, s, TINY_PROFILE) for s in ["2x<1,1,1>", "1x<2,1,1>"])
     plan = solve(tiny_request(lengths, 2, "cpsat"), TINY_PROFILE)
     assert check_plan(plan) == []
     assert plan.step_time_s == pytest.approx(best, rel=1e-5)
@@ -135,8 +135,12 @@ def test_switch_cost_keeps_the_previous_strategy_unless_the_gain_is_larger():
     previous = "16x<1,1,1>"
 
     def plan_after(cost_profile):
-        request = PlanRequest(lengths=lengths, num_gpus=16, previous_strategy=previous,
-                              options=SolverOptions(solver="greedy", time_limit_s=10))
+        request = PlanRequest(
+            lengths=lengths,
+            num_gpus=16,
+            previous_strategy=previous,
+            options=SolverOptions(solver="greedy", time_limit_s=10),
+        )
         staying = evaluate_strategy(request, cost_profile, parse_strategy(previous))
         return solve(request, cost_profile), staying
 

@@ -55,8 +55,6 @@ def test_count_vectors_enumerate_exact_covers():
     for counts in vectors:
         assert min(counts) >= 1
         assert sum(count * scheme.num_gpus for count, scheme in zip(counts, schemes)) == 24
-    brute = {
-        (x, y, z) for x in range(1, 4) for y in range(1, 7) for z in range(1, 13) if 8 * x + 4 * y + 2 * z == 24
-    }
+    brute = {(x, y, z) for x in range(1, 4) for y in range(1, 7) for z in range(1, 13) if 8 * x + 4 * y + 2 * z == 24}
     assert set(vectors) == brute
     assert list(count_vectors([ParallelScheme(8, 1, 1)], 12)) == []
