@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
@@ -20,15 +21,19 @@ from api.datasets import DATASET_DESCRIPTIONS, DATASETS, load_lengths_file, samp
 from cost_models.analytic import build_profile
 from cost_models.catalog import get_gpu, get_model
 from cost_models.profile_io import format_validation_error, load_profile, save_profile
+from planner.baselines import BASELINES, run_baseline
 from planner.check import check_plan
-from planner.render import render_plan, render_schemes
+from planner.pools import propose_pool
+from planner.render import render_plan, render_pool, render_schemes
 from planner.schemas import (
     CostProfile,
     OversizePolicy,
     Plan,
     PlanRequest,
+    PoolMemberModel,
     SolverBackend,
     SolverOptions,
+    StrategyPoolFile,
 )
 from planner.solve import solve
 
@@ -95,21 +100,22 @@ def run_plan(args: argparse.Namespace) -> int:
         if args.lengths
         else sample_batch(args.dataset, args.num_tokens, args.seed, args.context_cap)
     )
-    options = SolverOptions(
-        solver=SolverBackend(args.solver),
-        time_limit_s=args.time_limit_s,
-        max_schemes=args.max_schemes,
-        seed=args.seed,
-        oversize=OversizePolicy(args.oversize),
-    )
+    if args.previous_strategy and args.previous_plan:
+        raise ValueError("give either --previous-strategy or --previous-plan, not both")
+    previous = read_plan(args.previous_plan).strategy if args.previous_plan else args.previous_strategy
+    options = solver_options(args, strategy_pool=read_pool(args.strategy_pool) if args.strategy_pool else None)
     request = PlanRequest(
         lengths=lengths,
         num_gpus=args.num_gpus,
         gpus_per_node=args.gpus_per_node,
         options=options,
-        previous_strategy=args.previous_strategy,
+        previous_strategy=previous,
     )
-    plan = solve(request, cluster_profile(args), baselines=("megatron",) if args.compare else ())
+    profile = cluster_profile(args)
+    if args.baseline:
+        plan = run_baseline(args.baseline, request, profile)
+    else:
+        plan = solve(request, profile, baselines=compared_baselines(args.compare))
     if args.out:
         Path(args.out).write_text(plan.model_dump_json(indent=2) + "\n", encoding="utf-8")
         print(f"{PROG}: wrote plan {plan.plan_id} to {args.out}", file=sys.stderr)
@@ -120,13 +126,86 @@ def run_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def solver_options(args: argparse.Namespace, strategy_pool: list[str] | None = None) -> SolverOptions:
+    return SolverOptions(
+        solver=SolverBackend(args.solver),
+        time_limit_s=args.time_limit_s,
+        max_schemes=args.max_schemes,
+        max_strategies_solved=args.max_strategies_solved,
+        seed=args.seed,
+        oversize=OversizePolicy(args.oversize),
+        strategy_pool=strategy_pool,
+    )
+
+
+def compared_baselines(names: str | None) -> tuple[str, ...]:
+    """`--compare` alone: every baseline; `--compare a,b`: those; absent: none."""
+    if names is None:
+        return ()
+    chosen = tuple(BASELINES) if names == "all" else tuple(name.strip() for name in names.split(","))
+    unknown = [name for name in chosen if name not in BASELINES]
+    if unknown:
+        raise ValueError(f"unknown baseline {unknown[0]!r} in --compare; valid: {', '.join(BASELINES)}")
+    return chosen
+
+
+def read_plan(path: str) -> Plan:
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        return Plan.model_validate_json(text)
+    except ValidationError as exc:
+        raise ValueError(f"{path}: not a valid plan: {format_validation_error(exc)}") from None
+
+
+def read_pool(path: str) -> list[str]:
+    """Strategies of a pool file: the JSON `hydraplan strategies --out` writes, or one per line."""
+    text = Path(path).read_text(encoding="utf-8")
+    if text.lstrip().startswith("{"):
+        try:
+            return StrategyPoolFile.model_validate_json(text).strategies
+        except ValidationError as exc:
+            raise ValueError(f"{path}: not a valid strategy pool: {format_validation_error(exc)}") from None
+    strategies = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    if not strategies:
+        raise ValueError(f"{path}: no strategies")
+    return strategies
+
+
+def run_strategies(args: argparse.Namespace) -> int:
+    """`hydraplan strategies`: propose a pool of strategies for batches drawn from a dataset."""
+    batches = [
+        sample_batch(args.dataset, args.num_tokens, args.seed + index, args.context_cap)
+        for index in range(args.num_batches)
+    ]
+    template = PlanRequest(
+        lengths=[1], num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node, options=solver_options(args)
+    )
+    deadline = time.perf_counter() + args.budget_s
+    pool = propose_pool(
+        batches, cluster_profile(args), template, args.pool_size, lambda: deadline - time.perf_counter()
+    )
+    document = StrategyPoolFile(
+        strategies=[str(member.strategy) for member in pool.members],
+        members=[
+            PoolMemberModel(strategy=str(m.strategy), share=m.share, mean_step_time_s=m.mean_step_time_s)
+            for m in pool.members
+        ],
+        expected_step_time_s=pool.expected_step_time_s,
+        unrestricted_step_time_s=pool.unrestricted_step_time_s,
+        best_single_step_time_s=pool.best_single_step_time_s,
+        num_batches=pool.num_batches,
+        dataset=args.dataset,
+    )
+    if args.out:
+        Path(args.out).write_text(document.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        print(f"{PROG}: wrote a pool of {len(pool.members)} strategies to {args.out}", file=sys.stderr)
+    print(render_pool(document, pool.num_candidates), end="")
+    return EXIT_OK
+
+
 def run_check(args: argparse.Namespace) -> int:
     """`hydraplan check`: 0 when the plan is valid, 1 listing violations, 2 if unreadable."""
-    text = Path(args.plan).read_text(encoding="utf-8")
-    try:
-        plan = Plan.model_validate_json(text)
-    except ValidationError as exc:
-        raise ValueError(f"{args.plan}: not a valid plan: {format_validation_error(exc)}") from None
+    plan = read_plan(args.plan)
     profile = load_profile(args.profile) if args.profile else None
     violations = check_plan(plan, profile)
     if violations:
@@ -241,12 +320,8 @@ def _cluster_options() -> argparse.ArgumentParser:
         default=8,
         help="GPUs per node (default: %(default)s)",
     )
-    group.add_argument(
-        "--models-file", metavar="FILE", help="JSON file of extra models added to the catalog"
-    )
-    group.add_argument(
-        "--gpus-file", metavar="FILE", help="JSON file of extra GPUs added to the catalog"
-    )
+    group.add_argument("--models-file", metavar="FILE", help="JSON file of extra models added to the catalog")
+    group.add_argument("--gpus-file", metavar="FILE", help="JSON file of extra GPUs added to the catalog")
     return parent
 
 
@@ -258,45 +333,106 @@ def _profile_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_plan_parser(
-    commands: argparse._SubParsersAction, cluster: argparse.ArgumentParser
-) -> None:
+def _add_plan_parser(commands: argparse._SubParsersAction, cluster: argparse.ArgumentParser) -> None:
     parser = commands.add_parser(
         "plan",
         parents=[cluster],
         help="plan one global batch (default: ~1M Wikipedia tokens, llama3-8b on 64 H100)",
-        description="Plan one global batch: strategy, dispatch and packing, checked before "
-        "printing.",
+        description="Plan one global batch: strategy, dispatch and packing, checked before printing.",
     )
     _profile_option(parser)
     batch = parser.add_argument_group("batch")
     source = batch.add_mutually_exclusive_group()
-    source.add_argument(
-        "--lengths", metavar="FILE|-", help="sequence lengths: one integer per line, or a JSON list"
+    source.add_argument("--lengths", metavar="FILE|-", help="sequence lengths: one integer per line, or a JSON list")
+    _sampling_options(batch, source)
+    solver = _solver_options(parser)
+    context = solver.add_mutually_exclusive_group()
+    context.add_argument(
+        "--previous-strategy",
+        metavar="STRATEGY",
+        help="the previous step's strategy, e.g. '1x<8,1,2> + 6x<4,2,1>': switching away from it costs re-sharding",
     )
+    context.add_argument(
+        "--previous-plan", metavar="FILE", help="the previous step's plan JSON (its strategy, as --previous-strategy)"
+    )
+    solver.add_argument(
+        "--strategy-pool",
+        metavar="FILE",
+        help="plan only with these strategies: a pool written by `hydraplan strategies --out`, or one per line",
+    )
+    output = parser.add_argument_group("output")
+    output.add_argument("--out", metavar="FILE", help="also write the plan JSON to FILE")
+    output.add_argument("--json", action="store_true", help="print the plan JSON instead of the summary")
+    output.add_argument(
+        "--compare",
+        nargs="?",
+        const="all",
+        metavar="NAMES",
+        help="also plan baselines (all, or a comma list of " + ", ".join(BASELINES) + ") and show the speedups",
+    )
+    output.add_argument(
+        "--baseline",
+        choices=list(BASELINES),
+        help="print the plan this baseline would make instead of hydraplan's",
+    )
+    parser.set_defaults(handler=run_plan)
+
+
+def _add_strategies_parser(commands: argparse._SubParsersAction, cluster: argparse.ArgumentParser) -> None:
+    parser = commands.add_parser(
+        "strategies",
+        parents=[cluster],
+        help="propose a small pool of strategies for batches drawn from a dataset",
+        description="Plan sample batches of a dataset, then choose the pool of strategies with the least "
+        "expected step time (each batch on its fastest pool member).",
+    )
+    _profile_option(parser)
+    batch = parser.add_argument_group("sample batches")
+    _sampling_options(batch, batch)
+    batch.add_argument(
+        "--num-batches", type=_positive_int, metavar="N", default=8, help="sample batches (default: %(default)s)"
+    )
+    pool = parser.add_argument_group("pool")
+    pool.add_argument(
+        "--pool-size", type=_positive_int, metavar="K", default=3, help="strategies in the pool (default: %(default)s)"
+    )
+    pool.add_argument(
+        "--budget-s",
+        type=_positive_float,
+        metavar="SECONDS",
+        default=30.0,
+        help="planning time for all sample batches together (default: %(default)s)",
+    )
+    pool.add_argument("--out", metavar="FILE", help="write the pool JSON (for plan --strategy-pool) to FILE")
+    _solver_options(parser)
+    parser.set_defaults(handler=run_strategies)
+
+
+def _sampling_options(group, source) -> None:
     source.add_argument(
         "--dataset",
         choices=list(DATASETS),
         default="wikipedia",
         help="sample the batch from a bundled dataset (default: %(default)s): "
-        + "; ".join(f"{name}: {text}" for name, text in DATASET_DESCRIPTIONS.items()).replace(
-            "%", "%%"
-        ),
+        + "; ".join(f"{name}: {text}" for name, text in DATASET_DESCRIPTIONS.items()).replace("%", "%%"),
     )
-    batch.add_argument(
+    group.add_argument(
         "--num-tokens",
         type=_positive_int,
         metavar="N",
         default=1_000_000,
         help="tokens to sample from --dataset (default: %(default)s)",
     )
-    batch.add_argument(
+    group.add_argument(
         "--context-cap",
         type=_positive_int,
         metavar="TOKENS",
         default=32768,
         help="split sampled documents longer than this into chunks (default: %(default)s)",
     )
+
+
+def _solver_options(parser: argparse.ArgumentParser):
     solver = parser.add_argument_group("solver")
     solver.add_argument(
         "--seed",
@@ -320,47 +456,37 @@ def _add_plan_parser(
         help="planning-time budget in seconds (default: %(default)s)",
     )
     solver.add_argument(
+        "--max-strategies-solved",
+        type=_positive_int,
+        metavar="N",
+        default=SolverOptions().max_strategies_solved,
+        help="deterministic work limit: most strategies fully solved (default: %(default)s)",
+    )
+    solver.add_argument(
         "--solver",
         choices=[backend.value for backend in SolverBackend],
         default=SolverBackend.AUTO.value,
         help="solver backend; auto runs them as an anytime pipeline (default: %(default)s)",
     )
     solver.add_argument(
-        "--previous-strategy",
-        metavar="STRATEGY",
-        help="the previous step's strategy, e.g. '1x<8,1,2> + 6x<4,2,1>': switching away from it "
-        "costs re-sharding",
-    )
-    solver.add_argument(
         "--oversize",
         choices=[policy.value for policy in OversizePolicy],
         default="error",
-        help="sequences longer than every capacity: fail, split into chunks, or drop "
-        "(default: %(default)s)",
+        help="sequences longer than every capacity: fail, split into chunks, or drop (default: %(default)s)",
     )
-    output = parser.add_argument_group("output")
-    output.add_argument("--out", metavar="FILE", help="also write the plan JSON to FILE")
-    output.add_argument(
-        "--json", action="store_true", help="print the plan JSON instead of the summary"
-    )
-    output.add_argument(
-        "--compare",
-        action="store_true",
-        help="also plan the megatron baseline and show the speedup",
-    )
-    parser.set_defaults(handler=run_plan)
+    return solver
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Plan Transformer training steps on variable-length data with heterogeneous "
-        "<TP,PP,CP> pipelines.",
+        description="Plan Transformer training steps on variable-length data with heterogeneous <TP,PP,CP> pipelines.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     cluster = _cluster_options()
     _add_plan_parser(commands, cluster)
+    _add_strategies_parser(commands, cluster)
 
     check = commands.add_parser(
         "check",
@@ -407,9 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the REST service (pip install 'hydraplan[service]').",
     )
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
-    serve.add_argument(
-        "--port", type=_positive_int, default=8000, help="port (default: %(default)s)"
-    )
+    serve.add_argument("--port", type=_positive_int, default=8000, help="port (default: %(default)s)")
     serve.add_argument(
         "--workers",
         type=_positive_int,

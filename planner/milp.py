@@ -18,7 +18,6 @@ Dispatch model (large instances):
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,7 +113,7 @@ class PulpAdapter:
         with warnings.catch_warnings():
             # the bundled CBC binary is what PuLP 3 ships; its 4.0 deprecation notice is noise here
             warnings.simplefilter("ignore", DeprecationWarning)
-            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.ceil(time_limit_s)), threads=1)
+            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(0.05, time_limit_s), threads=1)
             self.model.solve(solver)
         # PuLP reports "Optimal" at a time limit; the solution status tells the truth.
         if self.model.sol_status == pulp.LpSolutionOptimal:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from planner.cost import ProfileCostModel
-from planner.schemas import CostProfile, PipelinePlan, Plan
+from planner.schemas import CostProfile, PipelinePlan, Plan, StrategyPoolFile
 from planner.scheme import ParallelScheme
 
 # At most this many dropped sequence ids are spelled out in the summary.
@@ -43,6 +43,29 @@ def render_schemes(profile: CostProfile) -> str:
         f"cost profile: {profile.source}, {_model_on_gpu(profile)}, {profile.num_layers} layers, {len(schemes)} schemes"
     )
     return header + "\n\n" + _table(headers, rows, right_from=1) + "\n"
+
+
+def render_pool(pool: StrategyPoolFile, num_candidates: int) -> str:
+    """A strategy pool: one row per member, then the expected step time against the alternatives."""
+    rows = [
+        [member.strategy, f"{member.share:.0%}", f"{member.mean_step_time_s * 1e3:,.1f}"] for member in pool.members
+    ]
+    table = _table(["strategy", "batches served", "mean step (ms)"], rows, right_from=1)
+    lines = [
+        f"strategy pool of {len(pool.members)} from {num_candidates} candidates over {pool.num_batches} "
+        f"{pool.dataset or ''} batches".replace("  ", " "),
+        "",
+        table,
+        "",
+        f"expected step time with the pool: {_ms(pool.expected_step_time_s)}",
+        f"with each batch's best candidate:  {_ms(pool.unrestricted_step_time_s)}",
+        f"with the best single strategy:     {_ms(pool.best_single_step_time_s)}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:,.1f} ms"
 
 
 def format_ranks(ranks: Sequence[int]) -> str:

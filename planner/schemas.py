@@ -371,3 +371,25 @@ class Plan(Frozen):
     @property
     def num_sequences(self) -> int:
         return len(self.input_lengths)
+
+
+POOL_SCHEMA = "hydraplan.pool/1"
+
+
+class PoolMemberModel(Frozen):
+    strategy: str
+    share: float = Field(description="Share of sample batches on which it is the pool's fastest member.")
+    mean_step_time_s: float = Field(description="Mean step time over the batches it serves.")
+
+
+class StrategyPoolFile(Frozen):
+    """A pool of strategies a runtime prepares; `--strategy-pool` restricts planning to it."""
+
+    schema_version: Literal["hydraplan.pool/1"] = POOL_SCHEMA
+    strategies: list[str] = Field(min_length=1, description="The pool, best served first.")
+    members: list[PoolMemberModel] = Field(default_factory=list)
+    expected_step_time_s: float | None = Field(None, description="Mean over sample batches with the pool.")
+    unrestricted_step_time_s: float | None = Field(None, description="Mean with each batch's best candidate.")
+    best_single_step_time_s: float | None = Field(None, description="Mean with the best single strategy.")
+    num_batches: int | None = None
+    dataset: str | None = None

@@ -147,8 +147,8 @@ class Bounded:
 class Frontier:
     """Scheme sets waiting to be expanded (by area bound) and strategies with bounds/estimates."""
 
-    def __init__(self, tables: BoundTables, cost: ProfileCostModel, num_gpus: int, previous: Strategy | None) -> None:
-        self.tables, self.cost, self.num_gpus, self.previous = tables, cost, num_gpus, previous
+    def __init__(self, tables: BoundTables, cost: ProfileCostModel, num_gpus: int) -> None:
+        self.tables, self.cost, self.num_gpus = tables, cost, num_gpus
         self.column_of = {coef.scheme: column for column, coef in enumerate(tables.coefs)}
         self.sets: list[tuple[float, int, tuple[int, ...]]] = []
         self.strategies: list[Bounded] = []
@@ -174,9 +174,9 @@ class Frontier:
                 columns, counts, _bubble_inflation(self.tables, columns, bounds)
             )
             for strategy, bound, estimate, flat in zip(group, bounds.tolist(), estimates.tolist(), fluid.tolist()):
+                # the switch cost (>= 0) is left out: the bound stays valid and stays cheap; solving
+                # a strategy charges it
                 extra = self.cost.grad_sync_s(strategy.pipeline_schemes())
-                if self.previous is not None:
-                    extra += switch_cost_s(self.previous, pipeline_blocks(strategy), self.cost)
                 self.strategies.append(Bounded(max(estimate, bound) + extra, flat + extra, bound + extra, strategy))
 
     def expand_next(self) -> None:
@@ -235,7 +235,7 @@ def search(
     keep = {scheme for strategy in pinned for scheme in strategy.schemes}
     coefs = runnable_schemes(cost, num_gpus, keep)
     tables = BoundTables.build(lengths, coefs)
-    frontier = Frontier(tables, cost, num_gpus, settings.previous)
+    frontier = Frontier(tables, cost, num_gpus)
     if settings.pool is not None:
         frontier.push_strategies([s for s in settings.pool if s in pinned])
     else:
@@ -244,6 +244,10 @@ def search(
     share = SEARCH_TIME_SHARE.get(settings.backend, 0.6)
     expansion_reserve_s = time_limit_s * (1 - EXPANSION_SHARE)
     solved: list[Candidate] = []  # best first
+    if settings.previous in pinned and settings.pool is None:
+        # staying costs no re-sharding: the natural first incumbent
+        staying = _first_solution(settings.previous, lengths, cost, settings, clock)
+        solved += [staying] if staying is not None else []
     queue: list[tuple[float, float, str, int]] = []  # unsolved strategies by estimate
     queued = 0
     expansions = 0

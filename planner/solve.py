@@ -13,10 +13,12 @@ from planner.check import check_plan
 from planner.cost import ProfileCostModel
 from planner.errors import PlanningError
 from planner.items import Items, prepare_items
-from planner.schemas import BaselineResult, CostProfile, Plan, PlanRequest, SolverStats
+from planner.schemas import BaselineResult, CostProfile, Plan, PlanRequest, SolverBackend, SolverStats
 from planner.scheme import ParallelScheme
 from planner.search import Clock, SearchSettings, search, solve_fixed
 from planner.strategies import Strategy, parse_strategy
+
+FINISH_SHARE = 0.1  # of the time limit, kept for building and checking the plan
 
 
 def solve(
@@ -32,12 +34,15 @@ def solve(
     incumbent. `previous_plan` (or `request.previous_strategy`) makes strategy switches cost their
     re-sharding time. Every returned plan has passed `check_plan`.
     """
+    load_backend(request.options.solver)
     started = time.perf_counter()
     if previous_plan is not None and request.previous_strategy is None:
         request = request.model_copy(update={"previous_strategy": previous_plan.strategy})
     options = request.options
     cost = ProfileCostModel(profile)
     pool = _parse_pool(options.strategy_pool)
+    if pool is not None:
+        _validate_pool(pool, request, cost)
     items = _prepare_items(request, cost, sorted({s for p in pool for s in p.schemes}) if pool else None)
     settings, clock = _settings(request, pool, cancel, started)
     result = search(items.lengths, cost, request.num_gpus, settings, clock, options.time_limit_s)
@@ -60,14 +65,26 @@ def solve(
         seed=options.seed,
     )
     plan = build_plan(request, profile, items, result.best, result.lower_bound_s, stats, result.timed_out)
+    plan = plan.model_copy(update={"solver": stats.model_copy(update={"solve_time_s": time.perf_counter() - started})})
     return _finish(plan, request, profile, baselines)
+
+
+def load_backend(backend: SolverBackend) -> None:
+    """Import the backend's solver library now, so a first import (0.5-1 s for OR-Tools) is not
+    charged to the planning-time budget. Later calls are free."""
+    if backend in (SolverBackend.AUTO, SolverBackend.CPSAT):
+        import ortools.sat.python.cp_model  # noqa: F401
+    if backend == SolverBackend.PULP:
+        import pulp  # noqa: F401
+    if backend in (SolverBackend.AUTO, SolverBackend.LP):
+        import highspy  # noqa: F401
 
 
 def _settings(
     request: PlanRequest, pool: tuple[Strategy, ...] | None, cancel: Callable[[], bool] | None, started: float
 ) -> tuple[SearchSettings, Clock]:
     options = request.options
-    deadline = started + options.time_limit_s
+    deadline = started + options.time_limit_s * (1 - FINISH_SHARE)
     clock = Clock(remaining_s=lambda: deadline - time.perf_counter(), cancelled=cancel or (lambda: False))
     settings = SearchSettings(
         backend=options.solver,
@@ -87,6 +104,18 @@ def _parse(text: str, field: str) -> Strategy:
         raise PlanningError(f"{field}: {error}") from None
 
 
+def _validate_pool(pool: tuple[Strategy, ...], request: PlanRequest, cost: ProfileCostModel) -> None:
+    known = set(cost.schemes())
+    for index, strategy in enumerate(pool):
+        if strategy.num_gpus != request.num_gpus:
+            raise PlanningError(
+                f"strategy_pool[{index}] {strategy} uses {strategy.num_gpus} GPUs, the cluster has {request.num_gpus}"
+            )
+        missing = [str(scheme) for scheme in strategy.schemes if scheme not in known]
+        if missing:
+            raise PlanningError(f"strategy_pool[{index}] {strategy}: scheme {missing[0]} is not in the cost profile")
+
+
 def _parse_pool(texts: list[str] | None) -> tuple[Strategy, ...] | None:
     if texts is None:
         return None
@@ -99,6 +128,7 @@ def evaluate_strategy(
     request: PlanRequest, profile: CostProfile, strategy: Sequence[tuple[ParallelScheme, int]] | Strategy
 ) -> Plan:
     """Plan the batch on a fixed strategy (no search): dispatch, packing, simulation, check."""
+    load_backend(request.options.solver)
     started = time.perf_counter()
     fixed = strategy if isinstance(strategy, Strategy) else Strategy.of(list(strategy))
     if fixed.num_gpus != request.num_gpus:

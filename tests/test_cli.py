@@ -115,9 +115,7 @@ def test_lengths_from_standard_input(
 ) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO("[300, 5000, 12000, 800]"))
     options = "--num-gpus 16 --json --time-limit-s 0.5".split()
-    code, out, err = run(
-        capsys, "plan", "--profile", str(user_profile_path), "--lengths", "-", *options
-    )
+    code, out, err = run(capsys, "plan", "--profile", str(user_profile_path), "--lengths", "-", *options)
     assert code == 0, err
     assert json.loads(out)["input_lengths"] == [300, 5000, 12000, 800]
 
@@ -129,11 +127,75 @@ def test_tiny_model_sampled_dataset_summary(capsys: pytest.CaptureFixture[str]) 
     assert "seed 5" in out
 
 
-def test_compare_shows_the_megatron_baseline(capsys: pytest.CaptureFixture[str]) -> None:
+def test_compare_shows_every_baseline_or_the_chosen_ones(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "plan", *TINY, "--compare")
     assert code == 0, err
-    row = next(line for line in out.splitlines() if line.startswith("megatron"))
-    assert row.rstrip().endswith("x")
+    for name in ("megatron", "wlb", "flexsp", "hydraulis"):
+        row = next(line for line in out.splitlines() if line.startswith(name))
+        assert row.rstrip().endswith("x")
+    code, out, err = run(capsys, "plan", *TINY, "--compare", "wlb", "--json")
+    assert code == 0, err
+    assert [baseline["name"] for baseline in json.loads(out)["baselines"]] == ["wlb"]
+    code, _, err = run(capsys, "plan", *TINY, "--compare", "megatron,nope")
+    assert "unknown baseline 'nope'" in assert_one_line_error(code, err)
+
+
+def test_baseline_plan_is_printed_and_checks(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "baseline.json"
+    code, out, err = run(capsys, "plan", *TINY, "--baseline", "hydraulis", "--out", str(path), "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["solver"]["backend"] == "baseline:hydraulis"
+    assert all(pipeline["scheme"]["cp"] == 1 for pipeline in plan["pipelines"])
+    assert run(capsys, "check", str(path))[0] == 0
+
+
+def test_previous_plan_file_sets_the_previous_strategy(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "previous.json"
+    assert run(capsys, "plan", *TINY, "--baseline", "megatron", "--out", str(path), "--json")[0] == 0
+    previous = json.loads(path.read_text())["strategy"]
+    code, out, err = run(capsys, "plan", *TINY, "--previous-plan", str(path), "--json")
+    assert code == 0, err
+    assert json.loads(out)["previous_strategy"] == previous
+    code, _, err = run(capsys, "plan", *TINY, "--previous-plan", write(tmp_path, "bad.json", "{}"))
+    assert "not a valid plan" in assert_one_line_error(code, err)
+
+
+def test_strategies_pool_then_plan_within_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pool_path = tmp_path / "pool.json"
+    code, out, err = run(
+        capsys,
+        "strategies",
+        "--model",
+        "tiny",
+        "--num-gpus",
+        "8",
+        "--num-tokens",
+        "20000",
+        "--num-batches",
+        "3",
+        "--pool-size",
+        "2",
+        "--budget-s",
+        "3",
+        "--out",
+        str(pool_path),
+    )
+    assert code == 0, err
+    assert "expected step time with the pool" in out
+    pool = json.loads(pool_path.read_text())
+    assert pool["schema_version"] == "hydraplan.pool/1" and 1 <= len(pool["strategies"]) <= 2
+    code, out, err = run(capsys, "plan", *TINY, "--strategy-pool", str(pool_path), "--json")
+    assert code == 0, err
+    assert json.loads(out)["strategy"] in pool["strategies"]
+    lines_pool = write(tmp_path, "pool.txt", "# one per line\n8x<1,1,1>\n")
+    code, out, err = run(capsys, "plan", *TINY, "--strategy-pool", lines_pool, "--json")
+    assert code == 0, err
+    assert json.loads(out)["strategy"] == "8x<1,1,1>"
+    code, _, err = run(capsys, "plan", *TINY, "--strategy-pool", write(tmp_path, "empty.txt", "\n"))
+    assert "no strategies" in assert_one_line_error(code, err)
+    code, _, err = run(capsys, "plan", *TINY, "--strategy-pool", write(tmp_path, "bad.txt", "eight\n"))
+    assert "strategy_pool[0]" in assert_one_line_error(code, err)
 
 
 def test_same_request_and_seed_give_the_same_plan(capsys: pytest.CaptureFixture[str]) -> None:
@@ -166,9 +228,7 @@ def test_oversize_split_and_drop(
 ) -> None:
     lengths = write(tmp_path, "L.txt", "1000\n100000\n2000\n")  # 100000 > every capacity (65536)
     options = f"--num-gpus 16 --oversize {policy} --json --time-limit-s 0.5".split()
-    code, out, err = run(
-        capsys, "plan", "--profile", str(user_profile_path), "--lengths", lengths, *options
-    )
+    code, out, err = run(capsys, "plan", "--profile", str(user_profile_path), "--lengths", lengths, *options)
     assert code == 0, err
     plan = json.loads(out)
     assert plan[f"{'split' if policy == 'split' else 'dropped'}_sequence_ids"] == [1]
@@ -247,9 +307,7 @@ def test_oversize_error_says_how_many_and_the_largest_capacity(
 ) -> None:
     lengths = write(tmp_path, "L.txt", "1000\n100000\n70000\n")
     profile = str(user_profile_path)
-    code, _, err = run(
-        capsys, "plan", "--profile", profile, "--lengths", lengths, "--num-gpus", "16"
-    )
+    code, _, err = run(capsys, "plan", "--profile", profile, "--lengths", lengths, "--num-gpus", "16")
     message = assert_one_line_error(code, err)
     assert "2" in message and ("65536" in message or "65,536" in message), message
 
@@ -287,9 +345,7 @@ def _forget_a_sequence(plan: dict) -> None:
 
 
 @pytest.mark.parametrize("tamper", [_halve_step_time, _forget_a_sequence])
-def test_check_rejects_a_tampered_plan(
-    capsys: pytest.CaptureFixture[str], tiny_plan_path: Path, tamper
-) -> None:
+def test_check_rejects_a_tampered_plan(capsys: pytest.CaptureFixture[str], tiny_plan_path: Path, tamper) -> None:
     plan = json.loads(tiny_plan_path.read_text())
     tamper(plan)
     tiny_plan_path.write_text(json.dumps(plan))
@@ -357,13 +413,9 @@ def test_schemes_from_the_catalog_and_from_a_profile(
     assert "<4,2,1>" in out and "30,000" in out
 
 
-def test_profile_analytic_round_trips_and_plans(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_profile_analytic_round_trips_and_plans(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "profile.json"
-    code, _, err = run(
-        capsys, "profile", "--analytic", "--model", "tiny", "--num-gpus", "8", "--out", str(path)
-    )
+    code, _, err = run(capsys, "profile", "--analytic", "--model", "tiny", "--num-gpus", "8", "--out", str(path))
     assert code == 0, err
     profile = load_profile(path)
     assert profile.source == "analytic" and profile.model == "tiny"
@@ -379,9 +431,7 @@ def test_profile_needs_analytic(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "--analytic" in err
 
 
-def test_serve_without_the_service_extra(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_serve_without_the_service_extra(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "api.server", None)  # makes `import api.server` fail
     code, _, err = run(capsys, "serve", "--port", "8123")
     message = assert_one_line_error(code, err)
@@ -401,9 +451,7 @@ def test_serve_passes_host_port_and_workers(
 
 def test_the_cli_does_not_import_fastapi() -> None:
     probe = "import sys, api.cli; print('fastapi' in sys.modules, 'uvicorn' in sys.modules)"
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
-    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False False"
 
 
@@ -411,12 +459,10 @@ def test_the_cli_does_not_import_fastapi() -> None:
 # The CLI surface (snapshot) and the installed script
 # ---------------------------------------------------------------------------------------------
 
-HELP_COMMANDS = [[], ["plan"], ["check"], ["schemes"], ["profile"], ["serve"]]
+HELP_COMMANDS = [[], ["plan"], ["strategies"], ["check"], ["schemes"], ["profile"], ["serve"]]
 
 
-def test_cli_help_snapshot(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_cli_help_snapshot(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Interface changes are deliberate: regenerate with UPDATE_SNAPSHOTS=1."""
     monkeypatch.setenv("COLUMNS", "100")
     parts = []
@@ -434,9 +480,7 @@ def test_cli_help_snapshot(
 
 @pytest.mark.skipif(shutil.which("hydraplan") is None, reason="the hydraplan script is not on PATH")
 def test_installed_console_script() -> None:
-    result = subprocess.run(
-        ["hydraplan", "plan", *TINY], capture_output=True, text=True, timeout=120, check=False
-    )
+    result = subprocess.run(["hydraplan", "plan", *TINY], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert "strategy" in result.stdout and "tiny on h100-sxm-80gb" in result.stdout
 

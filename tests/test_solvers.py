@@ -163,3 +163,7 @@ def test_strategy_pool_restricts_the_search():
     assert plan.strategy in pool and check_plan(plan) == []
     with pytest.raises(PlanningError, match=r"strategy_pool\[1\]"):
         solve(tiny_request(lengths, 16, "greedy", strategy_pool=["4x<4,1,1>", "four of them"]), profile)
+    with pytest.raises(PlanningError, match=r"strategy_pool\[0\] 2x<4,1,1> uses 8 GPUs, the cluster has 16"):
+        solve(tiny_request(lengths, 16, "greedy", strategy_pool=["2x<4,1,1>"]), profile)
+    with pytest.raises(PlanningError, match=r"strategy_pool\[0\] 1x<16,1,1>: scheme <16,1,1> is not in the cost"):
+        solve(tiny_request(lengths, 16, "greedy", strategy_pool=["1x<16,1,1>"]), profile)

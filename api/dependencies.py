@@ -1,0 +1,62 @@
+"""The app's long-lived services, built once by `create_app`, and their route dependency."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from api.jobs import JobRunner
+from api.metrics import Metrics
+from api.planning import Planning
+from api.sessions import Sessions
+from api.settings import Settings
+from api.solving import SolverPool
+from api.store import Store, open_store
+
+
+@dataclass(frozen=True)
+class Services:
+    """Everything a route needs; one instance per app (tests build many apps side by side)."""
+
+    settings: Settings
+    store: Store
+    metrics: Metrics
+    planning: Planning
+    solver: SolverPool
+    sessions: Sessions
+    jobs: JobRunner
+
+    @classmethod
+    def build(cls, settings: Settings) -> Services:
+        store = open_store(settings.redis_url, settings.redis_prefix)
+        metrics = Metrics()
+        planning = Planning(settings, store, metrics)
+        solver = SolverPool(
+            settings.max_concurrent_solves,
+            settings.max_queued_solves,
+            settings.retry_after_s,
+            metrics,
+        )
+        return cls(
+            settings=settings,
+            store=store,
+            metrics=metrics,
+            planning=planning,
+            solver=solver,
+            sessions=Sessions(settings, store, planning),
+            jobs=JobRunner(settings, store, planning, metrics),
+        )
+
+    def close(self) -> None:
+        self.solver.shutdown()
+        self.jobs.shutdown()
+        self.store.close()
+
+
+def get_services(request: Request) -> Services:
+    return request.app.state.services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]

@@ -1,0 +1,298 @@
+"""Background jobs: long plans and what-if sweeps, run by a bounded pool of worker threads.
+
+A job's state (`JobView`) lives in the store, so any worker or replica answers GET for it; the
+worker that accepted the job runs it and rewrites the state after every step. DELETE sets a
+cancel flag under a separate key (so it never races with the runner's writes): a running solve
+reads it through its `cancel` callback and returns its best incumbent, a sweep stops after the
+item in progress. Finished jobs keep their results until `job_ttl_s`.
+
+Limitation: a job whose worker process dies stays `running` until it expires.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import logging
+import secrets
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from api.metrics import Metrics
+from api.planning import Planning
+from api.problems import (
+    Problem,
+    ProblemError,
+    conflict,
+    describe_errors,
+    field_errors,
+    not_found,
+    problem_from_exception,
+    saturated,
+    unprocessable,
+)
+from api.schemas import (
+    JobProgress,
+    JobStatus,
+    JobView,
+    PlanBody,
+    PlanJobBody,
+    SweepItem,
+    SweepJobBody,
+)
+from api.settings import Settings
+from api.store import Store
+
+logger = logging.getLogger("hydraplan.jobs")
+CANCEL_POLL_INTERVAL_S = 0.05
+
+
+def job_key(job_id: str) -> str:
+    return f"job:{job_id}"
+
+
+def cancel_key(job_id: str) -> str:
+    return f"job-cancel:{job_id}"
+
+
+def job_location(job_id: str) -> str:
+    return f"/v1/jobs/{job_id}"
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class CancelFlag:
+    """`cancel()` callback over the store's cancel key, polled at most every 50 ms."""
+
+    def __init__(self, store: Store, job_id: str, stopping: threading.Event) -> None:
+        self._store = store
+        self._stopping = stopping
+        self._key = cancel_key(job_id)
+        self._next_check = 0.0
+        self._cancelled = False
+
+    def __call__(self) -> bool:
+        if self._cancelled or self._stopping.is_set():
+            return True
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + CANCEL_POLL_INTERVAL_S
+            self._cancelled = self._store.get(self._key) is not None
+        return self._cancelled
+
+    def check_now(self) -> bool:
+        self._next_check = 0.0
+        return self()
+
+
+def sweep_items(body: SweepJobBody) -> list[PlanBody]:
+    """Every combination of the swept values, each a complete plan body."""
+    vary = body.vary
+    base = body.base
+    if (vary.model is not None or vary.gpu is not None) and base.model is None:
+        raise unprocessable(
+            "vary.model and vary.gpu need a base with model+gpu, not profile or profile_id",
+            ("body", "vary"),
+        )
+    axes = itertools.product(
+        vary.num_gpus or [base.num_gpus], vary.model or [base.model], vary.gpu or [base.gpu]
+    )
+    items = []
+    for num_gpus, model, gpu in axes:
+        update = {"num_gpus": num_gpus, "model": model, "gpu": gpu}
+        try:
+            items.append(PlanBody.model_validate({**base.model_dump(exclude_none=True), **update}))
+        except ValidationError as exc:
+            errors = field_errors(exc.errors(include_url=False))
+            detail = f"sweep item num_gpus={num_gpus}: {describe_errors(errors)}"
+            raise unprocessable(detail, ("body", "vary")) from None
+    return items
+
+
+class JobRunner:
+    """Accepts jobs, runs them in `job_workers` threads and keeps their state in the store."""
+
+    def __init__(
+        self, settings: Settings, store: Store, planning: Planning, metrics: Metrics
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._planning = planning
+        self._metrics = metrics
+        self._executor: ThreadPoolExecutor | None = None  # made on first use, again after shutdown
+        self._lock = threading.Lock()
+        self._queued: dict[str, JobView] = {}
+        self._num_running = 0
+        self._stopping = threading.Event()  # set at shutdown: running solves stop early
+
+    def submit(self, body: PlanJobBody | SweepJobBody) -> JobView:
+        """Validate, record as queued and schedule; 503 when too many jobs are pending here."""
+        items = self._validate(body)
+        view = JobView(
+            job_id="job-" + secrets.token_hex(12),
+            kind=body.kind,
+            status=JobStatus.QUEUED,
+            created_at=utc_now(),
+            progress=JobProgress(done=0, total=len(items)),
+        )
+        with self._lock:
+            pending = len(self._queued) + self._num_running
+            if pending >= self._settings.max_pending_jobs:
+                self._metrics.rejections.labels(pool="jobs").inc()
+                raise saturated(
+                    f"{pending} jobs are queued or running on this worker; "
+                    f"retry in {self._settings.retry_after_s} s",
+                    self._settings.retry_after_s,
+                )
+            self._queued[view.job_id] = view
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    self._settings.job_workers, thread_name_prefix="hydraplan-job"
+                )
+            executor, stopping = self._executor, self._stopping
+        self._save(view)
+        executor.submit(contextvars.copy_context().run, self._run, view, items, stopping)
+        return view
+
+    def get(self, job_id: str) -> JobView:
+        text = self._store.get(job_key(job_id))
+        if text is None:
+            raise not_found(f"job {job_id!r} is unknown or expired")
+        view = JobView.model_validate_json(text)
+        if not view.cancel_requested and self._store.get(cancel_key(job_id)) is not None:
+            view = view.model_copy(update={"cancel_requested": True})
+        return view
+
+    def cancel(self, job_id: str) -> JobView:
+        """Flag the job for cancellation; 409 when it has already finished."""
+        view = self.get(job_id)
+        if view.status.finished:
+            raise conflict(
+                f"job {job_id!r} has already finished ({view.status}); nothing to cancel"
+            )
+        self._store.set(cancel_key(job_id), "1", self._settings.job_ttl_s)
+        return view.model_copy(update={"cancel_requested": True})
+
+    def shutdown(self) -> None:
+        """Stop running solves early and cancel queued jobs (both end `cancelled`)."""
+        with self._lock:
+            self._stopping.set()
+            self._stopping = threading.Event()
+            executor, self._executor = self._executor, None
+            dropped, self._queued = list(self._queued.values()), {}
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+        for view in dropped:
+            try:
+                self._finish(view, JobStatus.CANCELLED)
+            except Exception:  # the store may already be gone at shutdown
+                logger.exception("could not record job %s as cancelled", view.job_id)
+
+    # -- running --------------------------------------------------------------------------------
+
+    def _validate(self, body: PlanJobBody | SweepJobBody) -> list[PlanBody]:
+        items = [body.request] if isinstance(body, PlanJobBody) else sweep_items(body)
+        if len(items) > self._settings.max_sweep_items:
+            raise unprocessable(
+                f"the sweep has {len(items)} items, over this server's limit of "
+                f"{self._settings.max_sweep_items}",
+                ("body", "vary"),
+            )
+        for item in items:
+            self._planning.check_limits(
+                len(item.lengths), item.num_gpus, item.options, synchronous=False
+            )
+            self._planning.check_baselines(item.baselines)
+            if item.model is not None:
+                self._planning.model(item.model)
+                self._planning.gpu(item.gpu)
+        return items
+
+    def _run(self, view: JobView, items: list[PlanBody], stopping: threading.Event) -> None:
+        with self._lock:
+            if self._queued.pop(view.job_id, None) is None:
+                return  # dropped at shutdown, already recorded as cancelled
+            self._num_running += 1
+        cancel = CancelFlag(self._store, view.job_id, stopping)
+        try:
+            if cancel.check_now():
+                view = self._finish(view, JobStatus.CANCELLED)
+                return
+            view = self._save(
+                view.model_copy(update={"status": JobStatus.RUNNING, "started_at": utc_now()})
+            )
+            if view.kind == "plan":
+                view = self._run_plan(view, items[0], cancel)
+            else:
+                view = self._run_sweep(view, items, cancel)
+        except Exception as exc:  # a bug or a store failure: record it, keep the worker alive
+            logger.exception("job %s failed", view.job_id)
+            view = self._finish(view, JobStatus.FAILED, error=self._problem(view.job_id, exc))
+        finally:
+            with self._lock:
+                self._num_running -= 1
+            self._metrics.jobs.labels(kind=view.kind, status=str(view.status)).inc()
+
+    def _run_plan(self, view: JobView, body: PlanBody, cancel: CancelFlag) -> JobView:
+        try:
+            plan = self._planning.plan(body, cancel=cancel, origin="job")
+        except (ProblemError, ValueError, ValidationError) as exc:
+            return self._finish(view, JobStatus.FAILED, error=self._problem(view.job_id, exc))
+        status = JobStatus.CANCELLED if cancel.check_now() else JobStatus.SUCCEEDED
+        return self._finish(view, status, result=plan, progress=JobProgress(done=1, total=1))
+
+    def _run_sweep(self, view: JobView, items: list[PlanBody], cancel: CancelFlag) -> JobView:
+        results: list[SweepItem] = []
+        for index, body in enumerate(items):
+            if cancel.check_now():
+                return self._finish(view, JobStatus.CANCELLED, items=results)
+            results.append(self._sweep_item(view.job_id, index, body, cancel))
+            view = self._save(
+                view.model_copy(
+                    update={
+                        "items": list(results),
+                        "progress": JobProgress(done=len(results), total=len(items)),
+                    }
+                )
+            )
+        status = JobStatus.CANCELLED if cancel.check_now() else JobStatus.SUCCEEDED
+        return self._finish(view, status, items=results)
+
+    def _sweep_item(self, job_id: str, index: int, body: PlanBody, cancel: CancelFlag) -> SweepItem:
+        fields: dict[str, Any] = {
+            "index": index,
+            "num_gpus": body.num_gpus,
+            "model": _name(body.model),
+            "gpu": _name(body.gpu),
+        }
+        try:
+            plan = self._planning.plan(body, cancel=cancel, origin="job")
+        except (ProblemError, ValueError, ValidationError) as exc:
+            return SweepItem(**fields, status=JobStatus.FAILED, error=self._problem(job_id, exc))
+        return SweepItem(**fields, status=JobStatus.SUCCEEDED, plan=plan)
+
+    def _finish(self, view: JobView, status: JobStatus, **update: Any) -> JobView:
+        return self._save(
+            view.model_copy(update={"status": status, "finished_at": utc_now(), **update})
+        )
+
+    def _save(self, view: JobView) -> JobView:
+        self._store.set(job_key(view.job_id), view.model_dump_json(), self._settings.job_ttl_s)
+        return view
+
+    @staticmethod
+    def _problem(job_id: str, exc: Exception) -> Problem:
+        return problem_from_exception(exc, job_location(job_id))
+
+
+def _name(ref: Any) -> str | None:
+    if ref is None or isinstance(ref, str):
+        return ref
+    return getattr(ref, "name", None)

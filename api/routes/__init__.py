@@ -1,0 +1,13 @@
+"""One router per resource; `ROUTERS` is what `create_app` mounts, in this order."""
+
+from api.routes import catalog, estimate, health, jobs, plans, profiles, sessions
+
+ROUTERS = (
+    plans.router,
+    estimate.router,
+    catalog.router,
+    profiles.router,
+    sessions.router,
+    jobs.router,
+    health.router,
+)

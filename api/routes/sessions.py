@@ -1,0 +1,90 @@
+"""Sessions: fix cluster, costs and options once, then plan each training step's batch."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from api.dependencies import Services, ServicesDep
+from api.planning import Cancel, server_timing_header, start_solve_timing
+from api.problems import too_large, unprocessable
+from api.routes.plans import plan_response
+from api.schemas import SessionBody, SessionPlans, SessionPlansBody, SessionView
+from api.sessions import session_location
+from planner.schemas import Plan
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+
+
+@router.post(
+    "",
+    response_model=SessionView,
+    status_code=201,
+    summary="Start a planning session",
+    description=(
+        "Validates and stores the cluster, cost source and options of a training job. The session "
+        "expires after `idle_timeout_s` without a request."
+    ),
+)
+def create_session(body: SessionBody, services: ServicesDep, response: Response) -> SessionView:
+    sessions = services.sessions
+    record = sessions.create(body)
+    response.headers["Location"] = session_location(record.session_id)
+    return sessions.view(record)
+
+
+@router.get("/{session_id}", response_model=SessionView, summary="Read a session")
+def get_session(session_id: str, services: ServicesDep) -> SessionView:
+    return services.sessions.view(services.sessions.get(session_id))
+
+
+@router.delete("/{session_id}", status_code=204, summary="End a session")
+def delete_session(session_id: str, services: ServicesDep) -> Response:
+    services.sessions.delete(session_id)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{session_id}/plans",
+    response_model=Plan | SessionPlans,
+    summary="Plan the next batch (or the next k batches) of a session",
+    description=(
+        "With `lengths`: plans one batch and returns its Plan. With `batches`: plans them in "
+        "order, each with the previous plan as strategy-switch context, and returns "
+        '`{"plans": [...]}`. The session keeps the last plan for the next call. A second call '
+        "on the same session while one is running gets 409."
+    ),
+)
+async def plan_in_session(
+    session_id: str,
+    body: SessionPlansBody,
+    services: ServicesDep,
+) -> Response:
+    batches = body.all_batches()
+    settings = services.settings
+    if len(batches) > settings.max_session_batches:
+        raise unprocessable(
+            f"batches: {len(batches)} batches exceed this server's limit of "
+            f"{settings.max_session_batches} per call",
+            ("body", "batches"),
+        )
+    num_sequences = sum(len(batch) for batch in batches)
+    if num_sequences > settings.max_sequences:
+        raise too_large(
+            f"{num_sequences} sequences exceed this server's limit of "
+            f"{settings.max_sequences} per request"
+        )
+    timings = start_solve_timing()
+    plans = await services.solver.run(_plan, services, session_id, batches)
+    if body.lengths is not None:
+        return plan_response(plans[0], timings)
+    return Response(
+        SessionPlans(plans=plans).model_dump_json(),
+        media_type="application/json",
+        headers=server_timing_header(timings),
+    )
+
+
+def _plan(
+    services: Services, session_id: str, batches: list[list[int]], cancel: Cancel
+) -> list[Plan]:
+    return services.sessions.plan(session_id, batches, cancel)

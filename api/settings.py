@@ -1,0 +1,90 @@
+"""Service settings: every knob of the REST service, read from `HYDRAPLAN_*` environment variables.
+
+This is the only module of the service that reads the environment. Each field `name` is set by the
+variable `HYDRAPLAN_<NAME>` (e.g. `max_sequences` by `HYDRAPLAN_MAX_SEQUENCES`); an empty variable
+counts as unset. Invalid values fail at start-up with the variable named.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+ENV_PREFIX = "HYDRAPLAN_"
+MIB = 1 << 20
+
+
+class Settings(BaseModel):
+    """Limits, concurrency, state and access settings of one service process."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    api_token: str | None = Field(
+        None,
+        min_length=1,
+        description="When set, every /v1 call needs `Authorization: Bearer <token>`.",
+    )
+    redis_url: str | None = Field(
+        None,
+        min_length=1,
+        description="redis://host:port/db of the shared store; unset keeps state in-process.",
+    )
+    redis_prefix: str = Field("hydraplan:", description="Prefix of every Redis key.")
+    max_sequences: int = Field(200_000, ge=1, description="Most sequences per request (413).")
+    max_body_bytes: int = Field(16 * MIB, ge=1024, description="Largest request body (413).")
+    max_num_gpus: int = Field(16_384, ge=1, description="Largest cluster a request may name (422).")
+    max_sync_time_limit_s: float = Field(
+        60.0, gt=0, description="Largest options.time_limit_s of a synchronous plan (422)."
+    )
+    max_concurrent_solves: int = Field(
+        default_factory=lambda: max(1, os.cpu_count() or 1),
+        ge=1,
+        description="Solves running at once in one process (threads off the event loop).",
+    )
+    max_queued_solves: int = Field(
+        8, ge=0, description="Solves waiting for a free slot before new ones get 503."
+    )
+    retry_after_s: int = Field(1, ge=1, description="Retry-After of a 503 when saturated.")
+    session_idle_timeout_s: float = Field(
+        3600.0, gt=0, description="A session expires after this long without a request."
+    )
+    max_session_batches: int = Field(16, ge=1, description="Most batches of one session call.")
+    job_workers: int = Field(2, ge=1, description="Background threads running jobs.")
+    max_pending_jobs: int = Field(
+        64, ge=1, description="Queued plus running jobs of one process before new ones get 503."
+    )
+    max_sweep_items: int = Field(64, ge=1, description="Most plans one sweep job may ask for.")
+    job_ttl_s: float = Field(86_400.0, gt=0, description="How long a job and its result are kept.")
+    profile_ttl_s: float | None = Field(
+        None, gt=0, description="How long an uploaded profile is kept (unset: forever)."
+    )
+    profile_cache_size: int = Field(
+        128, ge=1, description="Analytic profiles and uploaded profiles kept parsed in memory."
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="Level of the JSON logs."
+    )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Settings from `HYDRAPLAN_*` variables of `environ` (default `os.environ`)."""
+        environ = os.environ if environ is None else environ
+        values = {}
+        for name in cls.model_fields:
+            raw = environ.get(env_var(name), "").strip()
+            if raw:
+                values[name] = raw
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            name = str(first["loc"][0]) if first["loc"] else ""
+            raise ValueError(f"{env_var(name)}={values.get(name)!r}: {first['msg']}") from None
+
+
+def env_var(field_name: str) -> str:
+    """The environment variable that sets `field_name`."""
+    return ENV_PREFIX + field_name.upper()

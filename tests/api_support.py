@@ -1,0 +1,165 @@
+"""Shared pieces of the REST service tests (imported by tests/test_api_*.py).
+
+Everything is small and quick: the `tiny` catalog model on one 8-GPU node, short time budgets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("prometheus_client")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from api.app import create_app  # noqa: E402
+from api.settings import Settings  # noqa: E402
+
+PROBLEM_JSON = "application/problem+json"
+ROOT = Path(__file__).resolve().parents[1]
+TINY_LENGTHS = [64 + (index * 7919) % 6000 for index in range(60)] + [8000, 9000, 12000, 16000]
+
+
+def test_settings(**overrides: Any) -> Settings:
+    """Settings for tests: few threads, short limits, no environment involved."""
+    values: dict[str, Any] = {
+        "max_concurrent_solves": 2,
+        "max_queued_solves": 4,
+        "max_sync_time_limit_s": 5.0,
+        "max_num_gpus": 64,
+        "job_workers": 1,
+        "session_idle_timeout_s": 60.0,
+        "log_level": "WARNING",
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+test_settings.__test__ = False  # type: ignore[attr-defined]  # not a test despite its name
+
+
+def plan_body(**overrides: Any) -> dict[str, Any]:
+    """A POST /v1/plans body: 64 sequences, tiny model, one 8-GPU node, 0.3 s budget."""
+    body: dict[str, Any] = {
+        "lengths": list(TINY_LENGTHS),
+        "num_gpus": 8,
+        "gpus_per_node": 8,
+        "model": "tiny",
+        "gpu": "h100-sxm-80gb",
+        "options": {"time_limit_s": 0.3, "seed": 0},
+    }
+    body.update(overrides)
+    return body
+
+
+def session_body(**overrides: Any) -> dict[str, Any]:
+    body = plan_body(**overrides)
+    del body["lengths"]
+    return body
+
+
+def make_client(**overrides: Any) -> TestClient:
+    """A client of a fresh app (enter it with `with` to run the app's lifespan)."""
+    return TestClient(create_app(test_settings(**overrides)), raise_server_exceptions=False)
+
+
+@pytest.fixture(name="client")
+def client_fixture() -> Iterator[TestClient]:
+    """A client of a fresh app with test settings (import `client_fixture` to use `client`)."""
+    with make_client() as test_client:
+        yield test_client
+
+
+def assert_problem(response: Any, status: int, *detail_parts: str) -> dict[str, Any]:
+    """The response is a problem+json document with `status` whose detail names every part."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM_JSON), response.headers
+    problem = response.json()
+    assert problem["status"] == status
+    assert {"type", "title", "status", "detail", "instance"} <= set(problem)
+    for part in detail_parts:
+        assert part in problem["detail"], problem["detail"]
+    return problem
+
+
+def wait_for(predicate: Any, timeout_s: float = 10.0, interval_s: float = 0.02) -> Any:
+    """Poll `predicate()` until it returns something truthy; fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"condition not met within {timeout_s} s")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(name="redis_url", scope="session")
+def redis_url_fixture() -> Iterator[str]:
+    """A throwaway `redis-server` on 127.0.0.1 (no persistence). Skipped locally when the binary
+    is missing; a failure in CI (CI=true), where it must be installed."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        message = "redis-server is not installed (apt-get install redis-server)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    pytest.importorskip("redis")
+    import redis
+
+    port = free_port()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        client = redis.Redis.from_url(url)
+        wait_for(lambda: _answers(client), timeout_s=10)
+        client.close()
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _answers(client: Any) -> bool:
+    try:
+        return bool(client.ping())
+    except Exception:
+        return False
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8").replace("\\\n", " ")
+    instructions = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            instructions.append((keyword.upper(), rest.strip()))
+    return instructions
+
+
+def dockerfile_healthcheck_command() -> list[str]:
+    """The HEALTHCHECK's command (exec form), for the server test to run verbatim."""
+    healthcheck = next(
+        rest for keyword, rest in dockerfile_instructions() if keyword == "HEALTHCHECK"
+    )
+    return json.loads(healthcheck[healthcheck.index("CMD") + 3 :].strip())
