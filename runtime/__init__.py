@@ -1,5 +1,5 @@
-"""hydraplan runtime: executes a `Plan` on torch.distributed workers and reports measured times.
+"""hydraplan runtime: reserved for the torch.distributed workers that will execute a `Plan`.
 
-It never re-plans: it depends only on the plan schema (`planner.schemas.Plan`). torch comes with
-the `runtime` extra (`pip install -e ".[runtime]"`, the CPU wheel in CI).
+Not built yet: no issue so far asks for it. It will depend only on the plan schema
+(`planner.schemas.Plan`) and never re-plan; torch comes with the `runtime` extra.
 """

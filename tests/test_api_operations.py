@@ -306,12 +306,13 @@ def test_service_doc_lists_every_setting() -> None:
     assert missing == []
 
 
-def test_service_doc_client_example_runs(client) -> None:
-    """The orchestrator example of docs/service.md, run against the app (TestClient is httpx)."""
-    text = SERVICE_DOC.read_text(encoding="utf-8")
-    code = text.split("## An orchestrator client", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+def test_readme_client_example_runs(client) -> None:
+    """The orchestrator example of the README, run against the app (TestClient is httpx)."""
+    readme = ROOT / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    code = text.split("### An orchestrator client", 1)[1].split("```python", 1)[1].split("```", 1)[0]
     namespace: dict = {"__name__": "docs_example"}
-    exec(compile(code, str(SERVICE_DOC), "exec"), namespace)
+    exec(compile(code, str(readme), "exec"), namespace)
     session = namespace["open_session"](client)
     plan = namespace["plan_step"](client, session, plan_body()["lengths"])
     assert plan["input_lengths"] == plan_body()["lengths"]
