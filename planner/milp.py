@@ -67,6 +67,9 @@ class CpSatAdapter:
 
     def solve(self, time_limit_s: float, seed: int) -> str:
         self._solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
+        # the deterministic limit (in CP-SAT's work units, roughly seconds) usually binds first,
+        # so a solve does the same work whatever the machine's load
+        self._solver.parameters.max_deterministic_time = max(0.01, time_limit_s)
         self._solver.parameters.num_workers = 1
         self._solver.parameters.random_seed = seed
         status = self._solver.Solve(self.model)

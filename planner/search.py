@@ -56,6 +56,7 @@ class SearchSettings:
     seed: int
     pool: tuple[Strategy, ...] | None = None
     previous: Strategy | None = None
+    milp_budget_s: float = 0.3  # most time one MILP solve may take
 
 
 @dataclass(frozen=True)
@@ -329,6 +330,11 @@ def _polish(solved: list[Candidate], lengths, cost, settings: SearchSettings, cl
         improved = _polish_one(candidate, lengths, cost, settings, clock)
         if improved.objective_s < best.objective_s:
             best = improved
+    best = refine(best, lengths, REFINE_ROUNDS, clock.stop)
+    if settings.backend == SolverBackend.AUTO and not clock.stop(reserve_s=settings.milp_budget_s):
+        polished = milp_candidate("cpsat", best.strategy, lengths, cost, settings, clock, best)
+        if polished is not None and polished.objective_s < best.objective_s:
+            best = refine(polished, lengths, REFINE_ROUNDS, clock.stop)
     return best, timed_out
 
 
@@ -340,13 +346,7 @@ def _polish_one(candidate: Candidate, lengths, cost, settings: SearchSettings, c
         options.append(
             milp_candidate(settings.backend.value, candidate.strategy, lengths, cost, settings, clock, candidate)
         )
-    best = min((option for option in options if option is not None), key=lambda c: c.objective_s)
-    best = refine(best, lengths, REFINE_ROUNDS, clock.stop)
-    if settings.backend == SolverBackend.AUTO and clock.remaining_s() > 0.3:
-        polished = milp_candidate("cpsat", best.strategy, lengths, cost, settings, clock, best)
-        if polished is not None and polished.objective_s < best.objective_s:
-            best = refine(polished, lengths, REFINE_ROUNDS, clock.stop)
-    return best
+    return min((option for option in options if option is not None), key=lambda c: c.objective_s)
 
 
 def _inflation(candidate: Candidate, lengths: np.ndarray) -> list[float]:
@@ -377,7 +377,7 @@ def milp_candidate(backend, strategy, lengths, cost, settings: SearchSettings, c
         backend,
         lengths,
         coefs,
-        max(0.05, clock.remaining_s() * 0.5),
+        max(0.05, min(clock.remaining_s() * 0.5, settings.milp_budget_s)),
         settings.seed,
         inflation,
         hint.assignment if hint is not None else None,

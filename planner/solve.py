@@ -19,6 +19,7 @@ from planner.search import Clock, SearchSettings, search, solve_fixed
 from planner.strategies import Strategy, parse_strategy
 
 FINISH_SHARE = 0.1  # of the time limit, kept for building and checking the plan
+MILP_SHARE = 0.15  # of the time limit, the most one MILP solve may take
 
 
 def solve(
@@ -93,6 +94,7 @@ def _settings(
         seed=options.seed,
         pool=pool,
         previous=_parse(request.previous_strategy, "previous_strategy") if request.previous_strategy else None,
+        milp_budget_s=options.time_limit_s * MILP_SHARE,
     )
     return settings, clock
 
