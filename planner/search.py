@@ -40,6 +40,7 @@ MAX_STRATEGIES_PER_SET = 4000
 NEAR_IDEAL_PER_LARGE_SET = 12
 NUM_POLISHED = 3
 NUM_RUNNERS_UP = 8
+NUM_HOMOGENEOUS_FIRST = 4  # homogeneous strategies solved before the search proper
 REFINE_ROUNDS = 40
 # Work limits keep the search deterministic; the time shares are only a safety net.
 MIN_EXPANSIONS = 24  # scheme sets expanded whatever the clock says
@@ -242,17 +243,31 @@ def search(
     else:
         _seed_sets(frontier, coefs, cost, num_gpus, settings.max_schemes)
         frontier.push_strategies(pinned)
+        # homogeneous strategies have high set bounds (one scheme prices every sequence) yet are
+        # often near the best: always enumerate them and solve the most promising first
+        frontier.push_strategies(_homogeneous(coefs, num_gpus))
     share = SEARCH_TIME_SHARE.get(settings.backend, 0.6)
     expansion_reserve_s = time_limit_s * (1 - EXPANSION_SHARE)
     solved: list[Candidate] = []  # best first
-    if settings.previous in pinned and settings.pool is None:
-        # staying costs no re-sharding: the natural first incumbent
-        staying = _first_solution(settings.previous, lengths, cost, settings, clock)
-        solved += [staying] if staying is not None else []
+    first: list[Strategy] = []
+    if settings.pool is None:
+        homogeneous = [entry for entry in frontier.strategies if len(entry.strategy.counts) == 1]
+        homogeneous.sort(key=lambda e: (e.estimate_s, str(e.strategy)))
+        first = [entry.strategy for entry in homogeneous[:NUM_HOMOGENEOUS_FIRST]]
+        if settings.previous in pinned:
+            first.insert(0, settings.previous)  # staying costs no re-sharding: a natural incumbent
+    attempts = 0
+    for strategy in dict.fromkeys(first):
+        if solved and clock.stop():
+            break
+        attempts += 1
+        candidate = _first_solution(strategy, lengths, cost, settings, clock)
+        solved += [candidate] if candidate is not None else []
+    solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
+    done = set(first)
     queue: list[tuple[float, float, str, int]] = []  # unsolved strategies by estimate
     queued = 0
     expansions = 0
-    attempts = 0
     timed_out = False
     while True:
         incumbent_s = solved[0].objective_s if solved else math.inf
@@ -266,7 +281,9 @@ def search(
         for entry in frontier.strategies[queued:]:
             heapq.heappush(queue, (round(entry.estimate_s, 3), entry.fluid_estimate_s, str(entry.strategy), queued))
             queued += 1
-        while queue and frontier.strategies[queue[0][3]].bound_s >= incumbent_s:
+        while queue and (
+            frontier.strategies[queue[0][3]].bound_s >= incumbent_s or frontier.strategies[queue[0][3]].strategy in done
+        ):
             heapq.heappop(queue)
         if not queue or (solved and attempts >= settings.max_strategies_solved):
             break
@@ -287,6 +304,15 @@ def search(
     return SearchResult(
         best, runners_up, lower_bound_s, len(coefs), len(frontier.strategies), attempts, timed_out or polish_timed_out
     )
+
+
+def _homogeneous(coefs: Sequence[SchemeCoefficients], num_gpus: int) -> list[Strategy]:
+    """Every strategy of one scheme that fills the cluster."""
+    return [
+        Strategy.of([(coef.scheme, num_gpus // coef.scheme.num_gpus)])
+        for coef in coefs
+        if num_gpus % coef.scheme.num_gpus == 0
+    ]
 
 
 def solve_fixed(
