@@ -131,9 +131,7 @@ class OverheadResult:
     overhead_ms: list[float] = field(default_factory=list)  # API latency minus the server's solve
 
 
-def measure_overhead(
-    base_url: str, num_sequences: int, samples: int, time_limit_s: float
-) -> OverheadResult:
+def measure_overhead(base_url: str, num_sequences: int, samples: int, time_limit_s: float) -> OverheadResult:
     lengths = batch(num_sequences, seed=1)
     body = plan_body(lengths, time_limit_s)
     request = PlanRequest(
@@ -177,9 +175,7 @@ def planner_ceiling_per_s(time_limit_s: float, samples: int = 10) -> tuple[float
     options = SolverOptions(time_limit_s=time_limit_s, seed=0)
     cpu_s = []
     for seed in range(samples):
-        request = PlanRequest(
-            lengths=batch(64, seed), num_gpus=NUM_GPUS, gpus_per_node=GPUS_PER_NODE, options=options
-        )
+        request = PlanRequest(lengths=batch(64, seed), num_gpus=NUM_GPUS, gpus_per_node=GPUS_PER_NODE, options=options)
         started = time.process_time()
         solve(request, profile)
         cpu_s.append(time.process_time() - started)
@@ -205,9 +201,7 @@ def parse_mix(text: str) -> dict[str, float]:
         kind, _, weight = part.partition(":")
         kind = kind.strip()
         if kind not in KINDS:
-            raise argparse.ArgumentTypeError(
-                f"unknown request kind {kind!r}; valid: {', '.join(KINDS)}"
-            )
+            raise argparse.ArgumentTypeError(f"unknown request kind {kind!r}; valid: {', '.join(KINDS)}")
         mix[kind] = float(weight or 1)
     if not mix or sum(mix.values()) <= 0:
         raise argparse.ArgumentTypeError("the mix needs a positive weight")
@@ -227,9 +221,7 @@ class LoadRun:
             1000: [batch(1000, seed) for seed in range(4)],
         }
 
-    def request_for(
-        self, kind: str, rng: random.Random, session_url: str
-    ) -> tuple[str, str, dict | None]:
+    def request_for(self, kind: str, rng: random.Random, session_url: str) -> tuple[str, str, dict | None]:
         limit = self.args.time_limit_s
         if kind == "plan64":
             return "POST", "/v1/plans", plan_body(rng.choice(self.batches[64]), limit)
@@ -266,9 +258,7 @@ class LoadRun:
                 await asyncio.sleep(min(pause, max(0.0, self.deadline - time.monotonic())))
 
     async def run(self, base_url: str) -> float:
-        limits = httpx.Limits(
-            max_connections=self.args.clients, max_keepalive_connections=self.args.clients
-        )
+        limits = httpx.Limits(max_connections=self.args.clients, max_keepalive_connections=self.args.clients)
         async with httpx.AsyncClient(base_url=base_url, timeout=120, limits=limits) as http:
             started = time.monotonic()
             self.deadline = started + self.args.duration_s
@@ -324,9 +314,7 @@ def load_table(samples: list[Sample], elapsed_s: float) -> tuple[str, dict[str, 
     for kind, group in by_kind.items():
         statuses = Counter(sample.status for sample in group)
         ok = [sample.latency_s * 1e3 for sample in group if 200 <= sample.status < 300]
-        server_errors = sum(
-            count for status, count in statuses.items() if status >= 500 and status != 503
-        )
+        server_errors = sum(count for status, count in statuses.items() if status >= 500 and status != 503)
         client_errors = sum(count for status, count in statuses.items() if 400 <= status < 500)
         summary[kind] = {
             "ok_per_s": len(ok) / elapsed_s,
@@ -363,9 +351,7 @@ def load_table(samples: list[Sample], elapsed_s: float) -> tuple[str, dict[str, 
     return markdown_table(headers, rows) + f"\n\nResponses by status: {status_line}.", summary
 
 
-def verdicts(
-    summary: dict[str, dict[str, float]], overhead_ms: float, args: argparse.Namespace
-) -> str:
+def verdicts(summary: dict[str, dict[str, float]], overhead_ms: float, args: argparse.Namespace) -> str:
     server_errors = int(summary["all"]["server_errors"])
     lines = [
         f"- No 5xx other than deliberate 503s: {'met' if server_errors == 0 else 'MISSED'} "
@@ -394,11 +380,7 @@ def load_on_server(args: argparse.Namespace, workers: int, measure: bool) -> tup
     server = start_server(port, workers, environment)
     base_url = f"http://127.0.0.1:{port}"
     try:
-        overhead = (
-            measure_overhead(base_url, 1000, args.overhead_samples, args.time_limit_s)
-            if measure
-            else None
-        )
+        overhead = measure_overhead(base_url, 1000, args.overhead_samples, args.time_limit_s) if measure else None
         run = LoadRun(args)
         elapsed_s = asyncio.run(run.run(base_url))
     finally:
@@ -421,9 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=50, help="concurrent clients (default 50)")
     parser.add_argument("--duration-s", type=float, default=20.0, help="load duration (default 20)")
-    parser.add_argument(
-        "--max-requests", type=int, default=20_000, help="request budget (default 20000)"
-    )
+    parser.add_argument("--max-requests", type=int, default=20_000, help="request budget (default 20000)")
     parser.add_argument(
         "--mix",
         type=parse_mix,
@@ -442,12 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         default=0.1,
         help="options.time_limit_s of every request (default 0.1: a per-step budget)",
     )
-    parser.add_argument(
-        "--overhead-samples", type=int, default=15, help="samples per side (default 15)"
-    )
-    parser.add_argument(
-        "--no-write", action="store_true", help="print only; leave RESULTS.md alone"
-    )
+    parser.add_argument("--overhead-samples", type=int, default=15, help="samples per side (default 15)")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = parser.parse_args(argv)
 
     overhead_text, overhead_ms, load_sections, summaries = "", float("nan"), [], {}
