@@ -246,7 +246,7 @@ class SolverOptions(Frozen):
     )
     gap_tolerance: float = Field(0.01, ge=0, le=1, description="Relative gap at or below which a plan is 'optimal'.")
     max_strategies_solved: int = Field(
-        32,
+        16,
         ge=1,
         le=100_000,
         description="Deterministic work limit: most strategies given a full solve. With a time "

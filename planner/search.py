@@ -38,13 +38,16 @@ from planner.switching import pipeline_blocks, switch_cost_s
 
 MAX_STRATEGIES_PER_SET = 4000
 NEAR_IDEAL_PER_LARGE_SET = 12
-NUM_POLISHED = 3
+NUM_POLISHED = 2
 NUM_RUNNERS_UP = 8
-NUM_HOMOGENEOUS_FIRST = 4  # homogeneous strategies solved before the search proper
-REFINE_ROUNDS = 40
+NUM_HOMOGENEOUS_FIRST = 4
+# auto's MILP polish only where the model builds fast (~30 us per variable, outside the MILP's own
+# time limit): larger batches rely on LP + refinement
+AUTO_MILP_MAX_VARIABLES = 4_000  # homogeneous strategies solved before the search proper
+REFINE_ROUNDS = 20
 # Work limits keep the search deterministic; the time shares are only a safety net.
 MIN_EXPANSIONS = 24  # scheme sets expanded whatever the clock says
-MAX_EXPANSIONS = 600
+MAX_EXPANSIONS = 200
 EXPANSION_SHARE = 0.6  # of the time limit, for expanding scheme sets
 SEARCH_TIME_SHARE = {SolverBackend.GREEDY: 0.95, SolverBackend.LP: 0.8, SolverBackend.AUTO: 0.7}
 
@@ -357,7 +360,8 @@ def _polish(solved: list[Candidate], lengths, cost, settings: SearchSettings, cl
         if improved.objective_s < best.objective_s:
             best = improved
     best = refine(best, lengths, REFINE_ROUNDS, clock.stop)
-    if settings.backend == SolverBackend.AUTO and not clock.stop(reserve_s=settings.milp_budget_s):
+    small = len(lengths) * best.strategy.num_pipelines <= AUTO_MILP_MAX_VARIABLES
+    if settings.backend == SolverBackend.AUTO and small and not clock.stop(reserve_s=settings.milp_budget_s):
         polished = milp_candidate("cpsat", best.strategy, lengths, cost, settings, clock, best)
         if polished is not None and polished.objective_s < best.objective_s:
             best = refine(polished, lengths, REFINE_ROUNDS, clock.stop)

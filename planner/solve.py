@@ -19,7 +19,7 @@ from planner.search import Clock, SearchSettings, search, solve_fixed
 from planner.strategies import Strategy, parse_strategy
 
 FINISH_SHARE = 0.1  # of the time limit, kept for building and checking the plan
-MILP_SHARE = 0.15  # of the time limit, the most one MILP solve may take
+MILP_SHARE = 0.08  # of the time limit, the most one MILP solve may take
 
 
 def solve(
