@@ -9,7 +9,8 @@ Joint model (small instances), exact for pp = 1 and an upper bound of 1F1B for p
 (1F1B never exceeds `sum(t) + (pp-1) max(t)`):
   x[i,p,b]  item i in micro-batch slot b of pipeline p (only where i fits p's capacity)
   u[p,b]    slot b of pipeline p is used; t[p,b] its stage time; top[p] its largest slot time
-  minimise T  s.t. each item once; slot tokens <= capacity * u; t = sum w x + c u; top >= t;
+  minimise T  s.t. each item once; slot tokens <= capacity * u; a used slot holds an item;
+  t = sum w x + c u; top >= t;
   sum_b t + (pp-1) top <= T; slots used in order; slot 0 used (no idle pipeline).
 Dispatch model (large instances):
   x[i,p] item i on pipeline p; minimise T s.t. each item once; every pipeline gets an item;
@@ -141,6 +142,8 @@ def solve_milp(
 ) -> MilpResult | None:
     """Best assignment the backend finds in the time limit, or None when it finds none."""
     fits = [[p for p, coef in enumerate(coefs) if lengths[i] <= coef.capacity_tokens] for i in range(len(lengths))]
+    if any(not any(p in options for options in fits) for p in range(len(coefs))):
+        return None  # some pipeline can hold no item: every plan would leave it idle
     joint = sum(len(options) for options in fits) * len(lengths) <= JOINT_MODEL_LIMIT
     adapter = ADAPTERS[backend]()
     scale = _ticks_per_second(lengths, coefs)
@@ -177,6 +180,7 @@ def _build_joint(adapter, lengths, coefs, fits, scale):
     for (p, b), slot_used in used.items():
         members = [(i, x[i, p, b]) for i in range(num_items) if (i, p, b) in x]
         adapter.add([(int(lengths[i]), var) for i, var in members] + [(-coefs[p].capacity_tokens, slot_used)], "<=", 0)
+        adapter.add([(1, var) for _, var in members] + [(-1, slot_used)], ">=", 0)  # a used slot holds an item
         work = [(_ticks(float(coefs[p].work_s(lengths[i : i + 1])[0]), scale), var) for i, var in members]
         adapter.add(
             [(1, times[p, b])] + [(-w, var) for w, var in work] + [(-_ticks(coefs[p].c, scale), slot_used)], "==", 0
@@ -185,9 +189,6 @@ def _build_joint(adapter, lengths, coefs, fits, scale):
         if b > 0:
             adapter.add([(1, slot_used), (-1, used[p, b - 1])], "<=", 0)
     for p in slots:
-        if not slots[p]:
-            adapter.add([(1, makespan)], ">=", horizon * 4)  # a pipeline no item fits: infeasible strategy
-            continue
         adapter.add([(1, used[p, 0])], "==", 1)
         stage_sum = [(1, times[p, b]) for b in slots[p]] + [(coefs[p].scheme.pp - 1, top[p])]
         adapter.add(stage_sum + [(-1, makespan)], "<=", 0)
@@ -204,7 +205,8 @@ def _build_joint(adapter, lengths, coefs, fits, scale):
             for p in slots
         ]
         batches = [[batch for batch in pipeline if len(batch)] for pipeline in batches]
-        return MilpResult([np.sort(np.concatenate(pipeline)) for pipeline in batches], batches, optimal)
+        assignment = [np.sort(np.concatenate(p)) if p else np.empty(0, dtype=np.int64) for p in batches]
+        return MilpResult(assignment, batches, optimal)
 
     return decode
 

@@ -1,15 +1,22 @@
-"""Strategy search: best-first branch and bound with an anytime incumbent and a valid bound.
+"""Strategy search: branch and bound with an anytime incumbent and a valid lower bound.
 
 The frontier holds scheme *sets* (bounded by the area bound, valid for every pipeline count) and
-*strategies* (bounded by the count-aware dual bound plus their gradient sync and switch cost; see
-`planner.bounds`). The entry with the smallest bound is taken next: a set is expanded into its
-strategies, a strategy is solved (greedy dispatch + packing). The search stops when the smallest
-bound reaches the incumbent (the incumbent is then optimal up to the bound's slack), at the work
-limit or at the time limit. Nothing is pruned unless its bound is no better than the incumbent, so
-`min(frontier bounds, bounds of solved strategies)` stays a lower bound over the whole space.
+*strategies* (bounded by the count-aware dual bound plus their gradient sync; the switch cost,
+never negative, is left out of bounds and charged when a strategy is solved; see
+`planner.bounds`). The search
+
+1. solves the previous strategy (if any) and the most promising homogeneous strategies, whose set
+   bounds are high but which are often near the best;
+2. alternates: expand scheme sets in bound order while their bound beats the incumbent and the
+   best queued estimate, then solve the queued strategy with the best *estimate* (the dual bound
+   with 1F1B bubbles priced in), skipping strategies whose bound cannot beat the incumbent;
+3. stops at the work limits (deterministic) or at its share of the time limit (a safety net).
+
+Nothing is discarded unless its bound is no better than the incumbent, so the least bound of the
+unexpanded sets and of every enumerated strategy stays a lower bound over the whole space.
 
 Backends then polish the best strategies found: `lp` re-dispatches by LP relaxation + rounding,
-`cpsat`/`pulp` by MILP with the incumbent as hint, `auto` runs LP then CP-SAT with the time left;
+`cpsat`/`pulp` by MILP with the incumbent as hint, `auto` runs LP then (for small models) CP-SAT;
 all but `greedy` finish with joint refinement (`planner.refine`).
 """
 
@@ -40,10 +47,10 @@ MAX_STRATEGIES_PER_SET = 4000
 NEAR_IDEAL_PER_LARGE_SET = 12
 NUM_POLISHED = 2
 NUM_RUNNERS_UP = 8
-NUM_HOMOGENEOUS_FIRST = 4
+NUM_HOMOGENEOUS_FIRST = 4  # homogeneous strategies solved before the search proper
 # auto's MILP polish only where the model builds fast (~30 us per variable, outside the MILP's own
 # time limit): larger batches rely on LP + refinement
-AUTO_MILP_MAX_VARIABLES = 4_000  # homogeneous strategies solved before the search proper
+AUTO_MILP_MAX_VARIABLES = 4_000
 REFINE_ROUNDS = 20
 # Work limits keep the search deterministic; the time shares are only a safety net.
 MIN_EXPANSIONS = 24  # scheme sets expanded whatever the clock says
@@ -150,7 +157,8 @@ class Bounded:
 
 
 class Frontier:
-    """Scheme sets waiting to be expanded (by area bound) and strategies with bounds/estimates."""
+    """Scheme sets waiting to be expanded (by area bound) and enumerated strategies with their
+    bounds and estimates."""
 
     def __init__(self, tables: BoundTables, cost: ProfileCostModel, num_gpus: int) -> None:
         self.tables, self.cost, self.num_gpus = tables, cost, num_gpus
@@ -251,23 +259,8 @@ def search(
         frontier.push_strategies(_homogeneous(coefs, num_gpus))
     share = SEARCH_TIME_SHARE.get(settings.backend, 0.6)
     expansion_reserve_s = time_limit_s * (1 - EXPANSION_SHARE)
-    solved: list[Candidate] = []  # best first
-    first: list[Strategy] = []
-    if settings.pool is None:
-        homogeneous = [entry for entry in frontier.strategies if len(entry.strategy.counts) == 1]
-        homogeneous.sort(key=lambda e: (e.estimate_s, str(e.strategy)))
-        first = [entry.strategy for entry in homogeneous[:NUM_HOMOGENEOUS_FIRST]]
-        if settings.previous in pinned:
-            first.insert(0, settings.previous)  # staying costs no re-sharding: a natural incumbent
-    attempts = 0
-    for strategy in dict.fromkeys(first):
-        if solved and clock.stop():
-            break
-        attempts += 1
-        candidate = _first_solution(strategy, lengths, cost, settings, clock)
-        solved += [candidate] if candidate is not None else []
-    solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
-    done = set(first)
+    solved, done = _initial_incumbents(frontier, pinned, lengths, cost, settings, clock)
+    attempts = len(done)
     queue: list[tuple[float, float, str, int]] = []  # unsolved strategies by estimate
     queued = 0
     expansions = 0
@@ -307,6 +300,30 @@ def search(
     return SearchResult(
         best, runners_up, lower_bound_s, len(coefs), len(frontier.strategies), attempts, timed_out or polish_timed_out
     )
+
+
+def _initial_incumbents(
+    frontier: Frontier, pinned: list[Strategy], lengths, cost, settings: SearchSettings, clock: Clock
+) -> tuple[list[Candidate], set[Strategy]]:
+    """Solve the previous strategy and the most promising homogeneous ones (see module docstring).
+    Returns the solved candidates, best first, and the strategies tried."""
+    first: list[Strategy] = []
+    if settings.pool is None:
+        homogeneous = [entry for entry in frontier.strategies if len(entry.strategy.counts) == 1]
+        homogeneous.sort(key=lambda e: (e.estimate_s, str(e.strategy)))
+        first = [entry.strategy for entry in homogeneous[:NUM_HOMOGENEOUS_FIRST]]
+        if settings.previous in pinned:
+            first.insert(0, settings.previous)  # staying costs no re-sharding: a natural incumbent
+    solved: list[Candidate] = []
+    tried: set[Strategy] = set()
+    for strategy in dict.fromkeys(first):
+        if solved and clock.stop():
+            break
+        tried.add(strategy)
+        candidate = _first_solution(strategy, lengths, cost, settings, clock)
+        solved += [candidate] if candidate is not None else []
+    solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
+    return solved, tried
 
 
 def _homogeneous(coefs: Sequence[SchemeCoefficients], num_gpus: int) -> list[Strategy]:

@@ -49,7 +49,7 @@ def solve(
     result = search(items.lengths, cost, request.num_gpus, settings, clock, options.time_limit_s)
     if result is None:
         space = (
-            f"the strategy pool ({len(pool)} strategies)"
+            f"no strategy of the pool ({len(pool)} strategies)"
             if pool
             else f"no strategy of at most {options.max_schemes} scheme(s)"
         )

@@ -167,3 +167,19 @@ def test_strategy_pool_restricts_the_search():
         solve(tiny_request(lengths, 16, "greedy", strategy_pool=["2x<4,1,1>"]), profile)
     with pytest.raises(PlanningError, match=r"strategy_pool\[0\] 1x<16,1,1>: scheme <16,1,1> is not in the cost"):
         solve(tiny_request(lengths, 16, "greedy", strategy_pool=["1x<16,1,1>"]), profile)
+
+
+@pytest.mark.parametrize("backend", ["cpsat", "pulp"])
+def test_joint_milp_cannot_leave_a_pipeline_empty(backend):
+    """Regression (seen in the quality benchmark): the joint model let a micro-batch slot count as
+    used with no item in it, so a pipeline could come back empty. Here only one of the two
+    pipelines can hold the single item: the model must be infeasible, not decode an empty one."""
+    from planner.cost import ProfileCostModel
+    from planner.milp import solve_milp
+    from planner.scheme import ParallelScheme
+
+    cost = ProfileCostModel(TINY_PROFILE)
+    coefs = [cost.coefficients(ParallelScheme(2, 1, 1)), cost.coefficients(ParallelScheme(1, 1, 1))]
+    assert solve_milp(backend, np.array([5000]), coefs, time_limit_s=2, seed=0) is None
+    two = solve_milp(backend, np.array([5000, 100]), coefs, time_limit_s=2, seed=0)
+    assert two is not None and [items.tolist() for items in two.assignment] == [[0], [1]]
