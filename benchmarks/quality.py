@@ -17,7 +17,7 @@ Percentiles are nearest-rank: p95 of 20 batches is the 19th smallest.
 
 A determinism check solves the seed-0 batch of each setting twice with the `greedy` and `lp` solvers
 under a deterministic work limit (`max_strategies_solved`, time limit not reached) and compares
-the plans (`auto` is left out: its CP-SAT polish runs on the clock).
+the plans (`auto` is left out: its CP-SAT polish also has a wall-clock safety limit).
 
 The results go to the `quality` section of benchmarks/RESULTS.md (`--results` for another file).
 """
