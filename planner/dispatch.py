@@ -30,14 +30,8 @@ class PipelineLoad:
     items: list[int] = field(default_factory=list)
 
 
-def estimate_pipeline_s(coef: SchemeCoefficients, load: PipelineLoad) -> float:
-    """Estimated 1F1B time of a pipeline holding `load` (0 when empty)."""
-    if load.num_items == 0:
-        return 0.0
-    return _estimate_s(coef, load.work_s, load.num_tokens, load.max_item_s, load.num_items)
-
-
 def _estimate_s(coef: SchemeCoefficients, work_s: float, num_tokens: float, max_item_s: float, num_items: int) -> float:
+    """Estimated 1F1B time of a non-empty pipeline of scheme `coef` holding the given totals."""
     minimum = max(1, math.ceil(num_tokens / coef.capacity_tokens))
     bubbles = coef.scheme.pp - 1
     if bubbles == 0:
