@@ -96,9 +96,7 @@ def _megatron_candidate(
     packed = []
     for replica in range(num_replicas):
         mine = batches[replica::num_replicas]
-        times = [
-            coef.stage_time_s(float(items.lengths[b] @ items.lengths[b]), float(items.lengths[b].sum())) for b in mine
-        ]
+        times = [coef.micro_batch_time_s(items.lengths[b]) for b in mine]
         packed.append(
             PackedPipeline(tuple(mine), tuple(times), simulate_1f1b(times, coef.scheme.pp, coef.fwd_fraction))
         )

@@ -47,6 +47,10 @@ class SchemeCoefficients:
     def stage_time_s(self, sum_sq_tokens: float, num_tokens: float) -> float:
         return self.a * sum_sq_tokens + self.b * num_tokens + self.c
 
+    def micro_batch_time_s(self, lengths: np.ndarray) -> float:
+        """Stage time of one micro-batch holding items of these lengths."""
+        return self.stage_time_s(float(lengths @ lengths), float(lengths.sum()))
+
     def work_s(self, lengths: np.ndarray) -> np.ndarray:
         """Per-sequence share of stage time, without the per-micro-batch overhead c."""
         as_float = lengths.astype(np.float64)

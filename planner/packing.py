@@ -50,7 +50,7 @@ def pack_pipeline(item_indices: np.ndarray, lengths: np.ndarray, coef: SchemeCoe
             scored.append((approximate_1f1b_s(times, coef.scheme.pp), num_micro_batches, bins, times))
     if not scored:
         bins = _first_fit_until_feasible(sub_lengths, coef)
-        times = [coef.stage_time_s(float(sub_lengths[b] @ sub_lengths[b]), float(sub_lengths[b].sum())) for b in bins]
+        times = [coef.micro_batch_time_s(sub_lengths[b]) for b in bins]
         scored.append((approximate_1f1b_s(times, coef.scheme.pp), len(bins), bins, times))
     scored.sort(key=lambda entry: (entry[0], entry[1]))
     best: PackedPipeline | None = None

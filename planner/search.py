@@ -444,7 +444,7 @@ def milp_candidate(backend, strategy, lengths, cost, settings: SearchSettings, c
 
 
 def _packed_from_batches(batches: list[np.ndarray], lengths: np.ndarray, coef: SchemeCoefficients) -> PackedPipeline:
-    times = [coef.stage_time_s(float(lengths[b] @ lengths[b]), float(lengths[b].sum())) for b in batches]
+    times = [coef.micro_batch_time_s(lengths[b]) for b in batches]
     return best_order(batches, times, coef)
 
 
