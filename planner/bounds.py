@@ -24,6 +24,7 @@ We take the best `lambda` on a grid of the simplex (any grid point gives a valid
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterator, Sequence
@@ -32,6 +33,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from planner.bubble_floor import most_work_s, pipeline_time_floor_s
 from planner.cost import ProfileCostModel, SchemeCoefficients
 
 
@@ -41,6 +43,7 @@ class BoundTables:
 
     coefs: tuple[SchemeCoefficients, ...]
     gpu_seconds: np.ndarray  # g_s * (w_is + c_s l_i / cap_s), inf where item i does not fit s
+    work_s: np.ndarray  # w_is = a_s l_i^2 + b_s l_i, inf where item i does not fit s
     longest_s: np.ndarray  # pp_s * (w_is + c_s), inf where item i does not fit s
     multiplicity: np.ndarray  # how many items have this length
     lengths: np.ndarray  # the unique item lengths (rows)
@@ -59,7 +62,30 @@ class BoundTables:
         fits = as_float <= capacity
         gpu_seconds = np.where(fits, gpus * (work + c * as_float / capacity), np.inf)
         longest = np.where(fits, stages * (work + c), np.inf)
-        return cls(tuple(coefs), gpu_seconds, longest, multiplicity.astype(np.float64), unique.astype(np.float64))
+        return cls(
+            tuple(coefs),
+            gpu_seconds,
+            np.where(fits, work, np.inf),
+            longest,
+            multiplicity.astype(np.float64),
+            unique.astype(np.float64),
+        )
+
+    def bubble_priced(self, pipeline_time_cap_s: float) -> BoundTables:
+        """These tables with each scheme's items priced by the better of the capacity pricing and
+        the bubble pricing `g_s (w_is (1 + h_s(T_cap) / T_cap))`, valid for plans whose pipelines
+        all finish within `T_cap` (see the module docstring)."""
+        if not math.isfinite(pipeline_time_cap_s) or pipeline_time_cap_s <= 0:
+            return self
+        priced = self.gpu_seconds.copy()
+        for column, coef in enumerate(self.coefs):
+            overhead = float(pipeline_time_floor_s(coef, pipeline_time_cap_s)) - pipeline_time_cap_s
+            factor = 1.0 + max(0.0, overhead) / pipeline_time_cap_s
+            bubbled = coef.scheme.num_gpus * self.work_s[:, column] * factor
+            fits = np.isfinite(bubbled)
+            if fits.any() and self.multiplicity[fits] @ bubbled[fits] > self.multiplicity[fits] @ priced[fits, column]:
+                priced[:, column] = bubbled
+        return dataclasses.replace(self, gpu_seconds=priced)
 
     def pipeline_time_bound_s(self, columns: Sequence[int], num_gpus: int) -> float:
         """max(area, longest) for scheme set `columns`; inf when some item fits none of them."""
@@ -122,7 +148,37 @@ class BoundTables:
         numerator = totals[None, :] + (counts * floors[None, :]) @ grid.T
         denominator = counts @ grid.T
         fluid = (numerator / denominator).max(axis=1)
-        return fluid, np.maximum(fluid, self.pipeline_time_bound_s(columns, int(round(counts[0] @ gpus))))
+        bound = np.maximum(fluid, self.pipeline_time_bound_s(columns, int(round(counts[0] @ gpus))))
+        if inflation is None:
+            bound = self._bubble_dual(columns, counts, grid, bound)
+        return fluid, bound
+
+    def _bubble_dual(
+        self, columns: list[int], counts: np.ndarray, grid: np.ndarray, start: np.ndarray, rounds: int = 4
+    ) -> np.ndarray:
+        """Raise valid bounds `start` (per row of `counts`) with the bubble floors g_s: a pipeline
+        of scheme s finishing by T carries work at most G_s(T) = T - h_s(G_s(T)), and for T above a
+        known bound T0, h_s(G_s(T)) >= K_s = T0 - G_s(T0). The dual bound with floors K_s and item
+        costs w_is is then valid, and the step repeats from the raised bound."""
+        work = self.work_s[:, columns]
+        work = np.where(np.isfinite(work), work, 1e30)
+        totals = self.multiplicity @ (work[:, None, :] * grid[None, :, :]).min(axis=2)
+        denominator = counts @ grid.T
+        finite = np.isfinite(start)
+        bound = start[finite]
+        rows = counts[finite]
+        for _ in range(rounds):
+            # a pipeline that cannot finish any work by T0 (G < 0) may only stay empty: K = T0
+            floors = np.stack(
+                [bound - np.maximum(most_work_s(self.coefs[column], bound), 0.0) for column in columns], axis=1
+            )
+            raised = ((totals[None, :] + (rows * floors) @ grid.T) / denominator[finite]).max(axis=1)
+            if not (raised > bound * (1 + 1e-6)).any():
+                break
+            bound = np.maximum(bound, raised)
+        result = start.copy()
+        result[finite] = bound
+        return result
 
     def ideal_counts(self, columns: Sequence[int], num_gpus: int) -> list[float]:
         """Fluid pipeline counts per scheme: each item on its cheapest scheme, loads balanced."""

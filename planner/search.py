@@ -255,7 +255,6 @@ def search(
     if settings.pool is not None:
         frontier.push_strategies([s for s in settings.pool if s in pinned])
     else:
-        _seed_sets(frontier, coefs, cost, num_gpus, settings.max_schemes)
         frontier.push_strategies(pinned)
         # homogeneous strategies have high set bounds (one scheme prices every sequence) yet are
         # often near the best: always enumerate them and solve the most promising first
@@ -263,6 +262,8 @@ def search(
     share = SEARCH_TIME_SHARE.get(settings.backend, 0.6)
     expansion_reserve_s = time_limit_s * (1 - EXPANSION_SHARE)
     solved, done = _initial_incumbents(frontier, pinned, lengths, cost, settings, clock)
+    if settings.pool is None:
+        _seed_sets(frontier, coefs, cost, num_gpus, settings.max_schemes, solved[0].objective_s if solved else math.inf)
     attempts = len(done)
     queue: list[tuple[float, float, str, int]] = []  # unsolved strategies by estimate
     queued = 0
@@ -348,12 +349,16 @@ def solve_fixed(
     return _polish([candidate], lengths, cost, settings, clock)[0]
 
 
-def _seed_sets(frontier: Frontier, coefs, cost, num_gpus: int, max_schemes: int) -> None:
+def _seed_sets(frontier: Frontier, coefs, cost, num_gpus: int, max_schemes: int, incumbent_s: float) -> None:
+    """Queue every fillable scheme set with its bound. Items are priced with the bubble floors
+    valid for pipelines that finish within the incumbent's step time: a plan of the set is either
+    no better than the incumbent or obeys that pricing, so min(incumbent, bound) is valid."""
     sizes = [coef.scheme.num_gpus for coef in coefs]
-    for columns, pipeline_bound in frontier.tables.all_set_bounds(max_schemes, num_gpus):
+    priced = frontier.tables.bubble_priced(incumbent_s)
+    for columns, pipeline_bound in priced.all_set_bounds(max_schemes, num_gpus):
         if _fillable(tuple(sorted(sizes[column] for column in columns)), num_gpus):
             sync = sync_lower_bound_s(cost, [coefs[column] for column in columns], num_gpus)
-            frontier.push_set(columns, pipeline_bound + sync)
+            frontier.push_set(columns, min(incumbent_s, pipeline_bound + sync))
 
 
 def _first_solution(strategy, lengths, cost, settings: SearchSettings, clock: Clock) -> Candidate | None:

@@ -26,7 +26,7 @@ def stage_operations(stage: int, num_stages: int, num_micro_batches: int) -> lis
 
 
 @lru_cache(maxsize=512)
-def _dependency_order(num_stages: int, num_micro_batches: int) -> tuple[tuple[int, int, int, int], ...]:
+def dependency_order(num_stages: int, num_micro_batches: int) -> tuple[tuple[int, int, int, int], ...]:
     """Every operation of the schedule as (op, previous op on its stage, op it waits for, duration
     slot), in an order where both predecessors come first.
 
@@ -79,7 +79,7 @@ def simulate_1f1b(stage_times_s: Sequence[float], num_stages: int, fwd_fraction:
     durations = [fwd_fraction * time_s for time_s in stage_times_s]
     durations += [time_s - fwd for time_s, fwd in zip(stage_times_s, durations)]
     end = [0.0] * (2 * num_stages * num_micro_batches + 1)
-    for op, previous, waits_for, slot in _dependency_order(num_stages, num_micro_batches):
+    for op, previous, waits_for, slot in dependency_order(num_stages, num_micro_batches):
         ready = end[previous] if end[previous] > end[waits_for] else end[waits_for]
         end[op] = ready + durations[slot]
     return end[num_stages * num_micro_batches + num_micro_batches - 1]

@@ -1,0 +1,223 @@
+"""Certified floors on the 1F1B bubble, and the pipeline-time bound they give.
+
+For a pipeline of `pp` stages running `m` micro-batches with stage times `t_1..t_m` (forward share
+`f` of each on every stage), let `T(t)` be the exact 1F1B makespan (`planner.simulate`): the longest
+path through the schedule's dependency graph. Two floors, with `S = sum(t)`:
+
+1. **Largest micro-batch** (proved here). For any k, this chain is a path of the graph: the forward
+   of micro-batch 1 on stages 0..pp-2, every operation of the last stage up to the backward of k
+   (1F1B runs F1 B1 F2 B2 ... there), the backward of k on stages pp-2..0, then every operation of
+   stage 0 after it (the forwards of k+pp.. and backwards of k+1..). Its length is
+   `S + (pp-1) f t_1 + (pp-1)(1-f) t_k - f * sum(t_{k+1..k+pp-1})`; with k the largest micro-batch,
+
+       T >= S + (pp-1) (1-2f) t_max >= (1 + kappa (pp-1) / m) S,     kappa = max(0, 1-2f).
+
+2. **Least bubble** (computed). `T` is a maximum of linear functions of `t`, so convex and
+   positively homogeneous, and `T(t) >= (1 + rho_m) S` with
+   `rho_m = min { T(u) - 1 : u >= 0, sum(u) = 1 }`, the optimum of a linear programme (operation end
+   times and micro-batch shares as variables, one constraint per dependency). It is tabulated for
+   `m <= M` (`data/bubble_floors.json`, rounded down so HiGHS's tolerances cannot make it invalid);
+   `python -m planner.bubble_floor` re-solves it. Uneven sizes (ramping up over ~pp micro-batches,
+   tapering off at the end) beat equal ones by about a third; the packer (`planner.packing`) uses
+   the LP's optimal shares as targets.
+
+A pipeline whose items carry stage work `W` (seconds, without the per-micro-batch overhead `c`)
+over `m` micro-batches has `S = W + m c`, so with `r_m` the larger of the two floors
+
+    T >= g(W) = min over m >= 1 of (1 + r_m)(W + m c).
+
+For m > M we group counts into ranges [m_a, m_b) priced `(1 + r_{m_b - 1})(W + m_a c)`, and every
+m beyond the last range by `W + (m_last + pp - 1) c`. `g` is then a minimum of finitely many
+increasing linear functions of `W`: concave and increasing, with inverse
+`G(T) = max_j (T - beta_j) / alpha_j`. It prices what `(pp-1) c` alone misses: a pipeline must
+trade micro-batch overheads against bubbles, at a cost of about `2 sqrt(kappa' (pp-1) W c)`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import numpy as np
+
+from planner.cost import SchemeCoefficients
+from planner.simulate import dependency_order
+
+TABLE_SCHEMA = "hydraplan.bubble-floors/1"
+TABLE_FILE = "bubble_floors.json"
+MAX_MICRO_BATCHES = 64  # M: floors are tabulated for m = 1..M
+MAX_PRICED_MICRO_BATCHES = 1 << 20  # counts beyond are priced by their overheads alone
+TAIL_RANGE_RATIO = 1.1  # counts above M are priced in ranges this wide
+SAFETY = 1e-6  # subtracted from every LP optimum before tabulating (HiGHS tolerances are ~1e-7)
+
+
+def solve_floor_lp(num_stages: int, num_micro_batches: int, fwd_fraction: float) -> tuple[float, np.ndarray]:
+    """rho_m, the least relative bubble of any 1F1B run of m micro-batches (see module docstring),
+    and micro-batch shares (summing to 1, in execution order) that attain it."""
+    import highspy
+
+    from planner.lp_dispatch import _new_highs
+
+    order = dependency_order(num_stages, num_micro_batches)
+    num_ops = 2 * num_stages * num_micro_batches
+    sentinel = num_ops  # the op that ended at time 0: not a variable
+    rows, cols, vals = [], [], []
+    row = 0
+    for op, previous, waits_for, slot in order:
+        share = fwd_fraction if slot < num_micro_batches else 1.0 - fwd_fraction
+        micro_batch = slot % num_micro_batches
+        for predecessor in {previous, waits_for}:
+            # end[op] - end[predecessor] - share * u[micro_batch] >= 0
+            rows += [row, row]
+            cols += [op, num_ops + micro_batch]
+            vals += [1.0, -share]
+            if predecessor != sentinel:
+                rows.append(row)
+                cols.append(predecessor)
+                vals.append(-1.0)
+            row += 1
+    num_vars = num_ops + num_micro_batches
+    rows.extend([row] * num_micro_batches)  # sum(u) = 1
+    cols.extend(range(num_ops, num_vars))
+    vals.extend([1.0] * num_micro_batches)
+    num_rows = row + 1
+    matrix = _csc(rows, cols, vals, num_vars)
+    model = highspy.HighsLp()
+    model.num_col_, model.num_row_ = num_vars, num_rows
+    cost = np.zeros(num_vars)
+    cost[num_stages * num_micro_batches + num_micro_batches - 1] = 1.0  # backward of the last micro-batch on stage 0
+    model.col_cost_ = cost
+    model.col_lower_ = np.zeros(num_vars)
+    model.col_upper_ = np.full(num_vars, highspy.kHighsInf)
+    model.row_lower_ = np.r_[np.zeros(num_rows - 1), 1.0]
+    model.row_upper_ = np.r_[np.full(num_rows - 1, highspy.kHighsInf), 1.0]
+    model.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    model.a_matrix_.start_, model.a_matrix_.index_, model.a_matrix_.value_ = matrix
+    highs = _new_highs()
+    highs.passModel(model)
+    highs.run()
+    if highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        raise RuntimeError(f"bubble LP pp={num_stages} m={num_micro_batches} f={fwd_fraction}: not solved")
+    shares = np.maximum(np.asarray(highs.getSolution().col_value)[num_ops:], 0.0)
+    return float(highs.getInfo().objective_function_value) - 1.0, shares / shares.sum()
+
+
+def _csc(rows: list[int], cols: list[int], vals: list[float], num_cols: int):
+    order = np.lexsort((rows, cols))
+    col_array = np.asarray(cols)[order]
+    starts = np.searchsorted(col_array, np.arange(num_cols + 1)).astype(np.int32)
+    return starts, np.asarray(rows, dtype=np.int32)[order], np.asarray(vals, dtype=np.float64)[order]
+
+
+@dataclass(frozen=True)
+class _Entry:
+    floors: tuple[float, ...]  # rho_1..rho_M
+    shapes: tuple[np.ndarray, ...]  # shapes[m-1]: shares of S per micro-batch attaining rho_m
+
+
+@cache
+def _table() -> dict[tuple[int, float], _Entry]:
+    text = resources.files("planner").joinpath("data", TABLE_FILE).read_text()
+    data = json.loads(text)
+    if data.get("schema") != TABLE_SCHEMA:
+        raise ValueError(f"{TABLE_FILE}: schema {data.get('schema')!r}, expected {TABLE_SCHEMA!r}")
+    return {
+        (int(entry["pp"]), round(float(entry["fwd_fraction"]), 9)): _Entry(
+            tuple(float(v) for v in entry["floors"]), tuple(np.asarray(shape) for shape in entry["shapes"])
+        )
+        for entry in data["entries"]
+    }
+
+
+def tabulated_floors(num_stages: int, fwd_fraction: float) -> tuple[float, ...] | None:
+    """rho_1..rho_M for this stage count and forward share, or None if not tabulated."""
+    entry = _table().get((num_stages, round(fwd_fraction, 9)))
+    return entry.floors if entry else None
+
+
+def ramp_shape(num_stages: int, fwd_fraction: float, num_micro_batches: int) -> np.ndarray | None:
+    """Stage-time shares (execution order, summing to ~1) of m micro-batches that attain the
+    least bubble, or None if not tabulated. Sizes ramp up over about pp micro-batches and taper
+    off at the end: with forward shorter than backward, equal sizes are not the best."""
+    entry = _table().get((num_stages, round(fwd_fraction, 9)))
+    if entry is None or not 1 <= num_micro_batches <= len(entry.shapes):
+        return None
+    return entry.shapes[num_micro_batches - 1]
+
+
+@cache
+def pipeline_pieces(coef: SchemeCoefficients) -> tuple[np.ndarray, np.ndarray]:
+    """(alpha, beta) with `T >= min_j alpha_j W + beta_j` for a pipeline of this scheme whose
+    items carry work `W` (see module docstring)."""
+    stages, c = coef.scheme.pp, coef.c
+    if stages == 1:
+        return np.array([1.0]), np.array([c])  # one micro-batch at least, no bubble
+    kappa = max(0.0, 1.0 - 2.0 * coef.fwd_fraction) * (stages - 1)
+    floors = tabulated_floors(stages, coef.fwd_fraction) or ()
+    counts = np.arange(1, max(len(floors), 1) + 1, dtype=np.float64)
+    relative = np.maximum(kappa / counts, 0.0)
+    relative[: len(floors)] = np.maximum(relative[: len(floors)], floors)
+    relative = np.maximum(relative, 0.0)
+    alpha = list(1.0 + relative)
+    beta = list((1.0 + relative) * counts * c)
+    first = len(counts) + 1
+    while first <= MAX_PRICED_MICRO_BATCHES:
+        last = max(first, math.floor(first * TAIL_RANGE_RATIO))  # range [first, last]
+        factor = 1.0 + kappa / last
+        alpha.append(factor)
+        beta.append(factor * first * c)
+        first = last + 1
+    alpha.append(1.0)
+    beta.append((first + stages - 1) * c)  # every m >= first: S >= W + m c, bubble >= (pp-1) c
+    return np.asarray(alpha), np.asarray(beta)
+
+
+def pipeline_time_floor_s(coef: SchemeCoefficients, work_s: np.ndarray | float) -> np.ndarray:
+    """g(W): least time of a pipeline of this scheme whose items carry work `W`."""
+    alpha, beta = pipeline_pieces(coef)
+    work = np.asarray(work_s, dtype=np.float64)
+    return np.min(alpha * work[..., None] + beta, axis=-1)
+
+
+def most_work_s(coef: SchemeCoefficients, time_s: np.ndarray | float) -> np.ndarray:
+    """G(T): the most work a pipeline of this scheme can finish within `T` (inverse of g)."""
+    alpha, beta = pipeline_pieces(coef)
+    time = np.asarray(time_s, dtype=np.float64)
+    return np.max((time[..., None] - beta) / alpha, axis=-1)
+
+
+def build_table(stage_counts: list[int], fwd_fractions: list[float], max_micro_batches: int) -> dict:
+    entries = []
+    for fwd_fraction in fwd_fractions:
+        for stages in stage_counts:
+            floors, shapes = [], []
+            for count in range(1, max_micro_batches + 1):
+                value, shares = solve_floor_lp(stages, count, fwd_fraction)
+                floors.append(math.floor(max(0.0, value - SAFETY) * 1e7) / 1e7)
+                shapes.append([round(float(share), 4) for share in shares])
+            entries.append({"pp": stages, "fwd_fraction": fwd_fraction, "floors": floors, "shapes": shapes})
+            print(f"pp={stages} f={fwd_fraction:.4f}: rho_1={floors[0]:.4f} rho_M={floors[-1]:.4f}", flush=True)
+    return {
+        "schema": TABLE_SCHEMA,
+        "about": "rho_m, the least relative 1F1B bubble of m micro-batches; planner/bubble_floor.py",
+        "max_micro_batches": max_micro_batches,
+        "entries": entries,
+    }
+
+
+def main() -> None:
+    """Regenerate the table for the stage counts of the bundled models' schemes."""
+    from pathlib import Path
+
+    stage_counts = [2, 3, 4, 5, 6, 8, 10, 12, 15, 16, 20, 30, 32, 40, 60, 80]
+    table = build_table(stage_counts, [1 / 3], MAX_MICRO_BATCHES)
+    path = Path(__file__).with_name("data") / TABLE_FILE
+    path.write_text(json.dumps(table, indent=None, separators=(",", ":")) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Bubble floors: the tabulated LP optima, their validity against the exact 1F1B simulation, and
+the bounds they tighten (never above a brute-force optimum)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import numpy as np
+import pytest
+
+from planner.bubble_floor import (
+    MAX_MICRO_BATCHES,
+    most_work_s,
+    pipeline_time_floor_s,
+    solve_floor_lp,
+    tabulated_floors,
+)
+from planner.check import check_plan
+from planner.cost import ProfileCostModel, SchemeCoefficients
+from planner.packing import balance_lpt, best_order, by_length_descending, pack_pipeline
+from planner.schemas import CostProfile, PlanRequest, SchemeCost, SolverOptions
+from planner.scheme import ParallelScheme
+from planner.simulate import simulate_1f1b
+from planner.solve import evaluate_strategy, solve
+from planner.strategies import parse_strategy
+
+THIRD = 1 / 3
+
+
+@pytest.mark.parametrize(("stages", "count"), [(2, 1), (2, 2), (2, 7), (3, 5), (4, 16), (8, 3)])
+def test_table_matches_the_lp_and_rounds_down(stages, count):
+    floors = tabulated_floors(stages, THIRD)
+    assert floors is not None and len(floors) == MAX_MICRO_BATCHES
+    exact, shares = solve_floor_lp(stages, count, THIRD)
+    assert shares.sum() == pytest.approx(1.0)
+    assert simulate_1f1b(shares.tolist(), stages, THIRD) == pytest.approx(1 + exact, rel=1e-6)
+    assert exact - 1e-5 <= floors[count - 1] <= exact
+
+
+def test_one_micro_batch_floor_is_the_classic_bubble_and_uneven_sizes_beat_equal_ones():
+    # m = 1: the micro-batch crosses every stage forwards and backwards, T = pp * t
+    assert solve_floor_lp(4, 1, THIRD)[0] == pytest.approx(3.0, abs=1e-6)
+    # equal micro-batches give exactly (pp - 1) / m; ramping sizes up and down does better
+    for stages, count in ((2, 8), (4, 16)):
+        equal = simulate_1f1b([1.0] * count, stages, THIRD) / count - 1
+        assert equal == pytest.approx((stages - 1) / count)
+        assert solve_floor_lp(stages, count, THIRD)[0] < 0.8 * equal
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4, 8])
+def test_floors_hold_for_random_micro_batches(stages):
+    floors = tabulated_floors(stages, THIRD)
+    rng = np.random.default_rng(stages)
+    for _ in range(300):
+        count = int(rng.integers(1, 40))
+        shape = rng.choice(["uniform", "lognormal", "ramp"])
+        if shape == "uniform":
+            times = rng.uniform(0.01, 1.0, count)
+        elif shape == "lognormal":
+            times = rng.lognormal(0.0, 1.5, count)
+        else:
+            times = np.minimum(np.geomspace(0.01, 5.0, count), np.geomspace(5.0, 0.05, count)) + rng.uniform(0, 0.1)
+        makespan = simulate_1f1b(times.tolist(), stages, THIRD)
+        assert makespan >= (1 + floors[count - 1]) * times.sum() * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("stages", [2, 3, 5, 8])
+def test_the_largest_micro_batch_path_bounds_the_makespan(stages):
+    """The path of the module docstring, for every k and forward shares on both sides of 1/2."""
+    rng = np.random.default_rng(10 + stages)
+    for _ in range(200):
+        count = int(rng.integers(1, 30))
+        share = float(rng.uniform(0.05, 0.95))
+        times = rng.lognormal(0.0, 1.0, count)
+        makespan = simulate_1f1b(times.tolist(), stages, share)
+        total = times.sum()
+        for k in range(count):
+            path = (
+                total
+                + (stages - 1) * share * times[0]
+                + (stages - 1) * (1 - share) * times[k]
+                - share * times[k + 1 : k + stages].sum()
+            )
+            assert makespan >= path * (1 - 1e-9)
+        assert makespan >= (total + (stages - 1) * (1 - 2 * share) * times.max()) * (1 - 1e-9)
+
+
+def test_untabulated_schemes_still_get_the_proved_floor():
+    coef = SchemeCoefficients(ParallelScheme(1, 7, 1), 1e-10, 1e-5, 1e-3, 0.3, 10_000, 1.0)
+    assert tabulated_floors(7, 0.3) is None
+    work = 1.0
+    floor = float(pipeline_time_floor_s(coef, work))
+    # about 2 sqrt(kappa (pp-1) W c) with kappa = 1 - 2f, far above the plain (pp-1) c
+    assert floor - work > 0.9 * 2 * np.sqrt(0.4 * 6 * work * 1e-3)
+    rng = np.random.default_rng(1)
+    for count in (1, 5, 50, 500):
+        works = rng.dirichlet(np.ones(count)) * work
+        assert simulate_1f1b((works + coef.c).tolist(), 7, 0.3) >= floor * (1 - 1e-9)
+
+
+def _scheme(pp: int, c: float = 2e-3) -> SchemeCost:
+    return SchemeCost(tp=1, pp=pp, cp=1, a=1e-9, b=1e-5, c=c, capacity_tokens=4000)
+
+
+def test_pipeline_floor_holds_for_any_packing_including_more_micro_batches_than_tabulated():
+    profile = CostProfile(num_layers=8, schemes=[_scheme(4)])
+    coef = ProfileCostModel(profile).coefficients(parse_strategy("1x<1,4,1>").schemes[0])
+    rng = np.random.default_rng(0)
+    for count in (1, 3, 20, MAX_MICRO_BATCHES, MAX_MICRO_BATCHES + 30):
+        works = rng.uniform(0.0, 0.05, count)
+        makespan = simulate_1f1b((works + coef.c).tolist(), 4, coef.fwd_fraction)
+        assert makespan >= float(pipeline_time_floor_s(coef, works.sum())) * (1 - 1e-9)
+    # G is the inverse of g
+    for work in (0.01, 0.5, 3.0):
+        assert float(most_work_s(coef, pipeline_time_floor_s(coef, work))) == pytest.approx(work)
+
+
+def _best_pipeline_s(lengths: tuple[int, ...], scheme: SchemeCost) -> float:
+    return _best_pipeline_cached(lengths, scheme.pp, scheme.a, scheme.b, scheme.c, scheme.capacity_tokens)
+
+
+@functools.cache
+def _best_pipeline_cached(lengths: tuple[int, ...], pp: int, a: float, b: float, c: float, capacity: int) -> float:
+    """Exact best 1F1B time of one pipeline: every ordered partition into micro-batches."""
+    best = float("inf")
+    items = list(range(len(lengths)))
+    for labels in itertools.product(range(len(items)), repeat=len(items)):
+        used = sorted(set(labels))
+        if used != list(range(len(used))):
+            continue  # each ordered partition once: blocks numbered 0..k-1 in execution order
+        times = []
+        for block in used:
+            members = [lengths[i] for i, label in zip(items, labels) if label == block]
+            if sum(members) > capacity:
+                break
+            times.append(a * sum(x * x for x in members) + b * sum(members) + c)
+        else:
+            best = min(best, simulate_1f1b(times, pp, THIRD))
+    return best
+
+
+def _brute_force_s(lengths: list[int], schemes: list[SchemeCost]) -> float:
+    best = float("inf")
+    for owners in itertools.product(range(len(schemes)), repeat=len(lengths)):
+        worst = 0.0
+        for pipeline, scheme in enumerate(schemes):
+            mine = tuple(sorted(length for length, owner in zip(lengths, owners) if owner == pipeline))
+            worst = max(worst, _best_pipeline_s(mine, scheme) if mine else float("inf"))
+        best = min(best, worst)
+    return best
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_bounds_with_bubble_floors_stay_below_the_brute_force_optimum(case):
+    deep, shallow = _scheme(4, c=5e-3), _scheme(2, c=5e-3)
+    profile = CostProfile(num_layers=8, schemes=[deep, shallow])
+    rng = np.random.default_rng(case)
+    lengths = rng.integers(100, 3000, size=5 + case % 2).tolist()
+    strategy = ["1x<1,4,1> + 1x<1,2,1>", "3x<1,2,1>", "1x<1,4,1> + 2x<1,2,1>", "2x<1,2,1>"][case]
+    parsed = parse_strategy(strategy)
+    schemes = [deep if scheme.pp == 4 else shallow for scheme in parsed.pipeline_schemes()]
+    optimum = _brute_force_s(lengths, schemes)
+    request = PlanRequest(
+        lengths=lengths, num_gpus=parsed.num_gpus, options=SolverOptions(solver="greedy", time_limit_s=5)
+    )
+    fixed = evaluate_strategy(request, profile, parsed)
+    searched = solve(request, profile)
+    for plan in (fixed, searched):
+        assert check_plan(plan) == []
+        assert plan.lower_bound_s <= optimum * (1 + 1e-9)
+    assert fixed.step_time_s >= optimum * (1 - 1e-9)
+
+
+def test_bubble_floors_raise_the_bound_of_deep_pipelines():
+    """On many short sequences a pp=4 pipeline must trade micro-batch overheads against bubbles;
+    the plain floor (pp-1) c misses that, the tabulated floors price it."""
+    profile = CostProfile(num_layers=8, schemes=[_scheme(4, c=1e-3)])
+    lengths = [200] * 400
+    request = PlanRequest(lengths=lengths, num_gpus=8, options=SolverOptions(solver="greedy"))
+    plan = evaluate_strategy(request, profile, parse_strategy("2x<1,4,1>"))
+    coef = ProfileCostModel(profile).coefficients(parse_strategy("1x<1,4,1>").schemes[0])
+    work_per_pipeline = float(coef.work_s(np.array(lengths)).sum()) / 2
+    plain = work_per_pipeline + 3 * coef.c + coef.c * 200 * 200 / 4000  # (pp-1) c + capacity-forced micro-batches
+    assert plan.lower_bound_s > plain * 1.02
+    assert plan.lower_bound_s <= plan.step_time_s
+
+
+def test_ramped_packing_beats_every_equal_packing_and_keeps_every_item():
+    profile = CostProfile(num_layers=8, schemes=[_scheme(4, c=1e-3)])
+    coef = ProfileCostModel(profile).coefficients(parse_strategy("1x<1,4,1>").schemes[0])
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(100, 400, size=300)
+    items = np.arange(len(lengths))
+    packed = pack_pipeline(items, lengths, coef)
+    placed = np.sort(np.concatenate(packed.micro_batches))
+    assert np.array_equal(placed, items)
+    assert all(lengths[batch].sum() <= coef.capacity_tokens for batch in packed.micro_batches)
+    assert packed.time_s == pytest.approx(simulate_1f1b(list(packed.stage_times_s), 4, coef.fwd_fraction))
+    ordered = by_length_descending(items, lengths).astype(np.int64)
+    equal = [balance_lpt(lengths[ordered].astype(np.float64), count, coef) for count in range(1, 120)]
+    best_equal = min(best_order([ordered[b] for b in bins], times, coef).time_s for bins, times in filter(None, equal))
+    assert packed.time_s < 0.99 * best_equal
+    assert packed.time_s >= float(pipeline_time_floor_s(coef, coef.work_s(lengths).sum()))
