@@ -45,7 +45,7 @@ from planner.switching import pipeline_blocks, switch_cost_s
 
 MAX_STRATEGIES_PER_SET = 4000
 NEAR_IDEAL_PER_LARGE_SET = 12
-NUM_POLISHED = 2
+NUM_POLISHED = 4
 NUM_RUNNERS_UP = 8
 NUM_HOMOGENEOUS_FIRST = 4  # homogeneous strategies solved before the search proper
 # auto's MILP polish only where the model builds fast (~30 us per variable, outside the MILP's own
@@ -381,10 +381,10 @@ def _polish(solved: list[Candidate], lengths, cost, settings: SearchSettings, cl
         if clock.stop():
             timed_out = True
             break
-        improved = _polish_one(candidate, lengths, cost, settings, clock)
+        # refined one by one: which strategy is best often shows only after the local search
+        improved = refine(_polish_one(candidate, lengths, cost, settings, clock), lengths, REFINE_ROUNDS, clock.stop)
         if improved.objective_s < best.objective_s:
             best = improved
-    best = refine(best, lengths, REFINE_ROUNDS, clock.stop)
     small = len(lengths) * best.strategy.num_pipelines <= AUTO_MILP_MAX_VARIABLES
     affordable = settings.milp_budget_s >= AUTO_MILP_MIN_BUDGET_S
     if settings.backend == SolverBackend.AUTO and small and affordable and not clock.stop(settings.milp_budget_s):

@@ -15,7 +15,9 @@ PROFILE = synthetic_profile(max_gpus=16)
 @pytest.fixture(scope="module")
 def plan() -> Plan:
     lengths = wikipedia_like_batch(40_000, seed=5)
-    return solve(PlanRequest(lengths=lengths, num_gpus=16, options=SolverOptions(time_limit_s=2)), PROFILE)
+    # two pipelines of different schemes, so that cross-pipeline tampering has something to break
+    options = SolverOptions(time_limit_s=2, strategy_pool=["1x<8,1,1> + 1x<4,2,1>"])
+    return solve(PlanRequest(lengths=lengths, num_gpus=16, options=options), PROFILE)
 
 
 def edited(plan: Plan, edit) -> Plan:
