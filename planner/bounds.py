@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -35,6 +35,8 @@ import numpy as np
 
 from planner.bubble_floor import most_work_s, pipeline_time_floor_s
 from planner.cost import ProfileCostModel, SchemeCoefficients
+
+COARSE_RATIO = 1.02  # row span of coarsened tables (see `BoundTables.coarsened`)
 
 
 @dataclass(frozen=True)
@@ -45,31 +47,47 @@ class BoundTables:
     gpu_seconds: np.ndarray  # g_s * (w_is + c_s l_i / cap_s), inf where item i does not fit s
     work_s: np.ndarray  # w_is = a_s l_i^2 + b_s l_i, inf where item i does not fit s
     longest_s: np.ndarray  # pp_s * (w_is + c_s), inf where item i does not fit s
-    multiplicity: np.ndarray  # how many items have this length
-    lengths: np.ndarray  # the unique item lengths (rows)
+    multiplicity: np.ndarray  # how many items have this length (rows of coarsened tables: 1)
+    lengths: np.ndarray  # the unique item lengths (rows; coarsened: the row's longest)
 
     @classmethod
     def build(cls, lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) -> BoundTables:
         unique, multiplicity = np.unique(lengths, return_counts=True)
-        as_float = unique.astype(np.float64)[:, None]
+        as_float = unique.astype(np.float64)
+        return cls._of_rows(coefs, as_float, as_float, as_float, multiplicity.astype(np.float64))
+
+    @classmethod
+    def _of_rows(cls, coefs, low: np.ndarray, high: np.ndarray, tokens: np.ndarray, multiplicity: np.ndarray):
+        """Rows of items whose lengths lie in [low, high] and that hold `tokens` tokens in all, each
+        row counted `multiplicity` times. Item work `a l^2 + b l >= (a low + b) l` is priced by that
+        floor (exact when low = high), fit and the longest-item bound by `high`."""
+        low, high, tokens = low[:, None], high[:, None], tokens[:, None]
         a = np.array([coef.a for coef in coefs])[None, :]
         b = np.array([coef.b for coef in coefs])[None, :]
         c = np.array([coef.c for coef in coefs])[None, :]
         capacity = np.array([coef.capacity_tokens for coef in coefs], dtype=np.float64)[None, :]
         gpus = np.array([coef.scheme.num_gpus for coef in coefs], dtype=np.float64)[None, :]
         stages = np.array([coef.scheme.pp for coef in coefs], dtype=np.float64)[None, :]
-        work = a * as_float * as_float + b * as_float
-        fits = as_float <= capacity
-        gpu_seconds = np.where(fits, gpus * (work + c * as_float / capacity), np.inf)
-        longest = np.where(fits, stages * (work + c), np.inf)
-        return cls(
-            tuple(coefs),
-            gpu_seconds,
-            np.where(fits, work, np.inf),
-            longest,
-            multiplicity.astype(np.float64),
-            unique.astype(np.float64),
-        )
+        work = (a * low + b) * tokens
+        fits = high <= capacity
+        gpu_seconds = np.where(fits, gpus * (work + c * tokens / capacity), np.inf)
+        longest = np.where(fits, stages * (a * high * high + b * high + c), np.inf)
+        return cls(tuple(coefs), gpu_seconds, np.where(fits, work, np.inf), longest, multiplicity, high[:, 0])
+
+    def coarsened(self, ratio: float = COARSE_RATIO) -> BoundTables:
+        """Tables with lengths grouped into rows spanning at most `ratio` (never across a
+        capacity), for cheap set bounds over many distinct lengths. Still valid: each item's work
+        is priced from its row's shortest length, which loosens the attention term by < ratio - 1."""
+        capacities = np.array(sorted({coef.capacity_tokens for coef in self.coefs}), dtype=np.float64)
+        side = np.searchsorted(capacities, self.lengths, side="left")  # capacities below each length
+        starts = [0]
+        for row in range(1, len(self.lengths)):
+            if self.lengths[row] > self.lengths[starts[-1]] * ratio or side[row] != side[starts[-1]]:
+                starts.append(row)
+        ends = [*starts[1:], len(self.lengths)]
+        tokens = np.add.reduceat(self.lengths * self.multiplicity, starts)
+        low, high = self.lengths[starts], self.lengths[np.asarray(ends) - 1]
+        return self._of_rows(self.coefs, low, high, tokens, np.ones(len(starts)))
 
     def bubble_priced(self, pipeline_time_cap_s: float) -> BoundTables:
         """These tables with each scheme's items priced by the better of the capacity pricing and
@@ -102,9 +120,12 @@ class BoundTables:
         fits = np.isfinite(self.gpu_seconds[:, column])
         return float(self.lengths[fits].max()) if fits.any() else 0.0
 
-    def all_set_bounds(self, max_schemes: int, num_gpus: int) -> Iterator[tuple[tuple[int, ...], float]]:
+    def all_set_bounds(
+        self, max_schemes: int, num_gpus: int, cutoff_s: float = math.inf
+    ) -> Iterator[tuple[tuple[int, ...], float]]:
         """(columns, max(area, longest)) of every set of at most `max_schemes` schemes that can
-        hold every item, extending each set by all later columns at once (vectorised)."""
+        hold every item and whose bound is below `cutoff_s`, extending each set by all later
+        columns at once (vectorised)."""
         num_columns = self.gpu_seconds.shape[1]
 
         def extend(columns: tuple[int, ...], cheapest: np.ndarray, longest: np.ndarray):
@@ -115,23 +136,32 @@ class BoundTables:
             child_longest = np.minimum(longest[:, None], self.longest_s[:, start:])
             areas = (self.multiplicity @ child_cheapest) / num_gpus
             bounds = np.maximum(areas, child_longest.max(axis=0))
+            if len(columns) + 1 == max_schemes:  # leaves: only those under the cutoff matter
+                for offset in np.flatnonzero(bounds < cutoff_s).tolist():
+                    yield (*columns, start + offset), float(bounds[offset])
+                return
             for offset, bound in enumerate(bounds.tolist()):
                 child = (*columns, start + offset)
-                if math.isfinite(bound):
+                if bound < cutoff_s:
                     yield child, bound
-                if len(child) < max_schemes:
-                    yield from extend(child, child_cheapest[:, offset], child_longest[:, offset])
+                yield from extend(child, child_cheapest[:, offset], child_longest[:, offset])
 
         infinite = np.full(self.gpu_seconds.shape[0], np.inf)
         yield from extend((), infinite, infinite)
 
     def count_bounds(
-        self, columns: Sequence[int], counts: np.ndarray, inflation: np.ndarray | None = None, resolution: int = 12
+        self,
+        columns: Sequence[int],
+        counts: np.ndarray,
+        inflation: np.ndarray | None = None,
+        resolution: int = 12,
+        cutoff_s: np.ndarray | float = math.inf,
     ) -> tuple[np.ndarray, np.ndarray]:
         """For each row of `counts` (pipelines per scheme of `columns`): the dual fluid bound on
-        the slowest pipeline, and that maxed with the area and longest-item bounds; see the module
-        docstring. With `inflation` (per column, >= 1) item costs are scaled by it: the results
-        are then estimates for ranking strategies, not bounds."""
+        the slowest pipeline, and that maxed with the area, longest-item and bubble-floor bounds;
+        see the module docstring. Rows whose bound already reaches `cutoff_s` skip the (costlier)
+        bubble floors. With `inflation` (per column, >= 1) item costs are scaled by it: the
+        results are then estimates for ranking strategies, not bounds."""
         columns = list(columns)
         gpus = np.array([self.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
         per_pipeline = self.gpu_seconds[:, columns] / gpus[None, :]
@@ -149,22 +179,30 @@ class BoundTables:
         denominator = counts @ grid.T
         fluid = (numerator / denominator).max(axis=1)
         bound = np.maximum(fluid, self.pipeline_time_bound_s(columns, int(round(counts[0] @ gpus))))
-        if inflation is None:
-            bound = self._bubble_dual(columns, counts, grid, bound)
+        if inflation is None and any(self.coefs[column].scheme.pp > 1 for column in columns):
+            bound = self._bubble_dual(columns, counts, grid, bound, np.broadcast_to(cutoff_s, bound.shape))
         return fluid, bound
 
     def _bubble_dual(
-        self, columns: list[int], counts: np.ndarray, grid: np.ndarray, start: np.ndarray, rounds: int = 4
+        self,
+        columns: list[int],
+        counts: np.ndarray,
+        grid: np.ndarray,
+        start: np.ndarray,
+        cutoff_s: np.ndarray,
+        rounds: int = 4,
     ) -> np.ndarray:
         """Raise valid bounds `start` (per row of `counts`) with the bubble floors g_s: a pipeline
         of scheme s finishing by T carries work at most G_s(T) = T - h_s(G_s(T)), and for T above a
         known bound T0, h_s(G_s(T)) >= K_s = T0 - G_s(T0). The dual bound with floors K_s and item
         costs w_is is then valid, and the step repeats from the raised bound."""
+        finite = np.isfinite(start) & (start < cutoff_s)
+        if not finite.any():
+            return start
         work = self.work_s[:, columns]
         work = np.where(np.isfinite(work), work, 1e30)
         totals = self.multiplicity @ (work[:, None, :] * grid[None, :, :]).min(axis=2)
         denominator = counts @ grid.T
-        finite = np.isfinite(start)
         bound = start[finite]
         rows = counts[finite]
         for _ in range(rounds):
@@ -194,12 +232,37 @@ class BoundTables:
 
 def sync_lower_bound_s(cost: ProfileCostModel, coefs: Sequence[SchemeCoefficients], num_gpus: int) -> float:
     """Least gradient-sync time of any strategy using (at least one pipeline of) each scheme."""
-    schemes = [coef.scheme for coef in coefs]
-    fewest_replicas = max(
-        sum(scheme.cp for scheme in schemes),
-        math.ceil(num_gpus / max(scheme.num_gpus / scheme.cp for scheme in schemes)),
-    )
-    return cost.grad_sync_for_replicas_s(fewest_replicas, schemes)
+    return SyncFloors(cost, coefs, num_gpus)(range(len(coefs)))
+
+
+class SyncFloors:
+    """`sync_lower_bound_s` for many sets of columns of one scheme list, memoised on the two
+    things it depends on: the fewest weight replicas and the scheme with the largest shard."""
+
+    def __init__(self, cost: ProfileCostModel, coefs: Sequence[SchemeCoefficients], num_gpus: int) -> None:
+        self.cost, self.coefs, self.num_gpus = cost, tuple(coefs), num_gpus
+        self._cp = [coef.scheme.cp for coef in coefs]
+        self._gpus_per_replica = [coef.scheme.num_gpus / coef.scheme.cp for coef in coefs]
+        self._shard = [coef.grad_bytes_per_gpu for coef in coefs]
+        self._memo: dict[tuple[int, int], float] = {}
+
+    def least(self) -> float:
+        """A floor under the result for every set of columns."""
+        replicas = math.ceil(self.num_gpus / max(self._gpus_per_replica))
+        narrowest = min(range(len(self.coefs)), key=self._shard.__getitem__)
+        return self.cost.grad_sync_for_replicas_s(replicas, [self.coefs[narrowest].scheme])
+
+    def __call__(self, columns: Iterable[int]) -> float:
+        columns = list(columns)
+        fewest_replicas = max(
+            sum(self._cp[column] for column in columns),
+            math.ceil(self.num_gpus / max(self._gpus_per_replica[column] for column in columns)),
+        )
+        widest = max(columns, key=self._shard.__getitem__)
+        key = (fewest_replicas, widest)
+        if key not in self._memo:
+            self._memo[key] = self.cost.grad_sync_for_replicas_s(fewest_replicas, [self.coefs[widest].scheme])
+        return self._memo[key]
 
 
 @lru_cache(maxsize=64)

@@ -31,7 +31,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from planner.bounds import BoundTables, sync_lower_bound_s
+from planner.bounds import BoundTables, SyncFloors
 from planner.candidate import Candidate
 from planner.cost import ProfileCostModel, SchemeCoefficients
 from planner.dispatch import greedy_dispatch
@@ -44,6 +44,9 @@ from planner.strategies import Strategy, count_vectors
 from planner.switching import pipeline_blocks, switch_cost_s
 
 MAX_STRATEGIES_PER_SET = 4000
+# set bounds over more distinct lengths than this use coarsened tables (rows of lengths within 2%):
+# ~0.6 s of the 2 s budget went to seeding 4,390 sets over 2,500 lengths at 70B / 256 GPUs
+EXACT_SET_BOUND_MAX_LENGTHS = 1024
 NEAR_IDEAL_PER_LARGE_SET = 12
 NUM_POLISHED = 4
 NUM_RUNNERS_UP = 8
@@ -169,6 +172,7 @@ class Frontier:
         self.sets: list[tuple[float, int, tuple[int, ...]]] = []
         self.strategies: list[Bounded] = []
         self.floor_s = math.inf  # bounds of strategies that were not enumerated (huge sets)
+        self.incumbent_s = math.inf  # bounds at or above it need not be tightened further
         self._order = itertools.count()
         self._seen: set[Strategy] = set()
 
@@ -185,15 +189,17 @@ class Frontier:
         for schemes, group in by_schemes.items():
             columns = [self.column_of[scheme] for scheme in schemes]
             counts = np.array([[count for _, count in strategy.counts] for strategy in group])
-            _, bounds = self.tables.count_bounds(columns, counts)
+            # the switch cost (>= 0) is left out: the bound stays valid and stays cheap; solving a
+            # strategy charges it
+            syncs = np.array([self.cost.grad_sync_s(strategy.pipeline_schemes()) for strategy in group])
+            _, bounds = self.tables.count_bounds(columns, counts, cutoff_s=self.incumbent_s - syncs)
             fluid, estimates = self.tables.count_bounds(
                 columns, counts, _bubble_inflation(self.tables, columns, bounds)
             )
-            for strategy, bound, estimate, flat in zip(group, bounds.tolist(), estimates.tolist(), fluid.tolist()):
-                # the switch cost (>= 0) is left out: the bound stays valid and stays cheap; solving
-                # a strategy charges it
-                extra = self.cost.grad_sync_s(strategy.pipeline_schemes())
-                self.strategies.append(Bounded(max(estimate, bound) + extra, flat + extra, bound + extra, strategy))
+            for strategy, bound, estimate, flat, sync in zip(
+                group, bounds.tolist(), estimates.tolist(), fluid.tolist(), syncs.tolist()
+            ):
+                self.strategies.append(Bounded(max(estimate, bound) + sync, flat + sync, bound + sync, strategy))
 
     def expand_next(self) -> None:
         """Expand the set with the smallest bound into its strategies (all of them, or those
@@ -261,7 +267,16 @@ def search(
         frontier.push_strategies(_homogeneous(coefs, num_gpus))
     share = SEARCH_TIME_SHARE.get(settings.backend, 0.6)
     expansion_reserve_s = time_limit_s * (1 - EXPANSION_SHARE)
-    solved, done = _initial_incumbents(frontier, pinned, lengths, cost, settings, clock)
+    slowest_solve_s = 0.0
+
+    def first_solution(strategy: Strategy) -> Candidate | None:
+        nonlocal slowest_solve_s
+        before = clock.remaining_s()
+        candidate = _first_solution(strategy, lengths, cost, settings, clock)
+        slowest_solve_s = max(slowest_solve_s, before - clock.remaining_s())
+        return candidate
+
+    solved, done = _initial_incumbents(frontier, pinned, first_solution, settings, clock)
     if settings.pool is None:
         _seed_sets(frontier, coefs, cost, num_gpus, settings.max_schemes, solved[0].objective_s if solved else math.inf)
     attempts = len(done)
@@ -270,7 +285,7 @@ def search(
     expansions = 0
     timed_out = False
     while True:
-        incumbent_s = solved[0].objective_s if solved else math.inf
+        incumbent_s = frontier.incumbent_s = solved[0].objective_s if solved else math.inf
         while frontier.sets and frontier.next_set_bound_s() < incumbent_s and expansions < MAX_EXPANSIONS:
             if expansions >= MIN_EXPANSIONS and clock.stop(reserve_s=expansion_reserve_s):
                 break
@@ -292,13 +307,13 @@ def search(
             break
         entry = frontier.strategies[heapq.heappop(queue)[3]]
         attempts += 1
-        candidate = _first_solution(entry.strategy, lengths, cost, settings, clock)
+        candidate = first_solution(entry.strategy)
         if candidate is not None:
             solved.append(candidate)
             solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
     if not solved:
         return None
-    best, polish_timed_out = _polish(solved, lengths, cost, settings, clock)
+    best, polish_timed_out = _polish(solved, lengths, cost, settings, clock, slowest_solve_s)
     lower_bound_s = min(frontier.lower_bound_s(), best.objective_s)
     runners_up = tuple(c.strategy for c in solved if c.strategy != best.strategy)[:NUM_RUNNERS_UP]
     return SearchResult(
@@ -307,7 +322,11 @@ def search(
 
 
 def _initial_incumbents(
-    frontier: Frontier, pinned: list[Strategy], lengths, cost, settings: SearchSettings, clock: Clock
+    frontier: Frontier,
+    pinned: list[Strategy],
+    first_solution: Callable[[Strategy], Candidate | None],
+    settings: SearchSettings,
+    clock: Clock,
 ) -> tuple[list[Candidate], set[Strategy]]:
     """Solve the previous strategy and the most promising homogeneous ones (see module docstring).
     Returns the solved candidates, best first, and the strategies tried."""
@@ -324,7 +343,7 @@ def _initial_incumbents(
         if solved and clock.stop():
             break
         tried.add(strategy)
-        candidate = _first_solution(strategy, lengths, cost, settings, clock)
+        candidate = first_solution(strategy)
         solved += [candidate] if candidate is not None else []
     solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
     return solved, tried
@@ -354,11 +373,16 @@ def _seed_sets(frontier: Frontier, coefs, cost, num_gpus: int, max_schemes: int,
     valid for pipelines that finish within the incumbent's step time: a plan of the set is either
     no better than the incumbent or obeys that pricing, so min(incumbent, bound) is valid."""
     sizes = [coef.scheme.num_gpus for coef in coefs]
-    priced = frontier.tables.bubble_priced(incumbent_s)
-    for columns, pipeline_bound in priced.all_set_bounds(max_schemes, num_gpus):
+    tables = frontier.tables
+    if len(tables.lengths) > EXACT_SET_BOUND_MAX_LENGTHS:
+        tables = tables.coarsened()
+    priced = tables.bubble_priced(incumbent_s)
+    sync_floors = SyncFloors(cost, coefs, num_gpus)
+    # a set that cannot beat the incumbent with the least sync of any set never matters
+    cutoff_s = incumbent_s - sync_floors.least()
+    for columns, pipeline_bound in priced.all_set_bounds(max_schemes, num_gpus, cutoff_s):
         if _fillable(tuple(sorted(sizes[column] for column in columns)), num_gpus):
-            sync = sync_lower_bound_s(cost, [coefs[column] for column in columns], num_gpus)
-            frontier.push_set(columns, min(incumbent_s, pipeline_bound + sync))
+            frontier.push_set(columns, min(incumbent_s, pipeline_bound + sync_floors(columns)))
 
 
 def _first_solution(strategy, lengths, cost, settings: SearchSettings, clock: Clock) -> Candidate | None:
@@ -371,18 +395,24 @@ def _first_solution(strategy, lengths, cost, settings: SearchSettings, clock: Cl
     return candidate
 
 
-def _polish(solved: list[Candidate], lengths, cost, settings: SearchSettings, clock: Clock) -> tuple[Candidate, bool]:
-    """Apply the backend's dispatch to the best strategies found, then joint refinement."""
+def _polish(
+    solved: list[Candidate], lengths, cost, settings: SearchSettings, clock: Clock, expected_s: float = 0.0
+) -> tuple[Candidate, bool]:
+    """Apply the backend's dispatch to the best strategies found, each followed by joint
+    refinement. A polish starts only if the time left covers `expected_s` (what screening one
+    strategy took) or, after the first, what the last polish took."""
     best = solved[0]
     if settings.backend == SolverBackend.GREEDY:
         return best, False
     timed_out = False
     for candidate in solved[:NUM_POLISHED]:
-        if clock.stop():
+        if clock.stop(reserve_s=expected_s):
             timed_out = True
             break
+        before = clock.remaining_s()
         # refined one by one: which strategy is best often shows only after the local search
         improved = refine(_polish_one(candidate, lengths, cost, settings, clock), lengths, REFINE_ROUNDS, clock.stop)
+        expected_s = before - clock.remaining_s()
         if improved.objective_s < best.objective_s:
             best = improved
     small = len(lengths) * best.strategy.num_pipelines <= AUTO_MILP_MAX_VARIABLES

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from planner.bounds import BoundTables
+from planner.bubble_floor import tabulated_floors
 from planner.build import build_plan
 from planner.check import check_plan
 from planner.cost import ProfileCostModel
@@ -71,14 +72,15 @@ def solve(
 
 
 def load_backend(backend: SolverBackend) -> None:
-    """Import the backend's solver library now, so a first import (0.5-1 s for OR-Tools) is not
-    charged to the planning-time budget. Later calls are free."""
+    """Import the backend's solver library (and read the bubble-floor table) now, so a first
+    import (0.5-1 s for OR-Tools) is not charged to the planning-time budget. Later calls are free."""
     if backend in (SolverBackend.AUTO, SolverBackend.CPSAT):
         import ortools.sat.python.cp_model  # noqa: F401
     if backend == SolverBackend.PULP:
         import pulp  # noqa: F401
     if backend in (SolverBackend.AUTO, SolverBackend.LP):
         import highspy  # noqa: F401
+    tabulated_floors(2, 1 / 3)  # reads the bubble-floor table once per process
 
 
 def _settings(

@@ -1,0 +1,64 @@
+"""Set bounds: coarsened tables stay below the exact ones, the cutoff only drops sets at or above
+it, and the memoised sync floors agree with the plain ones."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from synthetic import synthetic_profile, wikipedia_like_batch
+
+from planner.bounds import BoundTables, SyncFloors, sync_lower_bound_s
+from planner.cost import ProfileCostModel
+from planner.search import runnable_schemes
+
+COST = ProfileCostModel(synthetic_profile(max_gpus=32))
+COEFS = runnable_schemes(COST, 32)
+LENGTHS = np.array(wikipedia_like_batch(300_000, seed=2))
+
+
+@pytest.fixture(scope="module")
+def tables() -> BoundTables:
+    return BoundTables.build(LENGTHS, COEFS)
+
+
+def test_coarsened_rows_keep_every_token_and_never_straddle_a_capacity(tables):
+    coarse = tables.coarsened(1.05)
+    assert len(coarse.lengths) < len(tables.lengths) / 2
+    # each row's items all fit or all miss each scheme: finite exactly where its longest fits
+    capacities = np.array([coef.capacity_tokens for coef in COEFS])
+    assert np.array_equal(np.isfinite(coarse.gpu_seconds), coarse.lengths[:, None] <= capacities[None, :])
+    # per scheme, the coarse work is a floor under the exact work of the same items, and close
+    for column in range(len(COEFS)):
+        fits = np.isfinite(tables.work_s[:, column])
+        exact = tables.multiplicity[fits] @ tables.work_s[fits, column]
+        coarse_column = coarse.work_s[:, column]
+        coarse_total = coarse_column[np.isfinite(coarse_column)].sum()
+        assert 0.97 * exact <= coarse_total <= exact * (1 + 1e-12)
+
+
+def test_coarsened_set_bounds_are_valid_and_close(tables):
+    exact = dict(tables.all_set_bounds(2, 32))
+    coarse = dict(tables.coarsened(1.02).all_set_bounds(2, 32))
+    assert exact.keys() == coarse.keys()
+    ratios = np.array([coarse[key] / exact[key] for key in exact])
+    assert (ratios <= 1 + 1e-12).all()
+    assert ratios.min() > 0.98
+
+
+def test_cutoff_drops_exactly_the_sets_at_or_above_it(tables):
+    every = dict(tables.all_set_bounds(3, 32))
+    cutoff = float(np.median(list(every.values())))
+    below = dict(tables.all_set_bounds(3, 32, cutoff))
+    assert below == {key: value for key, value in every.items() if value < cutoff}
+    assert 0 < len(below) < len(every)
+
+
+def test_sync_floors_match_the_plain_floor_and_least_is_below_all():
+    floors = SyncFloors(COST, COEFS, 32)
+    least = floors.least()
+    for columns in itertools.islice(itertools.combinations(range(len(COEFS)), 2), 200):
+        value = floors(columns)
+        assert value == pytest.approx(sync_lower_bound_s(COST, [COEFS[c] for c in columns], 32))
+        assert least <= value + 1e-15
