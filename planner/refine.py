@@ -30,7 +30,7 @@ def refine(candidate: Candidate, lengths: np.ndarray, max_rounds: int, should_st
         if should_stop():
             break
         worst = int(np.argmax([pipeline.time_s for pipeline in packed]))
-        change = _improving_change(worst, assignment, packed, lengths, coefs)
+        change = _improving_change(worst, assignment, packed, lengths, coefs, should_stop)
         if change is None:
             break
         for pipeline, items, repacked in change:
@@ -41,8 +41,9 @@ def refine(candidate: Candidate, lengths: np.ndarray, max_rounds: int, should_st
     return replace(candidate, assignment=tuple(assignment), packed=tuple(packed))
 
 
-def _improving_change(worst, assignment, packed, lengths, coefs):
-    """The first move or swap out of the slowest pipeline that lowers the pair's maximum."""
+def _improving_change(worst, assignment, packed, lengths, coefs, should_stop: Callable[[], bool]):
+    """The first move or swap out of the slowest pipeline that lowers the pair's maximum (None
+    when there is none, or when `should_stop` says so between items)."""
     limit = packed[worst].time_s * (1 - 1e-9)
     mine = assignment[worst]
     if len(mine) < 2:
@@ -51,6 +52,8 @@ def _improving_change(worst, assignment, packed, lengths, coefs):
     by_work = mine[np.argsort(-work_mine, kind="stable")]
     targets = sorted((pipeline.time_s, index) for index, pipeline in enumerate(packed) if index != worst)
     for item in by_work[:MAX_ITEMS_TRIED].tolist():
+        if should_stop():
+            return None
         length = lengths[item]
         for time_s, target in targets[:MAX_TARGETS_TRIED]:
             coef = coefs[target]
