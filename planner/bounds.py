@@ -20,6 +20,21 @@ the bubble floor `K_s = (pp_s - 1) c_s`, since 1F1B adds at least pp-1 of its sm
 micro-batch): for every `lambda >= 0`,
 `T - sync >= (sum_i min_s lambda_s u_is + sum_s lambda_s n_s K_s) / sum_s lambda_s n_s`.
 We take the best `lambda` on a grid of the simplex (any grid point gives a valid bound).
+
+**Bubble floors** (`planner.bubble_floor`) bound a pipeline of scheme s whose items carry work W by
+`g_s(W) = W + h_s(W)`, h concave and increasing: micro-batch overheads traded against 1F1B
+bubbles. They enter twice:
+
+* per strategy, by iteration: from a valid bound T0, any T >= T0 lets a pipeline carry at most
+  `G_s(T) <= T - K'_s` with `K'_s = T0 - G_s(T0)`; the dual above with item costs `w_is` and
+  floors `K'_s` is then a valid bound T1, and the step repeats from max(T0, T1);
+* per scheme set, for plans that can still beat an incumbent with pipeline times <= T_cap: since
+  h(W)/W is non-increasing, every item's work costs at least `w_is (1 + h_s(T_cap)/T_cap)`, and the
+  area bound may use that pricing (per scheme, whichever pricing is larger); a set's bound is
+  then min(incumbent, area + sync), valid either way.
+
+Set bounds over many distinct lengths use coarsened rows (lengths within 2%, priced from each row's
+shortest length: a lower bound, looser by well under 1%).
 """
 
 from __future__ import annotations
@@ -124,8 +139,17 @@ class BoundTables:
         self, max_schemes: int, num_gpus: int, cutoff_s: float = math.inf
     ) -> Iterator[tuple[tuple[int, ...], float]]:
         """(columns, max(area, longest)) of every set of at most `max_schemes` schemes that can
-        hold every item and whose bound is below `cutoff_s`, extending each set by all later
-        columns at once (vectorised)."""
+        hold every item and whose bound is below `cutoff_s`."""
+        for prefix, children, bounds in self.set_bound_blocks(max_schemes, num_gpus, cutoff_s):
+            for child, bound in zip(children.tolist(), bounds.tolist()):
+                yield (*prefix, child), bound
+
+    def set_bound_blocks(
+        self, max_schemes: int, num_gpus: int, cutoff_s: float = math.inf
+    ) -> Iterator[tuple[tuple[int, ...], np.ndarray, np.ndarray]]:
+        """`all_set_bounds` in blocks `(prefix, children, bounds)`: the sets `prefix + (child,)`
+        for the later columns `child` whose bound is below `cutoff_s`, each prefix extended by all
+        later columns at once (vectorised)."""
         num_columns = self.gpu_seconds.shape[1]
 
         def extend(columns: tuple[int, ...], cheapest: np.ndarray, longest: np.ndarray):
@@ -136,15 +160,12 @@ class BoundTables:
             child_longest = np.minimum(longest[:, None], self.longest_s[:, start:])
             areas = (self.multiplicity @ child_cheapest) / num_gpus
             bounds = np.maximum(areas, child_longest.max(axis=0))
-            if len(columns) + 1 == max_schemes:  # leaves: only those under the cutoff matter
-                for offset in np.flatnonzero(bounds < cutoff_s).tolist():
-                    yield (*columns, start + offset), float(bounds[offset])
-                return
-            for offset, bound in enumerate(bounds.tolist()):
-                child = (*columns, start + offset)
-                if bound < cutoff_s:
-                    yield child, bound
-                yield from extend(child, child_cheapest[:, offset], child_longest[:, offset])
+            below = np.flatnonzero(bounds < cutoff_s)
+            if below.size:
+                yield columns, start + below, bounds[below]
+            if len(columns) + 1 < max_schemes:
+                for offset in range(len(bounds)):
+                    yield from extend((*columns, start + offset), child_cheapest[:, offset], child_longest[:, offset])
 
         infinite = np.full(self.gpu_seconds.shape[0], np.inf)
         yield from extend((), infinite, infinite)
@@ -244,6 +265,7 @@ class SyncFloors:
         self._cp = [coef.scheme.cp for coef in coefs]
         self._gpus_per_replica = [coef.scheme.num_gpus / coef.scheme.cp for coef in coefs]
         self._shard = [coef.grad_bytes_per_gpu for coef in coefs]
+        self._arrays = (np.array(self._cp), np.array(self._gpus_per_replica), np.array(self._shard))
         self._memo: dict[tuple[int, int], float] = {}
 
     def least(self) -> float:
@@ -258,11 +280,28 @@ class SyncFloors:
             sum(self._cp[column] for column in columns),
             math.ceil(self.num_gpus / max(self._gpus_per_replica[column] for column in columns)),
         )
-        widest = max(columns, key=self._shard.__getitem__)
+        return self.of(fewest_replicas, max(columns, key=self._shard.__getitem__))
+
+    def of(self, fewest_replicas: int, widest: int) -> float:
+        """The floor for sets whose fewest replicas and largest-shard column are these."""
         key = (fewest_replicas, widest)
         if key not in self._memo:
             self._memo[key] = self.cost.grad_sync_for_replicas_s(fewest_replicas, [self.coefs[widest].scheme])
         return self._memo[key]
+
+    def extended(self, prefix: Sequence[int], children: np.ndarray) -> np.ndarray:
+        """The floors of the sets `prefix + (child,)` for every column in `children`."""
+        cp_all, per_replica_all, shard = self._arrays
+        cp = cp_all[children] + sum(self._cp[column] for column in prefix)
+        per_replica = per_replica_all[children]
+        if prefix:
+            per_replica = np.maximum(per_replica, max(self._gpus_per_replica[column] for column in prefix))
+        replicas = np.maximum(cp, np.ceil(self.num_gpus / per_replica - 1e-9).astype(np.int64))
+        widest = children
+        if prefix:
+            prefix_widest = max(prefix, key=self._shard.__getitem__)
+            widest = np.where(shard[children] > shard[prefix_widest], children, prefix_widest)
+        return np.array([self.of(r, w) for r, w in zip(replicas.tolist(), widest.tolist())])
 
 
 @lru_cache(maxsize=64)

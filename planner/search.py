@@ -57,7 +57,8 @@ AUTO_MILP_MAX_VARIABLES = 4_000
 # ... and only where its budget covers CP-SAT's fixed cost (~50 ms measured for a 512-variable
 # model); below it the polish overran its share of a 0.1 s budget fivefold for a 0.2% gain
 AUTO_MILP_MIN_BUDGET_S = 0.05
-REFINE_ROUNDS = 20
+REFINE_ROUNDS = 20  # for the best candidate
+REFINE_ROUNDS_EACH = 4  # for every polished candidate
 # Work limits keep the search deterministic; the time shares are only a safety net.
 MIN_EXPANSIONS = 24  # scheme sets expanded whatever the clock says
 MAX_EXPANSIONS = 200
@@ -380,9 +381,17 @@ def _seed_sets(frontier: Frontier, coefs, cost, num_gpus: int, max_schemes: int,
     sync_floors = SyncFloors(cost, coefs, num_gpus)
     # a set that cannot beat the incumbent with the least sync of any set never matters
     cutoff_s = incumbent_s - sync_floors.least()
-    for columns, pipeline_bound in priced.all_set_bounds(max_schemes, num_gpus, cutoff_s):
-        if _fillable(tuple(sorted(sizes[column] for column in columns)), num_gpus):
-            frontier.push_set(columns, min(incumbent_s, pipeline_bound + sync_floors(columns)))
+    sizes_array = np.array(sizes)
+    for prefix, children, bounds in priced.set_bound_blocks(max_schemes, num_gpus, cutoff_s):
+        prefix_sizes = [sizes[column] for column in prefix]
+        child_sizes = sizes_array[children]
+        fillable = {size: _fillable(tuple(sorted([*prefix_sizes, size])), num_gpus) for size in set(child_sizes)}
+        keep = np.array([fillable[size] for size in child_sizes.tolist()], dtype=bool)
+        if not keep.any():
+            continue
+        totals = np.minimum(bounds[keep] + sync_floors.extended(prefix, children[keep]), incumbent_s)
+        for child, total in zip(children[keep].tolist(), totals.tolist()):
+            frontier.push_set((*prefix, child), total)
 
 
 def _first_solution(strategy, lengths, cost, settings: SearchSettings, clock: Clock) -> Candidate | None:
@@ -410,11 +419,13 @@ def _polish(
             timed_out = True
             break
         before = clock.remaining_s()
-        # refined one by one: which strategy is best often shows only after the local search
-        improved = refine(_polish_one(candidate, lengths, cost, settings, clock), lengths, REFINE_ROUNDS, clock.stop)
+        # a few refinement rounds each: which strategy is best often shows only after them
+        polished = _polish_one(candidate, lengths, cost, settings, clock)
+        improved = refine(polished, lengths, REFINE_ROUNDS_EACH, clock.stop)
         expected_s = before - clock.remaining_s()
         if improved.objective_s < best.objective_s:
             best = improved
+    best = refine(best, lengths, REFINE_ROUNDS, clock.stop)
     small = len(lengths) * best.strategy.num_pipelines <= AUTO_MILP_MAX_VARIABLES
     affordable = settings.milp_budget_s >= AUTO_MILP_MIN_BUDGET_S
     if settings.backend == SolverBackend.AUTO and small and affordable and not clock.stop(settings.milp_budget_s):

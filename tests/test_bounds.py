@@ -62,3 +62,11 @@ def test_sync_floors_match_the_plain_floor_and_least_is_below_all():
         value = floors(columns)
         assert value == pytest.approx(sync_lower_bound_s(COST, [COEFS[c] for c in columns], 32))
         assert least <= value + 1e-15
+
+
+def test_sync_floors_of_extended_sets_match_one_by_one():
+    floors = SyncFloors(COST, COEFS, 32)
+    children = np.arange(3, len(COEFS))
+    for prefix in [(), (0,), (1, 2)]:
+        expected = [floors((*prefix, int(child))) for child in children]
+        assert floors.extended(prefix, children) == pytest.approx(expected)
