@@ -216,7 +216,12 @@ class BoundTables:
         """Raise valid bounds `start` (per row of `counts`) with the bubble floors g_s: a pipeline
         of scheme s finishing by T carries work at most G_s(T) = T - h_s(G_s(T)), and for T above a
         known bound T0, h_s(G_s(T)) >= K_s = T0 - G_s(T0). The dual bound with floors K_s and item
-        costs w_is is then valid, and the step repeats from the raised bound."""
+        costs w_is is then valid, and the step repeats from the raised bound.
+
+        The pipeline that holds the longest item l* also obeys the largest-micro-batch floor
+        `T >= W + E_s`, `E_s = c + (pp-1)((1-2f)(c + w_s(l*)) + f c)` (`planner.bubble_floor`):
+        its load is short of T - K_s by `(E_s - K_s)^+` more, which adds
+        `min_s lambda_s (E_s - K_s)^+` (over the schemes l* fits) to the dual's numerator."""
         finite = np.isfinite(start) & (start < cutoff_s)
         if not finite.any():
             return start
@@ -226,18 +231,30 @@ class BoundTables:
         denominator = counts @ grid.T
         bound = start[finite]
         rows = counts[finite]
+        longest_extra = np.array([self._longest_item_floor_s(column) for column in columns])
         for _ in range(rounds):
             # a pipeline that cannot finish any work by T0 (G < 0) may only stay empty: K = T0
             floors = np.stack(
                 [bound - np.maximum(most_work_s(self.coefs[column], bound), 0.0) for column in columns], axis=1
             )
-            raised = ((totals[None, :] + (rows * floors) @ grid.T) / denominator[finite]).max(axis=1)
+            excess = np.maximum(longest_extra[None, :] - floors, 0.0)  # rows x columns; 1e30 where l* misfits
+            holder = (excess[:, None, :] * grid[None, :, :]).min(axis=2)  # rows x grid points
+            raised = ((totals[None, :] + (rows * floors) @ grid.T + holder) / denominator[finite]).max(axis=1)
             if not (raised > bound * (1 + 1e-6)).any():
                 break
             bound = np.maximum(bound, raised)
         result = start.copy()
         result[finite] = bound
         return result
+
+    def _longest_item_floor_s(self, column: int) -> float:
+        """E_s of `_bubble_dual` for the longest item; 1e30 (priced out) where it does not fit."""
+        coef, longest = self.coefs[column], self.lengths[-1]
+        if longest > coef.capacity_tokens:
+            return 1e30
+        stages, share = coef.scheme.pp, coef.fwd_fraction
+        item_s = coef.a * longest * longest + coef.b * longest
+        return coef.c + (stages - 1) * (max(0.0, 1 - 2 * share) * (coef.c + item_s) + share * coef.c)
 
     def ideal_counts(self, columns: Sequence[int], num_gpus: int) -> list[float]:
         """Fluid pipeline counts per scheme: each item on its cheapest scheme, loads balanced."""

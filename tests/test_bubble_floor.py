@@ -202,3 +202,20 @@ def test_ramped_packing_beats_every_equal_packing_and_keeps_every_item():
     best_equal = min(best_order([ordered[b] for b in bins], times, coef).time_s for bins, times in filter(None, equal))
     assert packed.time_s < 0.99 * best_equal
     assert packed.time_s >= float(pipeline_time_floor_s(coef, coef.work_s(lengths).sum()))
+
+
+def test_the_pipeline_holding_the_longest_item_pays_its_bubble_in_the_bound():
+    """One long sequence among many short ones on two pp=4 pipelines with tiny per-micro-batch
+    overheads: the c-driven floors are negligible, the longest-item chain is short of the fluid
+    share, and only the largest-micro-batch floor E prices the long sequence's bubble."""
+    profile = CostProfile(num_layers=8, schemes=[_scheme(4, c=1e-5)])
+    lengths = [3000] + [100] * 400
+    request = PlanRequest(lengths=lengths, num_gpus=8, options=SolverOptions(solver="greedy"))
+    plan = evaluate_strategy(request, profile, parse_strategy("2x<1,4,1>"))
+    coef = ProfileCostModel(profile).coefficients(parse_strategy("1x<1,4,1>").schemes[0])
+    work = float(coef.work_s(np.array(lengths)).sum())
+    longest = float(coef.work_s(np.array([3000]))[0])
+    extra = coef.c + 3 * ((1 - 2 * coef.fwd_fraction) * (coef.c + longest) + coef.fwd_fraction * coef.c)
+    assert 4 * (longest + coef.c) < work / 2  # the chain bound alone is weaker
+    assert plan.lower_bound_s >= (work + extra) / 2 * (1 - 1e-9)
+    assert plan.lower_bound_s <= plan.step_time_s
