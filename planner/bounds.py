@@ -170,6 +170,42 @@ class BoundTables:
         infinite = np.full(self.gpu_seconds.shape[0], np.inf)
         yield from extend((), infinite, infinite)
 
+    def replica_split_bounds_s(
+        self, sets: Sequence[tuple[int, ...]], num_gpus: int, sync_floors: SyncFloors
+    ) -> np.ndarray:
+        """Set bounds (pipeline time + sync) that couple the area to the weight replicas.
+
+        The plain set bound prices every item on its cheapest scheme and the sync at the fewest
+        replicas any strategy of the set may have; cheap schemes are often the ones with many
+        replicas. For a threshold R, a strategy with R or more replicas syncs at least
+        `sync(R)`; one with fewer obeys `sum_s cp_s n_s <= R - 1`. With `y_s = n_s T` (pipeline
+        time available on s), `sum_s g_s y_s = N T` and `sum_s cp_s y_s <= (R-1) T`, so for every
+        `mu >= 0`: `T >= sum_i min_s (g_s + mu cp_s) u_is / (N + mu (R-1))`. A set's bound is the
+        lesser of the two cases, maximised over a few thresholds R and weights mu (vectorised over
+        the sets; a set of fewer than three schemes repeats its first).
+        """
+        padded = np.array([(*columns, *[columns[0]] * (3 - len(columns))) for columns in sets])
+        priced = self.gpu_seconds[:, padded]  # rows x sets x 3
+        longest = self.longest_s[:, padded].min(axis=2).max(axis=0)
+        per_gpu = np.array([coef.scheme.cp / coef.scheme.num_gpus for coef in self.coefs])[padded]  # sets x 3
+        area = np.maximum(self.multiplicity @ priced.min(axis=2) / num_gpus, longest)
+        weights = num_gpus * np.array([0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0])
+        factors = 1.0 + weights[None, :, None] * per_gpu[:, None, :]  # sets x mu x 3
+        numerators = np.tensordot(self.multiplicity, (priced[:, :, None, :] * factors[None]).min(axis=3), axes=1)
+        plain_sync = np.array([sync_floors(columns) for columns in sets])
+        fewest = np.array([sync_floors.fewest_replicas(columns) for columns in sets])
+        most = np.floor(num_gpus * per_gpu.max(axis=1) + 1e-9).astype(np.int64)
+        grown = np.round(fewest[:, None] * 1.5 ** np.arange(1, 12))
+        thresholds = np.minimum(most[:, None], np.maximum(fewest[:, None] + 1, grown))
+        widest = [max(columns, key=lambda column: self.coefs[column].grad_bytes_per_gpu) for columns in sets]
+        many = area[:, None] + np.array(
+            [[sync_floors.of(int(t), w) for t in row] for row, w in zip(thresholds.tolist(), widest)]
+        )
+        few = (numerators[:, None, :] / (num_gpus + weights[None, None, :] * (thresholds[:, :, None] - 1))).max(axis=2)
+        split = np.minimum(many, np.maximum(few, longest[:, None]) + plain_sync[:, None])
+        split = np.where(thresholds > fewest[:, None], split, -np.inf)
+        return np.maximum(area + plain_sync, split.max(axis=1))
+
     def count_bounds(
         self,
         columns: Sequence[int],
@@ -293,11 +329,14 @@ class SyncFloors:
 
     def __call__(self, columns: Iterable[int]) -> float:
         columns = list(columns)
-        fewest_replicas = max(
+        return self.of(self.fewest_replicas(columns), max(columns, key=self._shard.__getitem__))
+
+    def fewest_replicas(self, columns: Sequence[int]) -> int:
+        """Weight replicas of any strategy with at least one pipeline of each of these columns."""
+        return max(
             sum(self._cp[column] for column in columns),
             math.ceil(self.num_gpus / max(self._gpus_per_replica[column] for column in columns)),
         )
-        return self.of(fewest_replicas, max(columns, key=self._shard.__getitem__))
 
     def of(self, fewest_replicas: int, widest: int) -> float:
         """The floor for sets whose fewest replicas and largest-shard column are these."""

@@ -44,6 +44,7 @@ from planner.strategies import Strategy, count_vectors
 from planner.switching import pipeline_blocks, switch_cost_s
 
 MAX_STRATEGIES_PER_SET = 4000
+ESTIMATE_RESOLUTION = 6  # simplex grid of the strategy estimates (bounds use the default, 12)
 # set bounds over more distinct lengths than this use coarsened tables (rows of lengths within 2%):
 # ~0.6 s of the 2 s budget went to seeding 4,390 sets over 2,500 lengths at 70B / 256 GPUs
 EXACT_SET_BOUND_MAX_LENGTHS = 1024
@@ -57,6 +58,8 @@ AUTO_MILP_MAX_VARIABLES = 4_000
 # ... and only where its budget covers CP-SAT's fixed cost (~50 ms measured for a 512-variable
 # model); below it the polish overran its share of a 0.1 s budget fivefold for a 0.2% gain
 AUTO_MILP_MIN_BUDGET_S = 0.05
+MAX_REFINED_SETS = 1200  # unexpanded sets re-bounded with the replica-coupled bound after the search
+REFINED_SETS_PER_BATCH = 200
 REFINE_ROUNDS = 20  # for the best candidate
 REFINE_ROUNDS_EACH = 4  # for every polished candidate
 # Work limits keep the search deterministic; the time shares are only a safety net.
@@ -174,6 +177,9 @@ class Frontier:
         self.strategies: list[Bounded] = []
         self.floor_s = math.inf  # bounds of strategies that were not enumerated (huge sets)
         self.incumbent_s = math.inf  # bounds at or above it need not be tightened further
+        # the tables and sync floors the set bounds were priced with, and the step time they are
+        # valid under (set by `_seed_sets`)
+        self.set_pricing: tuple[BoundTables, SyncFloors, float] | None = None
         self._order = itertools.count()
         self._seen: set[Strategy] = set()
 
@@ -194,8 +200,9 @@ class Frontier:
             # strategy charges it
             syncs = np.array([self.cost.grad_sync_s(strategy.pipeline_schemes()) for strategy in group])
             _, bounds = self.tables.count_bounds(columns, counts, cutoff_s=self.incumbent_s - syncs)
+            # estimates only rank strategies: a coarser grid of multipliers will do
             fluid, estimates = self.tables.count_bounds(
-                columns, counts, _bubble_inflation(self.tables, columns, bounds)
+                columns, counts, _bubble_inflation(self.tables, columns, bounds), resolution=ESTIMATE_RESOLUTION
             )
             for strategy, bound, estimate, flat, sync in zip(
                 group, bounds.tolist(), estimates.tolist(), fluid.tolist(), syncs.tolist()
@@ -315,6 +322,7 @@ def search(
     if not solved:
         return None
     best, polish_timed_out = _polish(solved, lengths, cost, settings, clock, slowest_solve_s)
+    _refine_set_bounds(frontier, best.objective_s, clock)
     lower_bound_s = min(frontier.lower_bound_s(), best.objective_s)
     runners_up = tuple(c.strategy for c in solved if c.strategy != best.strategy)[:NUM_RUNNERS_UP]
     return SearchResult(
@@ -392,6 +400,30 @@ def _seed_sets(frontier: Frontier, coefs, cost, num_gpus: int, max_schemes: int,
         totals = np.minimum(bounds[keep] + sync_floors.extended(prefix, children[keep]), incumbent_s)
         for child, total in zip(children[keep].tolist(), totals.tolist()):
             frontier.push_set((*prefix, child), total)
+    frontier.set_pricing = (priced, sync_floors, incumbent_s)
+
+
+def _refine_set_bounds(frontier: Frontier, incumbent_s: float, clock: Clock) -> None:
+    """Raise the bounds of the unexpanded sets that hold the global bound down, least first, with
+    the replica-coupled set bound (`BoundTables.replica_split_bounds_s`), in batches up to a work
+    limit."""
+    if frontier.set_pricing is None:
+        return
+    tables, sync_floors, cap_s = frontier.set_pricing
+    refined: set[tuple[int, ...]] = set()
+    while frontier.sets and len(refined) < MAX_REFINED_SETS and not clock.stop():
+        batch = []
+        while frontier.sets and len(batch) < REFINED_SETS_PER_BATCH:
+            bound_s, _, columns = frontier.sets[0]
+            if bound_s >= incumbent_s or columns in refined:
+                break
+            batch.append(heapq.heappop(frontier.sets)[::2])
+        if not batch:
+            break
+        better = tables.replica_split_bounds_s([columns for _, columns in batch], frontier.num_gpus, sync_floors)
+        for (bound_s, columns), value in zip(batch, better.tolist()):
+            refined.add(columns)
+            frontier.push_set(columns, max(bound_s, min(cap_s, value)))
 
 
 def _first_solution(strategy, lengths, cost, settings: SearchSettings, clock: Clock) -> Candidate | None:
