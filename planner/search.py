@@ -186,8 +186,9 @@ class Frontier:
     def push_set(self, columns: tuple[int, ...], bound_s: float) -> None:
         heapq.heappush(self.sets, (bound_s, next(self._order), columns))
 
-    def push_strategies(self, strategies: Sequence[Strategy]) -> None:
-        """Bound and estimate new strategies, grouped by scheme set for vectorised bounds."""
+    def push_strategies(self, strategies: Sequence[Strategy], floor_s: float = -math.inf) -> None:
+        """Bound and estimate new strategies, grouped by scheme set for vectorised bounds; `floor_s`
+        is a bound known to hold for all of them (their scheme set's)."""
         by_schemes: dict[tuple, list[Strategy]] = {}
         for strategy in strategies:
             if strategy not in self._seen:
@@ -207,7 +208,8 @@ class Frontier:
             for strategy, bound, estimate, flat, sync in zip(
                 group, bounds.tolist(), estimates.tolist(), fluid.tolist(), syncs.tolist()
             ):
-                self.strategies.append(Bounded(max(estimate, bound) + sync, flat + sync, bound + sync, strategy))
+                total = max(bound + sync, floor_s)
+                self.strategies.append(Bounded(max(estimate + sync, total), flat + sync, total, strategy))
 
     def expand_next(self) -> None:
         """Expand the set with the smallest bound into its strategies (all of them, or those
@@ -218,7 +220,7 @@ class Frontier:
         if len(vectors) > MAX_STRATEGIES_PER_SET:
             self.floor_s = min(self.floor_s, set_bound_s)
             vectors = _near_ideal(self.tables.ideal_counts(columns, self.num_gpus), combo, self.num_gpus)
-        self.push_strategies([Strategy.of(list(zip(combo, counts))) for counts in vectors])
+        self.push_strategies([Strategy.of(list(zip(combo, counts))) for counts in vectors], set_bound_s)
 
     def next_set_bound_s(self) -> float:
         return self.sets[0][0] if self.sets else math.inf
