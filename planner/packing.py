@@ -151,28 +151,9 @@ def balance_lpt(
     stage time; None if some item finds no bin with room.
 
     `sub_lengths` is sorted longest first. Each item goes to the least loaded bin that still
-    has room for it.
+    has room for it: equal targets for `balance_to_targets`.
     """
-    heap = [(0.0, index) for index in range(num_bins)]
-    tokens = [0] * num_bins
-    bins: list[list[int]] = [[] for _ in range(num_bins)]
-    capacity = coef.capacity_tokens
-    a, b = coef.a, coef.b
-    for position, length in enumerate(sub_lengths.tolist()):
-        skipped = []
-        while heap and tokens[heap[0][1]] + length > capacity:
-            skipped.append(heapq.heappop(heap))
-        if not heap:
-            return None
-        load, index = heapq.heappop(heap)
-        bins[index].append(position)
-        tokens[index] += length
-        heapq.heappush(heap, (load + a * length * length + b * length, index))
-        for entry in skipped:
-            heapq.heappush(heap, entry)
-    loads = dict((index, load) for load, index in heap)
-    used = [index for index in range(num_bins) if bins[index]]
-    return [bins[index] for index in used], [loads[index] + coef.c for index in used]
+    return balance_to_targets(sub_lengths, np.zeros(num_bins), coef)
 
 
 def _first_fit_until_feasible(sub_lengths: np.ndarray, coef: SchemeCoefficients) -> list[list[int]]:

@@ -12,12 +12,18 @@ never negative, is left out of bounds and charged when a strategy is solved; see
    with 1F1B bubbles priced in), skipping strategies whose bound cannot beat the incumbent;
 3. stops at the work limits (deterministic) or at its share of the time limit (a safety net).
 
+Scheme sets are seeded once the first incumbents are known: their bounds price the 1F1B bubble
+for pipelines that could still beat the incumbent (`planner.bounds`), and sets that cannot are
+not even listed. An expanded set's bound stays a floor under its strategies' bounds.
+
 Nothing is discarded unless its bound is no better than the incumbent, so the least bound of the
 unexpanded sets and of every enumerated strategy stays a lower bound over the whole space.
 
 Backends then polish the best strategies found: `lp` re-dispatches by LP relaxation + rounding,
 `cpsat`/`pulp` by MILP with the incumbent as hint, `auto` runs LP then (for small models) CP-SAT;
-all but `greedy` finish with joint refinement (`planner.refine`).
+all but `greedy` refine each polished candidate a little and the best one fully (`planner.refine`).
+Last, the unexpanded sets that hold the global bound down are re-bounded with a bound that couples
+their area to their weight replicas (up to a work limit).
 """
 
 from __future__ import annotations
