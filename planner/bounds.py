@@ -247,7 +247,7 @@ class BoundTables:
         grid: np.ndarray,
         start: np.ndarray,
         cutoff_s: np.ndarray,
-        rounds: int = 4,
+        rounds: int = 2,
     ) -> np.ndarray:
         """Raise valid bounds `start` (per row of `counts`) with the bubble floors g_s: a pipeline
         of scheme s finishing by T carries work at most G_s(T) = T - h_s(G_s(T)), and for T above a

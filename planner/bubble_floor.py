@@ -49,8 +49,8 @@ from planner.simulate import dependency_order
 TABLE_SCHEMA = "hydraplan.bubble-floors/1"
 TABLE_FILE = "bubble_floors.json"
 MAX_MICRO_BATCHES = 64  # M: floors are tabulated for m = 1..M
-MAX_PRICED_MICRO_BATCHES = 1 << 20  # counts beyond are priced by their overheads alone
-TAIL_RANGE_RATIO = 1.1  # counts above M are priced in ranges this wide
+MAX_PRICED_MICRO_BATCHES = 1 << 16  # counts beyond are priced by their overheads alone
+TAIL_RANGE_RATIO = 1.25  # counts above M are priced in ranges this wide
 SAFETY = 1e-6  # subtracted from every LP optimum before tabulating (HiGHS tolerances are ~1e-7)
 
 

@@ -56,6 +56,7 @@ ESTIMATE_RESOLUTION = 6  # simplex grid of the strategy estimates (bounds use th
 EXACT_SET_BOUND_MAX_LENGTHS = 1024
 NEAR_IDEAL_PER_LARGE_SET = 12
 NUM_POLISHED = 4
+NUM_POLISHED_BRIEF = 2  # under budgets below THOROUGH_MIN_BUDGET_S (e.g. a service's 0.1 s)
 NUM_RUNNERS_UP = 8
 NUM_HOMOGENEOUS_FIRST = 4  # homogeneous strategies solved before the search proper
 # auto's MILP polish only where the model builds fast (~30 us per variable, outside the MILP's own
@@ -84,6 +85,7 @@ class SearchSettings:
     pool: tuple[Strategy, ...] | None = None
     previous: Strategy | None = None
     milp_budget_s: float = 0.3  # most time one MILP solve may take
+    thorough: bool = True  # polish NUM_POLISHED strategies, each refined a little (else the best two)
 
 
 @dataclass(frozen=True)
@@ -454,14 +456,14 @@ def _polish(
     if settings.backend == SolverBackend.GREEDY:
         return best, False
     timed_out = False
-    for candidate in solved[:NUM_POLISHED]:
+    for candidate in solved[: NUM_POLISHED if settings.thorough else NUM_POLISHED_BRIEF]:
         if clock.stop(reserve_s=expected_s):
             timed_out = True
             break
         before = clock.remaining_s()
         # a few refinement rounds each: which strategy is best often shows only after them
         polished = _polish_one(candidate, lengths, cost, settings, clock)
-        improved = refine(polished, lengths, REFINE_ROUNDS_EACH, clock.stop)
+        improved = refine(polished, lengths, REFINE_ROUNDS_EACH if settings.thorough else 0, clock.stop)
         expected_s = before - clock.remaining_s()
         if improved.objective_s < best.objective_s:
             best = improved
