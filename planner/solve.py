@@ -21,9 +21,12 @@ from planner.strategies import Strategy, parse_strategy
 
 FINISH_SHARE = 0.1  # of the time limit, kept for building and checking the plan
 MILP_SHARE = 0.08  # of the time limit, the most one MILP solve may take
-# below this budget the search polishes only its best two strategies and refines only the best:
-# four refined polishes cost ~40 ms, which took a 0.1 s budget's throughput from 21 to 15 plans/s
+# Below this budget, or above this many sequences, the search polishes only its best two
+# strategies and refines only the best: four refined polishes cost ~40 ms, which took a 0.1 s
+# budget's throughput from 21 to 15 plans/s, and ~0.15 s of the 2 s budget at 1K sequences, where
+# the best strategy did not change. They pay off on few, long sequences (heterogeneous plans).
 THOROUGH_MIN_BUDGET_S = 0.5
+THOROUGH_MAX_SEQUENCES = 512
 
 
 def solve(
@@ -100,7 +103,7 @@ def _settings(
         pool=pool,
         previous=_parse(request.previous_strategy, "previous_strategy") if request.previous_strategy else None,
         milp_budget_s=options.time_limit_s * MILP_SHARE,
-        thorough=options.time_limit_s >= THOROUGH_MIN_BUDGET_S,
+        thorough=options.time_limit_s >= THOROUGH_MIN_BUDGET_S and len(request.lengths) <= THOROUGH_MAX_SEQUENCES,
     )
     return settings, clock
 
