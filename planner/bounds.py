@@ -48,7 +48,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from planner.bubble_floor import most_work_s, pipeline_time_floor_s
+from planner.bubble_floor import largest_micro_batch_floor_s, most_work_s, pipeline_time_floor_s
 from planner.cost import ProfileCostModel, SchemeCoefficients
 
 COARSE_RATIO = 1.02  # row span of coarsened tables (see `BoundTables.coarsened`)
@@ -197,7 +197,7 @@ class BoundTables:
         most = np.floor(num_gpus * per_gpu.max(axis=1) + 1e-9).astype(np.int64)
         grown = np.round(fewest[:, None] * 1.5 ** np.arange(1, 12))
         thresholds = np.minimum(most[:, None], np.maximum(fewest[:, None] + 1, grown))
-        widest = [max(columns, key=lambda column: self.coefs[column].grad_bytes_per_gpu) for columns in sets]
+        widest = [sync_floors.widest(columns) for columns in sets]
         many = area[:, None] + np.array(
             [[sync_floors.of(int(t), w) for t in row] for row, w in zip(thresholds.tolist(), widest)]
         )
@@ -285,12 +285,8 @@ class BoundTables:
 
     def _longest_item_floor_s(self, column: int) -> float:
         """E_s of `_bubble_dual` for the longest item; 1e30 (priced out) where it does not fit."""
-        coef, longest = self.coefs[column], self.lengths[-1]
-        if longest > coef.capacity_tokens:
-            return 1e30
-        stages, share = coef.scheme.pp, coef.fwd_fraction
-        item_s = coef.a * longest * longest + coef.b * longest
-        return coef.c + (stages - 1) * (max(0.0, 1 - 2 * share) * (coef.c + item_s) + share * coef.c)
+        item_s = float(self.work_s[-1, column])  # rows are sorted: the last holds the longest item
+        return largest_micro_batch_floor_s(self.coefs[column], item_s) if math.isfinite(item_s) else 1e30
 
     def ideal_counts(self, columns: Sequence[int], num_gpus: int) -> list[float]:
         """Fluid pipeline counts per scheme: each item on its cheapest scheme, loads balanced."""
@@ -329,7 +325,11 @@ class SyncFloors:
 
     def __call__(self, columns: Iterable[int]) -> float:
         columns = list(columns)
-        return self.of(self.fewest_replicas(columns), max(columns, key=self._shard.__getitem__))
+        return self.of(self.fewest_replicas(columns), self.widest(columns))
+
+    def widest(self, columns: Sequence[int]) -> int:
+        """The column with the largest gradient shard per GPU (the first such)."""
+        return max(columns, key=self._shard.__getitem__)
 
     def fewest_replicas(self, columns: Sequence[int]) -> int:
         """Weight replicas of any strategy with at least one pipeline of each of these columns."""
@@ -355,7 +355,7 @@ class SyncFloors:
         replicas = np.maximum(cp, np.ceil(self.num_gpus / per_replica - 1e-9).astype(np.int64))
         widest = children
         if prefix:
-            prefix_widest = max(prefix, key=self._shard.__getitem__)
+            prefix_widest = self.widest(prefix)
             widest = np.where(shard[children] > shard[prefix_widest], children, prefix_widest)
         return np.array([self.of(r, w) for r, w in zip(replicas.tolist(), widest.tolist())])
 

@@ -148,6 +148,17 @@ def ramp_shape(num_stages: int, fwd_fraction: float, num_micro_batches: int) -> 
     return entry.shapes[num_micro_batches - 1]
 
 
+def _path_kappa(coef: SchemeCoefficients) -> float:
+    """`(pp-1) max(0, 1-2f)`: the largest micro-batch's share of the path bound's bubble."""
+    return (coef.scheme.pp - 1) * max(0.0, 1.0 - 2.0 * coef.fwd_fraction)
+
+
+def largest_micro_batch_floor_s(coef: SchemeCoefficients, item_work_s: float) -> float:
+    """`T - W` at least, for a pipeline of this scheme whose items carry work W and include one
+    of work `item_work_s`: the path bound with `S >= W + c`, `t_1 >= c`, `t_max >= c + item`."""
+    return coef.c + _path_kappa(coef) * (coef.c + item_work_s) + (coef.scheme.pp - 1) * coef.fwd_fraction * coef.c
+
+
 @cache
 def pipeline_pieces(coef: SchemeCoefficients) -> tuple[np.ndarray, np.ndarray]:
     """(alpha, beta) with `T >= min_j alpha_j W + beta_j` for a pipeline of this scheme whose
@@ -155,12 +166,11 @@ def pipeline_pieces(coef: SchemeCoefficients) -> tuple[np.ndarray, np.ndarray]:
     stages, c = coef.scheme.pp, coef.c
     if stages == 1:
         return np.array([1.0]), np.array([c])  # one micro-batch at least, no bubble
-    kappa = max(0.0, 1.0 - 2.0 * coef.fwd_fraction) * (stages - 1)
+    kappa = _path_kappa(coef)
     floors = tabulated_floors(stages, coef.fwd_fraction) or ()
     counts = np.arange(1, max(len(floors), 1) + 1, dtype=np.float64)
-    relative = np.maximum(kappa / counts, 0.0)
+    relative = kappa / counts
     relative[: len(floors)] = np.maximum(relative[: len(floors)], floors)
-    relative = np.maximum(relative, 0.0)
     alpha = list(1.0 + relative)
     beta = list((1.0 + relative) * counts * c)
     first = len(counts) + 1

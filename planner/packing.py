@@ -49,8 +49,10 @@ def pack_pipeline(item_indices: np.ndarray, lengths: np.ndarray, coef: SchemeCoe
     sub_lengths = lengths[order].astype(np.float64)
     if sub_lengths.max() > coef.capacity_tokens:
         raise ValueError(f"an item of {int(sub_lengths.max())} tokens exceeds capacity {coef.capacity_tokens}")
+    work_s = float(coef.a * (sub_lengths @ sub_lengths) + coef.b * sub_lengths.sum())
+    minimum = max(1, math.ceil(float(sub_lengths.sum()) / coef.capacity_tokens))  # forced by the capacity
     scored = []
-    for num_micro_batches in _candidate_counts(sub_lengths, coef):
+    for num_micro_batches in _candidate_counts(len(sub_lengths), work_s, minimum, coef):
         balanced = balance_lpt(sub_lengths, num_micro_batches, coef)
         if balanced is not None:
             bins, times = balanced
@@ -65,7 +67,7 @@ def pack_pipeline(item_indices: np.ndarray, lengths: np.ndarray, coef: SchemeCoe
         candidate = best_order([order[b] for b in bins], times, coef)
         if best is None or candidate.time_s < best.time_s:
             best = candidate
-    for bins, times in _ramped(sub_lengths, coef):
+    for bins, times in _ramped(sub_lengths, work_s, minimum, coef):
         candidate = best_order([order[b] for b in bins], times, coef, keep_order=True)
         if best is None or candidate.time_s < best.time_s:
             best = candidate
@@ -73,7 +75,9 @@ def pack_pipeline(item_indices: np.ndarray, lengths: np.ndarray, coef: SchemeCoe
     return best
 
 
-def _ramped(sub_lengths: np.ndarray, coef: SchemeCoefficients) -> list[tuple[list[list[int]], list[float]]]:
+def _ramped(
+    sub_lengths: np.ndarray, work_s: float, minimum: int, coef: SchemeCoefficients
+) -> list[tuple[list[list[int]], list[float]]]:
     """Packings whose micro-batch sizes follow the least-bubble shapes of `planner.bubble_floor`
     (ramping up, a plateau, tapering off), for the micro-batch counts whose floor
     `(W + m c)(1 + rho_m)` is least; empty for pp = 1 or untabulated schemes."""
@@ -82,8 +86,6 @@ def _ramped(sub_lengths: np.ndarray, coef: SchemeCoefficients) -> list[tuple[lis
     floors = tabulated_floors(coef.scheme.pp, coef.fwd_fraction)
     if floors is None:
         return []
-    work_s = float(coef.work_s(sub_lengths).sum())
-    minimum = max(1, math.ceil(float(sub_lengths.sum()) / coef.capacity_tokens))
     counts = np.arange(minimum, min(len(sub_lengths), len(floors)) + 1)
     if len(counts) == 0:
         return []
@@ -133,12 +135,9 @@ def by_length_descending(item_indices: np.ndarray, lengths: np.ndarray) -> np.nd
     return item_indices[keys]
 
 
-def _candidate_counts(sub_lengths: np.ndarray, coef: SchemeCoefficients) -> list[int]:
-    num_items = len(sub_lengths)
-    minimum = max(1, math.ceil(float(sub_lengths.sum()) / coef.capacity_tokens))
+def _candidate_counts(num_items: int, work_s: float, minimum: int, coef: SchemeCoefficients) -> list[int]:
     if coef.scheme.pp == 1:
         return sorted({minimum, min(num_items, minimum + 1)})
-    work_s = float(coef.a * (sub_lengths @ sub_lengths) + coef.b * sub_lengths.sum())
     ideal = num_items if coef.c <= 0 else math.sqrt((coef.scheme.pp - 1) * work_s / coef.c)
     raw = [minimum, ideal / 1.5, ideal - 1, ideal, ideal + 1, ideal * 1.5]
     return sorted({min(num_items, max(minimum, int(round(value)))) for value in raw})
