@@ -52,6 +52,16 @@ from planner.bubble_floor import largest_micro_batch_floor_s, most_work_s, pipel
 from planner.cost import ProfileCostModel, SchemeCoefficients
 
 COARSE_RATIO = 1.02  # row span of coarsened tables (see `BoundTables.coarsened`)
+# `BoundTables.packing_bounds`: the dual feasible functions tried, the items they can price, the
+# bisection steps (each halves the interval up to the incumbent) and a memory cap per chunk of rows
+DFF_THRESHOLDS = (0.2, 0.25, 0.3, 1 / 3, 0.4, 0.45, 0.5)  # eps of f_eps
+DFF_STEPS = (2, 3, 4)  # k of u_k
+BIG_ITEM_SHARE = min(*DFF_THRESHOLDS, *(1 / (k + 1) for k in DFF_STEPS))  # every function maps smaller sizes to 0
+ITEM_CAP_ROUNDS = 3  # rounds of the item-count cap per scheme (each can only lower the room)
+PACKING_PROBE_STEP = 0.002  # rows not infeasible this far above their start are left as they are
+PACKING_BISECTIONS = 12
+PACKING_CHUNK_ELEMENTS = 4_000_000
+FLOAT_SLACK = 1e-9
 
 
 @dataclass(frozen=True)
@@ -64,15 +74,18 @@ class BoundTables:
     longest_s: np.ndarray  # pp_s * (w_is + c_s), inf where item i does not fit s
     multiplicity: np.ndarray  # how many items have this length (rows of coarsened tables: 1)
     lengths: np.ndarray  # the unique item lengths (rows; coarsened: the row's longest)
+    num_items: int  # items in all: a plan's pipelines each hold one, so none runs more micro-batches
 
     @classmethod
     def build(cls, lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) -> BoundTables:
         unique, multiplicity = np.unique(lengths, return_counts=True)
         as_float = unique.astype(np.float64)
-        return cls._of_rows(coefs, as_float, as_float, as_float, multiplicity.astype(np.float64))
+        return cls._of_rows(coefs, as_float, as_float, as_float, multiplicity.astype(np.float64), len(lengths))
 
     @classmethod
-    def _of_rows(cls, coefs, low: np.ndarray, high: np.ndarray, tokens: np.ndarray, multiplicity: np.ndarray):
+    def _of_rows(
+        cls, coefs, low: np.ndarray, high: np.ndarray, tokens: np.ndarray, multiplicity: np.ndarray, num_items: int
+    ):
         """Rows of items whose lengths lie in [low, high] and that hold `tokens` tokens in all, each
         row counted `multiplicity` times. Item work `a l^2 + b l >= (a low + b) l` is priced by that
         floor (exact when low = high), fit and the longest-item bound by `high`."""
@@ -87,7 +100,8 @@ class BoundTables:
         fits = high <= capacity
         gpu_seconds = np.where(fits, gpus * (work + c * tokens / capacity), np.inf)
         longest = np.where(fits, stages * (a * high * high + b * high + c), np.inf)
-        return cls(tuple(coefs), gpu_seconds, np.where(fits, work, np.inf), longest, multiplicity, high[:, 0])
+        work = np.where(fits, work, np.inf)
+        return cls(tuple(coefs), gpu_seconds, work, longest, multiplicity, high[:, 0], num_items)
 
     def coarsened(self, ratio: float = COARSE_RATIO) -> BoundTables:
         """Tables with lengths grouped into rows spanning at most `ratio` (never across a
@@ -102,7 +116,7 @@ class BoundTables:
         ends = [*starts[1:], len(self.lengths)]
         tokens = np.add.reduceat(self.lengths * self.multiplicity, starts)
         low, high = self.lengths[starts], self.lengths[np.asarray(ends) - 1]
-        return self._of_rows(self.coefs, low, high, tokens, np.ones(len(starts)))
+        return self._of_rows(self.coefs, low, high, tokens, np.ones(len(starts)), self.num_items)
 
     def bubble_priced(self, pipeline_time_cap_s: float) -> BoundTables:
         """These tables with each scheme's items priced by the better of the capacity pricing and
@@ -112,7 +126,7 @@ class BoundTables:
             return self
         priced = self.gpu_seconds.copy()
         for column, coef in enumerate(self.coefs):
-            overhead = float(pipeline_time_floor_s(coef, pipeline_time_cap_s)) - pipeline_time_cap_s
+            overhead = float(pipeline_time_floor_s(coef, pipeline_time_cap_s, self.num_items)) - pipeline_time_cap_s
             factor = 1.0 + max(0.0, overhead) / pipeline_time_cap_s
             bubbled = coef.scheme.num_gpus * self.work_s[:, column] * factor
             fits = np.isfinite(bubbled)
@@ -240,6 +254,109 @@ class BoundTables:
             bound = self._bubble_dual(columns, counts, grid, bound, np.broadcast_to(cutoff_s, bound.shape))
         return fluid, bound
 
+    def packing_bounds(
+        self, columns: Sequence[int], counts: np.ndarray, start: np.ndarray, cutoff_s: np.ndarray, resolution: int = 12
+    ) -> np.ndarray:
+        """Raise valid bounds `start` on the slowest pipeline (per row of `counts`, below a finite
+        `cutoff_s`) where items are large against a pipeline: they cannot be split between
+        pipelines. Costlier than `count_bounds`; for the strategies that hold a bound down.
+
+        A pipeline of scheme s that finishes by T carries work at most `G_s(T)`: the bubble floor
+        over at most k micro-batches, k the most items it can hold (at most `items - pipelines +
+        1`, and no more than the lightest items that fit in `G_s(T)`). An item of work w fits it
+        only if `w + E_s(w) <= T` (largest-micro-batch floor). With sizes `x_is = w_is / G_s(T)`
+        the items of one pipeline sum to at most 1, and so do their images under a dual feasible
+        function f (Fekete & Schepers 2001, "New classes of fast lower bounds for bin packing
+        problems"): `f_eps(x) = 1 if x > 1 - eps, x if eps <= x <= 1 - eps, 0 below eps`
+        (eps <= 1/2) and `u_k(x) = x if (k+1) x is an integer, else floor((k+1) x) / k`. A plan
+        with `n_s` pipelines of scheme s then has, for every `lambda >= 0`,
+        `sum_i min_s lambda_s f(x_is) <= sum_s lambda_s n_s`; a T that violates this for some f
+        and grid point lambda (or leaves an item no scheme) is infeasible, and infeasibility is
+        monotone in T, so bisection gives the bound. Items with `x_is < BIG_ITEM_SHARE` for every
+        scheme map to 0 under every f used and are left out."""
+        columns = list(columns)
+        grid = simplex_grid(len(columns), resolution)
+        counts = counts.astype(np.float64)
+        finite = np.isfinite(start) & np.isfinite(cutoff_s) & (start < cutoff_s)
+        if not finite.any():
+            return start
+        coefs = [self.coefs[column] for column in columns]
+        work = self.work_s[:, columns]
+        lo, hi, rows = start[finite], cutoff_s[finite].astype(np.float64), counts[finite]
+        # sizes only shrink as T grows: an item below BIG_ITEM_SHARE at the least start stays below
+        tightest = np.array([float(most_work_s(coef, lo.min())) for coef in coefs])
+        big = (np.isfinite(work) & (work >= BIG_ITEM_SHARE * tightest[None, :])).any(axis=1)
+        if not big.any():
+            return start
+        work, multiplicity = work[big], self.multiplicity[big]
+        fits_scheme = np.isfinite(work)
+        work = np.where(fits_scheme, work, 0.0)
+        largest = np.array(
+            [[largest_micro_batch_floor_s(coef, item) for coef, item in zip(coefs, row)] for row in work.tolist()]
+        )
+        needs = np.where(fits_scheme, work + largest, np.inf)  # least T of a pipeline holding the item
+        caps = self.num_items - np.rint(rows.sum(axis=1)).astype(np.int64) + 1
+        chunk = max(1, PACKING_CHUNK_ELEMENTS // (len(work) * grid.size * len(DFF_THRESHOLDS + DFF_STEPS)))
+
+        # prefix sums of the lightest items per scheme: a pipeline holding k items carries at least
+        # the k lightest, which caps how many items (so micro-batches) a pipeline can hold by T
+        repeats = np.rint(self.multiplicity).astype(np.int64)
+        lightest = [np.cumsum(np.repeat(self.work_s[:, column], repeats)) for column in columns]
+
+        def room_at(time_s: float, cap: int, index: int) -> float:
+            room = float(most_work_s(coefs[index], time_s, cap))
+            for _ in range(ITEM_CAP_ROUNDS):
+                fewer = max(1, int(np.searchsorted(lightest[index], room * (1 + FLOAT_SLACK), side="right")))
+                if fewer >= cap:
+                    break
+                cap = fewer
+                room = float(most_work_s(coefs[index], time_s, cap))
+            return room
+
+        def infeasible(time_s: np.ndarray, subset: np.ndarray) -> np.ndarray:
+            room = np.array(
+                [
+                    [room_at(time, cap, index) for index in range(len(columns))]
+                    for time, cap in zip(time_s.tolist(), caps[subset].tolist())
+                ]
+            )
+            result = np.zeros(len(time_s), dtype=bool)
+            for first in range(0, len(time_s), chunk):
+                part = slice(first, first + chunk)
+                result[part] = self._violates(
+                    work, multiplicity, needs, room[part], time_s[part], rows[subset][part], grid
+                )
+            return result
+
+        # most rows gain nothing: one probe just above the start keeps the bisection to the others
+        probe = np.minimum(lo * (1 + PACKING_PROBE_STEP), hi)
+        worth = np.flatnonzero(infeasible(probe, np.arange(len(lo))))
+        lo[worth] = probe[worth]
+        for _ in range(PACKING_BISECTIONS if worth.size else 0):
+            mid = (lo[worth] + hi[worth]) / 2
+            above = infeasible(mid, worth)
+            lo[worth] = np.where(above, mid, lo[worth])
+            hi[worth] = np.where(above, hi[worth], mid)
+        result = start.copy()
+        result[finite] = np.maximum(start[finite], lo)
+        return result
+
+    @staticmethod
+    def _violates(work, multiplicity, needs, room, time_s, counts, grid) -> np.ndarray:
+        """Per row (time_s, room per scheme, counts): whether the dual feasible functions of
+        `packing_bounds` prove that no plan finishes by time_s."""
+        slack = 1 + FLOAT_SLACK  # float noise must never turn a fitting item away
+        fits = (needs[None, :, :] <= time_s[:, None, None] * slack) & (work[None, :, :] <= room[:, None, :] * slack)
+        unplaceable = (~fits.any(axis=2)).any(axis=1)
+        sizes = np.where(fits, work[None, :, :] / np.maximum(room[:, None, :], 1e-300), 0.0)
+        images = np.where(
+            fits[None], dual_feasible_images(sizes), 1e30
+        )  # functions x rows x items x schemes  # 0 * 1e30 = 0: a scheme of zero weight is free
+        priced = (images[:, :, :, None, :] * grid[None, None, None, :, :]).min(axis=4)  # f x rows x items x grid
+        used = np.tensordot(priced, multiplicity, axes=([2], [0]))  # f x rows x grid
+        available = counts @ grid.T  # rows x grid
+        return unplaceable | (used > available[None] * (1 + 1e-9) + 1e-12).any(axis=(0, 2))
+
     def _bubble_dual(
         self,
         columns: list[int],
@@ -268,11 +385,17 @@ class BoundTables:
         bound = start[finite]
         rows = counts[finite]
         longest_extra = np.array([self._longest_item_floor_s(column) for column in columns])
+        # every pipeline holds an item, so none runs more micro-batches than the others leave it
+        most_micro_batches = self.num_items - np.rint(rows.sum(axis=1)).astype(np.int64) + 1
+        caps = np.unique(most_micro_batches)
         for _ in range(rounds):
             # a pipeline that cannot finish any work by T0 (G < 0) may only stay empty: K = T0
-            floors = np.stack(
-                [bound - np.maximum(most_work_s(self.coefs[column], bound), 0.0) for column in columns], axis=1
-            )
+            floors = np.empty_like(rows)
+            for cap in caps.tolist():
+                same = most_micro_batches == cap
+                for index, column in enumerate(columns):
+                    most = most_work_s(self.coefs[column], bound[same], cap)
+                    floors[same, index] = bound[same] - np.maximum(most, 0.0)
             excess = np.maximum(longest_extra[None, :] - floors, 0.0)  # rows x columns; 1e30 where l* misfits
             holder = (excess[:, None, :] * grid[None, :, :]).min(axis=2)  # rows x grid points
             raised = ((totals[None, :] + (rows * floors) @ grid.T + holder) / denominator[finite]).max(axis=1)
@@ -358,6 +481,28 @@ class SyncFloors:
             prefix_widest = self.widest(prefix)
             widest = np.where(shard[children] > shard[prefix_widest], children, prefix_widest)
         return np.array([self.of(r, w) for r, w in zip(replicas.tolist(), widest.tolist())])
+
+
+def dual_feasible_images(sizes: np.ndarray) -> np.ndarray:
+    """The images of `sizes` (any shape) under every dual feasible function of
+    `BoundTables.packing_bounds`, stacked on a new first axis: sizes that sum to at most 1 have
+    images that sum to at most 1, under each function."""
+    # each f_eps image is at most f_eps' with eps' = min(eps + FLOAT_SLACK, 1/2), whatever the rounding
+    thresholds = [
+        np.where(sizes > 1 - eps + FLOAT_SLACK, 1.0, np.where(sizes < eps + FLOAT_SLACK, 0.0, sizes))
+        for eps in DFF_THRESHOLDS
+    ]
+    return np.stack(thresholds + [_step_dff(sizes, k) for k in DFF_STEPS])
+
+
+def _step_dff(sizes: np.ndarray, k: int) -> np.ndarray:
+    """u_k of Fekete & Schepers: x where (k+1) x is an integer, else floor((k+1) x) / k (never
+    above it for any size within FLOAT_SLACK of the computed one)."""
+    scaled = (k + 1) * sizes
+    nearest = np.rint(scaled)
+    # within rounding of an integer j the true value is x, (j-1)/k or j/k: take the least
+    near = np.maximum(0.0, np.minimum(sizes - FLOAT_SLACK, (nearest - 1) / k))
+    return np.where(np.abs(scaled - nearest) <= FLOAT_SLACK, near, np.floor(scaled) / k)
 
 
 @lru_cache(maxsize=64)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 
 import numpy as np
@@ -50,6 +50,9 @@ TABLE_SCHEMA = "hydraplan.bubble-floors/1"
 TABLE_FILE = "bubble_floors.json"
 MAX_MICRO_BATCHES = 64  # M: floors are tabulated for m = 1..M
 MAX_PRICED_MICRO_BATCHES = 1 << 16  # counts beyond are priced by their overheads alone
+# a cap on the micro-batch count (a pipeline holds at most so many items) above this changes the
+# floor by well under 1% and is dropped: it keeps the memo of pieces small
+MAX_CAPPED_MICRO_BATCHES = 1024
 TAIL_RANGE_RATIO = 1.25  # counts above M are priced in ranges this wide
 SAFETY = 1e-6  # subtracted from every LP optimum before tabulating (HiGHS tolerances are ~1e-7)
 
@@ -159,42 +162,59 @@ def largest_micro_batch_floor_s(coef: SchemeCoefficients, item_work_s: float) ->
     return coef.c + _path_kappa(coef) * (coef.c + item_work_s) + (coef.scheme.pp - 1) * coef.fwd_fraction * coef.c
 
 
-@cache
-def pipeline_pieces(coef: SchemeCoefficients) -> tuple[np.ndarray, np.ndarray]:
+def pipeline_pieces(coef: SchemeCoefficients, max_micro_batches: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(alpha, beta) with `T >= min_j alpha_j W + beta_j` for a pipeline of this scheme whose
-    items carry work `W` (see module docstring)."""
+    items carry work `W` (see module docstring), over at most `max_micro_batches` micro-batches
+    when given (a pipeline holding k items runs at most k; caps above MAX_CAPPED_MICRO_BATCHES
+    are ignored)."""
+    if max_micro_batches is not None and max_micro_batches > MAX_CAPPED_MICRO_BATCHES:
+        max_micro_batches = None
+    return _pieces(coef, max_micro_batches)
+
+
+@lru_cache(maxsize=4096)
+def _pieces(coef: SchemeCoefficients, max_micro_batches: int | None) -> tuple[np.ndarray, np.ndarray]:
     stages, c = coef.scheme.pp, coef.c
+    capped = max_micro_batches is not None
+    most = max(1, max_micro_batches) if capped else MAX_PRICED_MICRO_BATCHES
     if stages == 1:
         return np.array([1.0]), np.array([c])  # one micro-batch at least, no bubble
     kappa = _path_kappa(coef)
     floors = tabulated_floors(stages, coef.fwd_fraction) or ()
-    counts = np.arange(1, max(len(floors), 1) + 1, dtype=np.float64)
+    counts = np.arange(1, min(max(len(floors), 1), most) + 1, dtype=np.float64)
     relative = kappa / counts
-    relative[: len(floors)] = np.maximum(relative[: len(floors)], floors)
+    tabulated = min(len(floors), len(counts))
+    relative[:tabulated] = np.maximum(relative[:tabulated], floors[:tabulated])
     alpha = list(1.0 + relative)
     beta = list((1.0 + relative) * counts * c)
     first = len(counts) + 1
-    while first <= MAX_PRICED_MICRO_BATCHES:
-        last = max(first, math.floor(first * TAIL_RANGE_RATIO))  # range [first, last]
+    while first <= most:
+        last = min(most, max(first, math.floor(first * TAIL_RANGE_RATIO)))  # range [first, last]
         factor = 1.0 + kappa / last
         alpha.append(factor)
         beta.append(factor * first * c)
         first = last + 1
-    alpha.append(1.0)
-    beta.append((first + stages - 1) * c)  # every m >= first: S >= W + m c, bubble >= (pp-1) c
+    if not capped:
+        alpha.append(1.0)
+        beta.append((first + stages - 1) * c)  # every m >= first: S >= W + m c, bubble >= (pp-1) c
     return np.asarray(alpha), np.asarray(beta)
 
 
-def pipeline_time_floor_s(coef: SchemeCoefficients, work_s: np.ndarray | float) -> np.ndarray:
-    """g(W): least time of a pipeline of this scheme whose items carry work `W`."""
-    alpha, beta = pipeline_pieces(coef)
+def pipeline_time_floor_s(
+    coef: SchemeCoefficients, work_s: np.ndarray | float, max_micro_batches: int | None = None
+) -> np.ndarray:
+    """g(W): least time of a pipeline of this scheme whose items carry work `W` (over at most
+    `max_micro_batches` micro-batches when given)."""
+    alpha, beta = pipeline_pieces(coef, max_micro_batches)
     work = np.asarray(work_s, dtype=np.float64)
     return np.min(alpha * work[..., None] + beta, axis=-1)
 
 
-def most_work_s(coef: SchemeCoefficients, time_s: np.ndarray | float) -> np.ndarray:
+def most_work_s(
+    coef: SchemeCoefficients, time_s: np.ndarray | float, max_micro_batches: int | None = None
+) -> np.ndarray:
     """G(T): the most work a pipeline of this scheme can finish within `T` (inverse of g)."""
-    alpha, beta = pipeline_pieces(coef)
+    alpha, beta = pipeline_pieces(coef, max_micro_batches)
     time = np.asarray(time_s, dtype=np.float64)
     return np.max((time[..., None] - beta) / alpha, axis=-1)
 

@@ -28,6 +28,7 @@ their area to their weight replicas (up to a work limit).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
@@ -67,6 +68,8 @@ AUTO_MILP_MAX_VARIABLES = 4_000
 AUTO_MILP_MIN_BUDGET_S = 0.05
 MAX_REFINED_SETS = 1200  # unexpanded sets re-bounded with the replica-coupled bound after the search
 REFINED_SETS_PER_BATCH = 200
+MAX_PACKING_BOUNDED = 600  # enumerated strategies re-bounded with the packing bound after the search
+PACKING_BOUNDED_PER_BATCH = 60
 REFINE_ROUNDS = 20  # for the best candidate
 REFINE_ROUNDS_EACH = 4  # for every polished candidate
 # Work limits keep the search deterministic; the time shares are only a safety net.
@@ -332,7 +335,7 @@ def search(
     if not solved:
         return None
     best, polish_timed_out = _polish(solved, lengths, cost, settings, clock, slowest_solve_s)
-    _refine_set_bounds(frontier, best.objective_s, clock)
+    _tighten_bounds(frontier, best.objective_s, clock)
     lower_bound_s = min(frontier.lower_bound_s(), best.objective_s)
     runners_up = tuple(c.strategy for c in solved if c.strategy != best.strategy)[:NUM_RUNNERS_UP]
     return SearchResult(
@@ -413,27 +416,63 @@ def _seed_sets(frontier: Frontier, coefs, cost, num_gpus: int, max_schemes: int,
     frontier.set_pricing = (priced, sync_floors, incumbent_s)
 
 
-def _refine_set_bounds(frontier: Frontier, incumbent_s: float, clock: Clock) -> None:
-    """Raise the bounds of the unexpanded sets that hold the global bound down, least first, with
-    the replica-coupled set bound (`BoundTables.replica_split_bounds_s`), in batches up to a work
-    limit."""
-    if frontier.set_pricing is None:
-        return
-    tables, sync_floors, cap_s = frontier.set_pricing
-    refined: set[tuple[int, ...]] = set()
-    while frontier.sets and len(refined) < MAX_REFINED_SETS and not clock.stop():
-        batch = []
-        while frontier.sets and len(batch) < REFINED_SETS_PER_BATCH:
-            bound_s, _, columns = frontier.sets[0]
-            if bound_s >= incumbent_s or columns in refined:
-                break
-            batch.append(heapq.heappop(frontier.sets)[::2])
-        if not batch:
+def _tighten_bounds(frontier: Frontier, incumbent_s: float, clock: Clock) -> None:
+    """Raise the bounds that hold the global bound down, least first, in batches up to work
+    limits: unexpanded sets with the replica-coupled set bound, enumerated strategies with the
+    packing bound (`BoundTables.packing_bounds`), whichever holds the least bound."""
+    refined_sets: set[tuple[int, ...]] = set()
+    refined_strategies: set[Strategy] = set()
+    while not clock.stop():
+        waiting = [
+            (entry.bound_s, index)
+            for index, entry in enumerate(frontier.strategies)
+            if entry.bound_s < incumbent_s and entry.strategy not in refined_strategies
+        ]
+        least_set_s = frontier.next_set_bound_s()
+        if frontier.set_pricing is not None and len(refined_sets) < MAX_REFINED_SETS and least_set_s < incumbent_s:
+            if frontier.sets[0][2] not in refined_sets and (not waiting or least_set_s <= min(waiting)[0]):
+                _refine_set_batch(frontier, incumbent_s, refined_sets)
+                continue
+        if not waiting or len(refined_strategies) >= MAX_PACKING_BOUNDED:
             break
-        better = tables.replica_split_bounds_s([columns for _, columns in batch], frontier.num_gpus, sync_floors)
-        for (bound_s, columns), value in zip(batch, better.tolist()):
-            refined.add(columns)
-            frontier.push_set(columns, max(bound_s, min(cap_s, value)))
+        batch = [index for _, index in heapq.nsmallest(PACKING_BOUNDED_PER_BATCH, waiting)]
+        refined_strategies.update(frontier.strategies[index].strategy for index in batch)
+        _pack_bound_batch(frontier, batch, incumbent_s)
+
+
+def _refine_set_batch(frontier: Frontier, incumbent_s: float, refined: set[tuple[int, ...]]) -> None:
+    """Re-bound the least unexpanded sets with the replica-coupled set bound
+    (`BoundTables.replica_split_bounds_s`)."""
+    assert frontier.set_pricing is not None
+    tables, sync_floors, cap_s = frontier.set_pricing
+    batch = []
+    while frontier.sets and len(batch) < REFINED_SETS_PER_BATCH:
+        bound_s, _, columns = frontier.sets[0]
+        if bound_s >= incumbent_s or columns in refined:
+            break
+        batch.append(heapq.heappop(frontier.sets)[::2])
+    if not batch:
+        return
+    better = tables.replica_split_bounds_s([columns for _, columns in batch], frontier.num_gpus, sync_floors)
+    for (bound_s, columns), value in zip(batch, better.tolist()):
+        refined.add(columns)
+        frontier.push_set(columns, max(bound_s, min(cap_s, value)))
+
+
+def _pack_bound_batch(frontier: Frontier, batch: list[int], incumbent_s: float) -> None:
+    """Raise the bounds of these enumerated strategies (indices) with the packing bound."""
+    by_schemes: dict[tuple, list[int]] = {}
+    for index in batch:
+        by_schemes.setdefault(tuple(frontier.strategies[index].strategy.schemes), []).append(index)
+    for schemes, indices in by_schemes.items():
+        entries = [frontier.strategies[index] for index in indices]
+        columns = [frontier.column_of[scheme] for scheme in schemes]
+        counts = np.array([[count for _, count in entry.strategy.counts] for entry in entries])
+        syncs = np.array([frontier.cost.grad_sync_s(entry.strategy.pipeline_schemes()) for entry in entries])
+        bounds = np.array([entry.bound_s for entry in entries])
+        raised = frontier.tables.packing_bounds(columns, counts, bounds - syncs, incumbent_s - syncs) + syncs
+        for index, entry, value in zip(indices, entries, raised.tolist()):
+            frontier.strategies[index] = dataclasses.replace(entry, bound_s=max(entry.bound_s, value))
 
 
 def _first_solution(strategy, lengths, cost, settings: SearchSettings, clock: Clock) -> Candidate | None:

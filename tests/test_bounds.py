@@ -103,3 +103,21 @@ def test_replica_coupled_set_bounds_stay_below_every_plan_of_the_set_and_help_so
             assert bound <= plan.step_time_s * (1 + 1e-9), (strategy, bound, plan.step_time_s)
             checked += 1
     assert checked >= 20
+
+
+def test_dual_feasible_images_of_one_pipelines_items_sum_to_at_most_one():
+    """Sizes that fit one pipeline (sum <= 1) keep images that do, including sizes at every
+    function's breakpoints, where rounding could otherwise push an image up."""
+    from planner.bounds import dual_feasible_images
+
+    breakpoints = [1 / 2, 1 / 3, 1 / 4, 1 / 5, 2 / 3, 3 / 4, 0.3, 0.4, 0.45, 0.55, 0.6, 0.7, 0.8, 0.1]
+    groups = [list(c) for k in range(1, 5) for c in itertools.combinations_with_replacement(breakpoints, k)]
+    rng = np.random.default_rng(0)
+    groups += [list(rng.dirichlet(np.ones(k)) * rng.uniform(0.6, 1.0)) for k in rng.integers(1, 7, size=3000)]
+    fitting = [sizes for sizes in groups if sum(sizes) <= 1 + 1e-12]
+    assert len(fitting) > 2000
+    for sizes in fitting:
+        images = dual_feasible_images(np.array(sizes))
+        assert (images.sum(axis=1) <= 1 + 1e-9).all(), sizes
+    # they do price large items up: two items of 0.6 cannot share a pipeline
+    assert dual_feasible_images(np.array([0.6])).max() == 1.0

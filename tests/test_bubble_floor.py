@@ -219,3 +219,53 @@ def test_the_pipeline_holding_the_longest_item_pays_its_bubble_in_the_bound():
     assert 4 * (longest + coef.c) < work / 2  # the chain bound alone is weaker
     assert plan.lower_bound_s >= (work + extra) / 2 * (1 - 1e-9)
     assert plan.lower_bound_s <= plan.step_time_s
+
+
+def test_capped_pipeline_floor_holds_within_the_cap_and_is_never_lower():
+    """A pipeline holding k items runs at most k micro-batches: the floor over m <= k is valid
+    for every such packing and at least the uncapped one (much higher for few large items)."""
+    profile = CostProfile(num_layers=8, schemes=[_scheme(4)])
+    coef = ProfileCostModel(profile).coefficients(parse_strategy("1x<1,4,1>").schemes[0])
+    rng = np.random.default_rng(1)
+    for cap in (1, 2, 3, 5, 8, 70):
+        for count in sorted({1, max(1, cap // 2), cap}):
+            works = rng.uniform(0.0, 0.5, count)
+            makespan = simulate_1f1b((works + coef.c).tolist(), 4, coef.fwd_fraction)
+            assert makespan >= float(pipeline_time_floor_s(coef, works.sum(), cap)) * (1 - 1e-9)
+        for work in (0.01, 0.5, 3.0):
+            capped = float(pipeline_time_floor_s(coef, work, cap))
+            assert capped >= float(pipeline_time_floor_s(coef, work)) * (1 - 1e-12)
+            assert float(most_work_s(coef, capped, cap)) == pytest.approx(work)
+    # three micro-batches of pp=4 idle at least rho_3 of the work: far above the free-count floor
+    assert float(pipeline_time_floor_s(coef, 3.0, 3)) > float(pipeline_time_floor_s(coef, 3.0)) * 1.5
+
+
+def _packing_case(case: int) -> tuple[float, float, float]:
+    """(fluid bound, packing bound, exact optimum) of a few items of up to a whole capacity."""
+    from planner.bounds import BoundTables
+
+    deep, shallow = _scheme(4, c=5e-3), _scheme(2, c=5e-3)
+    cost = ProfileCostModel(CostProfile(num_layers=8, schemes=[deep, shallow]))
+    rng = np.random.default_rng(10 + case)
+    lengths = rng.integers(2000, 4000, size=3 + case % 3).tolist()
+    strategy = parse_strategy(["1x<1,4,1> + 1x<1,2,1>", "3x<1,2,1>", "1x<1,4,1> + 2x<1,2,1>", "2x<1,2,1>"][case])
+    schemes = [deep if scheme.pp == 4 else shallow for scheme in strategy.pipeline_schemes()]
+    optimum = _brute_force_s(lengths, schemes)
+    coefs = [cost.coefficients(scheme) for scheme in strategy.schemes]
+    tables = BoundTables.build(np.array(lengths), coefs)
+    counts = np.array([[count for _, count in strategy.counts]])
+    _, start = tables.count_bounds(list(range(len(coefs))), counts)
+    raised = tables.packing_bounds(list(range(len(coefs))), counts, start, np.array([optimum * 3]))
+    return float(start[0]), float(raised[0]), optimum
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_packing_bounds_stay_below_the_brute_force_optimum(case):
+    """The packing bound (item-count caps, dual feasible functions) never passes the optimum."""
+    fluid, packing, optimum = _packing_case(case)
+    assert fluid <= packing <= optimum * (1 + 1e-9)
+
+
+def test_packing_bounds_raise_the_bound_of_few_large_items():
+    gains = [packing / fluid for fluid, packing, _ in map(_packing_case, range(4))]
+    assert sorted(gains)[1] > 1.05, gains  # three of the four (in the other the fluid bound is exact)
