@@ -33,6 +33,11 @@ bubbles. They enter twice:
   area bound may use that pricing (per scheme, whichever pricing is larger); a set's bound is
   then min(incumbent, area + sync), valid either way.
 
+A pipeline holds at least one item, so none runs more than `items - pipelines + 1` micro-batches:
+the floors use only those counts (`BoundTables.num_items`). For strategies whose items are large
+against a pipeline, `BoundTables.packing_bounds` adds what the fluid dual cannot see, that items are
+not divisible between pipelines (dual feasible functions of bin packing).
+
 Set bounds over many distinct lengths use coarsened rows (lengths within 2%, priced from each row's
 shortest length: a lower bound, looser by well under 1%).
 """

@@ -31,6 +31,8 @@ m beyond the last range by `W + (m_last + pp - 1) c`. `g` is then a minimum of f
 increasing linear functions of `W`: concave and increasing, with inverse
 `G(T) = max_j (T - beta_j) / alpha_j`. It prices what `(pp-1) c` alone misses: a pipeline must
 trade micro-batch overheads against bubbles, at a cost of about `2 sqrt(kappa' (pp-1) W c)`.
+A pipeline that holds only k items runs at most k micro-batches: `g` over m <= k (ranges cut at
+k, no unbounded tail) is larger, still concave and increasing, and its inverse is found the same way.
 """
 
 from __future__ import annotations

@@ -22,8 +22,9 @@ unexpanded sets and of every enumerated strategy stays a lower bound over the wh
 Backends then polish the best strategies found: `lp` re-dispatches by LP relaxation + rounding,
 `cpsat`/`pulp` by MILP with the incumbent as hint, `auto` runs LP then (for small models) CP-SAT;
 all but `greedy` refine each polished candidate a little and the best one fully (`planner.refine`).
-Last, the unexpanded sets that hold the global bound down are re-bounded with a bound that couples
-their area to their weight replicas (up to a work limit).
+Last, what holds the global bound down is tightened, least first, up to work limits: unexpanded
+sets with a bound that couples their area to their weight replicas, enumerated strategies with the
+packing bound (items that cannot be split between pipelines; `BoundTables.packing_bounds`).
 """
 
 from __future__ import annotations
