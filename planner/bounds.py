@@ -279,6 +279,8 @@ class BoundTables:
         and grid point lambda (or leaves an item no scheme) is infeasible, and infeasibility is
         monotone in T, so bisection gives the bound. Items with `x_is < BIG_ITEM_SHARE` for every
         scheme map to 0 under every f used and are left out."""
+        if round(float(self.multiplicity.sum())) != self.num_items:
+            raise ValueError("packing bounds need one row per item length (coarsened rows merge items)")
         columns = list(columns)
         grid = simplex_grid(len(columns), resolution)
         counts = counts.astype(np.float64)
@@ -354,9 +356,8 @@ class BoundTables:
         fits = (needs[None, :, :] <= time_s[:, None, None] * slack) & (work[None, :, :] <= room[:, None, :] * slack)
         unplaceable = (~fits.any(axis=2)).any(axis=1)
         sizes = np.where(fits, work[None, :, :] / np.maximum(room[:, None, :], 1e-300), 0.0)
-        images = np.where(
-            fits[None], dual_feasible_images(sizes), 1e30
-        )  # functions x rows x items x schemes  # 0 * 1e30 = 0: a scheme of zero weight is free
+        # functions x rows x items x schemes; 0 * 1e30 = 0 below: a scheme of zero weight is free
+        images = np.where(fits[None], dual_feasible_images(sizes), 1e30)
         priced = (images[:, :, :, None, :] * grid[None, None, None, :, :]).min(axis=4)  # f x rows x items x grid
         used = np.tensordot(priced, multiplicity, axes=([2], [0]))  # f x rows x grid
         available = counts @ grid.T  # rows x grid

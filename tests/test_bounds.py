@@ -121,3 +121,11 @@ def test_dual_feasible_images_of_one_pipelines_items_sum_to_at_most_one():
         assert (images.sum(axis=1) <= 1 + 1e-9).all(), sizes
     # they do price large items up: two items of 0.6 cannot share a pipeline
     assert dual_feasible_images(np.array([0.6])).max() == 1.0
+
+
+def test_packing_bounds_refuse_coarsened_tables(tables):
+    """Coarsened rows merge items, which the packing bound would treat as one indivisible item."""
+    coarse = tables.coarsened()
+    assert len(coarse.lengths) < len(tables.lengths)
+    with pytest.raises(ValueError, match="coarsened"):
+        coarse.packing_bounds([0], np.array([[1]]), np.array([1.0]), np.array([2.0]))

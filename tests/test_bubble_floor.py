@@ -240,15 +240,21 @@ def test_capped_pipeline_floor_holds_within_the_cap_and_is_never_lower():
     assert float(pipeline_time_floor_s(coef, 3.0, 3)) > float(pipeline_time_floor_s(coef, 3.0)) * 1.5
 
 
+def _packing_instance(case: int) -> tuple[list[int], str, CostProfile]:
+    """A few items of up to a whole capacity, a strategy and the profile."""
+    profile = CostProfile(num_layers=8, schemes=[_scheme(4, c=5e-3), _scheme(2, c=5e-3)])
+    lengths = np.random.default_rng(10 + case).integers(2000, 4000, size=3 + case % 3).tolist()
+    return lengths, ["1x<1,4,1> + 1x<1,2,1>", "3x<1,2,1>", "1x<1,4,1> + 2x<1,2,1>", "2x<1,2,1>"][case], profile
+
+
 def _packing_case(case: int) -> tuple[float, float, float]:
-    """(fluid bound, packing bound, exact optimum) of a few items of up to a whole capacity."""
+    """(fluid bound, packing bound, exact optimum) of `_packing_instance(case)`."""
     from planner.bounds import BoundTables
 
-    deep, shallow = _scheme(4, c=5e-3), _scheme(2, c=5e-3)
-    cost = ProfileCostModel(CostProfile(num_layers=8, schemes=[deep, shallow]))
-    rng = np.random.default_rng(10 + case)
-    lengths = rng.integers(2000, 4000, size=3 + case % 3).tolist()
-    strategy = parse_strategy(["1x<1,4,1> + 1x<1,2,1>", "3x<1,2,1>", "1x<1,4,1> + 2x<1,2,1>", "2x<1,2,1>"][case])
+    lengths, text, profile = _packing_instance(case)
+    deep, shallow = profile.schemes
+    cost = ProfileCostModel(profile)
+    strategy = parse_strategy(text)
     schemes = [deep if scheme.pp == 4 else shallow for scheme in strategy.pipeline_schemes()]
     optimum = _brute_force_s(lengths, schemes)
     coefs = [cost.coefficients(scheme) for scheme in strategy.schemes]
@@ -261,9 +267,15 @@ def _packing_case(case: int) -> tuple[float, float, float]:
 
 @pytest.mark.parametrize("case", range(4))
 def test_packing_bounds_stay_below_the_brute_force_optimum(case):
-    """The packing bound (item-count caps, dual feasible functions) never passes the optimum."""
+    """The packing bound (item-count caps, dual feasible functions) never passes the optimum,
+    alone or as the search applies it (a pool of that one strategy)."""
     fluid, packing, optimum = _packing_case(case)
     assert fluid <= packing <= optimum * (1 + 1e-9)
+    lengths, strategy, profile = _packing_instance(case)
+    options = SolverOptions(solver="lp", time_limit_s=5, strategy_pool=[strategy])
+    plan = solve(PlanRequest(lengths=lengths, num_gpus=parse_strategy(strategy).num_gpus, options=options), profile)
+    assert check_plan(plan) == []
+    assert plan.lower_bound_s <= optimum * (1 + 1e-9) <= plan.step_time_s * (1 + 2e-9)
 
 
 def test_packing_bounds_raise_the_bound_of_few_large_items():
