@@ -62,10 +62,13 @@ COARSE_RATIO = 1.02  # row span of coarsened tables (see `BoundTables.coarsened`
 DFF_THRESHOLDS = (0.2, 0.25, 0.3, 1 / 3, 0.4, 0.45, 0.5)  # eps of f_eps
 DFF_STEPS = (2, 3, 4)  # k of u_k
 BIG_ITEM_SHARE = min(*DFF_THRESHOLDS, *(1 / (k + 1) for k in DFF_STEPS))  # every function maps smaller sizes to 0
+NUM_DFFS = len(DFF_THRESHOLDS) + len(DFF_STEPS)
 ITEM_CAP_ROUNDS = 3  # rounds of the item-count cap per scheme (each can only lower the room)
 PACKING_PROBE_STEP = 0.002  # rows not infeasible this far above their start are left as they are
 PACKING_BISECTIONS = 12
 PACKING_CHUNK_ELEMENTS = 4_000_000
+SET_PACKING_STEP = 0.003  # grid of step times of `BoundTables.set_packing_bounds_s` (ratio - 1) ...
+SET_PACKING_POINTS = 64  # ... and its most points
 FLOAT_SLACK = 1e-9
 
 
@@ -279,60 +282,30 @@ class BoundTables:
         and grid point lambda (or leaves an item no scheme) is infeasible, and infeasibility is
         monotone in T, so bisection gives the bound. Items with `x_is < BIG_ITEM_SHARE` for every
         scheme map to 0 under every f used and are left out."""
-        if round(float(self.multiplicity.sum())) != self.num_items:
-            raise ValueError("packing bounds need one row per item length (coarsened rows merge items)")
         columns = list(columns)
         grid = simplex_grid(len(columns), resolution)
         counts = counts.astype(np.float64)
         finite = np.isfinite(start) & np.isfinite(cutoff_s) & (start < cutoff_s)
         if not finite.any():
             return start
-        coefs = [self.coefs[column] for column in columns]
-        work = self.work_s[:, columns]
         lo, hi, rows = start[finite], cutoff_s[finite].astype(np.float64), counts[finite]
-        # sizes only shrink as T grows: an item below BIG_ITEM_SHARE at the least start stays below
-        tightest = np.array([float(most_work_s(coef, lo.min())) for coef in coefs])
-        big = (np.isfinite(work) & (work >= BIG_ITEM_SHARE * tightest[None, :])).any(axis=1)
-        if not big.any():
+        sizes = _ItemSizes(self, columns, float(lo.min()))
+        if not sizes.work.size:
             return start
-        work, multiplicity = work[big], self.multiplicity[big]
-        fits_scheme = np.isfinite(work)
-        work = np.where(fits_scheme, work, 0.0)
-        largest = np.array(
-            [[largest_micro_batch_floor_s(coef, item) for coef, item in zip(coefs, row)] for row in work.tolist()]
-        )
-        needs = np.where(fits_scheme, work + largest, np.inf)  # least T of a pipeline holding the item
         caps = self.num_items - np.rint(rows.sum(axis=1)).astype(np.int64) + 1
-        chunk = max(1, PACKING_CHUNK_ELEMENTS // (len(work) * grid.size * len(DFF_THRESHOLDS + DFF_STEPS)))
-
-        # prefix sums of the lightest items per scheme: a pipeline holding k items carries at least
-        # the k lightest, which caps how many items (so micro-batches) a pipeline can hold by T
-        repeats = np.rint(self.multiplicity).astype(np.int64)
-        lightest = [np.cumsum(np.repeat(self.work_s[:, column], repeats)) for column in columns]
-
-        def room_at(time_s: float, cap: int, index: int) -> float:
-            room = float(most_work_s(coefs[index], time_s, cap))
-            for _ in range(ITEM_CAP_ROUNDS):
-                fewer = max(1, int(np.searchsorted(lightest[index], room * (1 + FLOAT_SLACK), side="right")))
-                if fewer >= cap:
-                    break
-                cap = fewer
-                room = float(most_work_s(coefs[index], time_s, cap))
-            return room
+        chunk = max(1, PACKING_CHUNK_ELEMENTS // (sizes.work.size * len(grid) * NUM_DFFS))
 
         def infeasible(time_s: np.ndarray, subset: np.ndarray) -> np.ndarray:
-            room = np.array(
-                [
-                    [room_at(time, cap, index) for index in range(len(columns))]
-                    for time, cap in zip(time_s.tolist(), caps[subset].tolist())
-                ]
-            )
+            room = np.array([sizes.room(time, cap) for time, cap in zip(time_s.tolist(), caps[subset].tolist())])
             result = np.zeros(len(time_s), dtype=bool)
             for first in range(0, len(time_s), chunk):
                 part = slice(first, first + chunk)
-                result[part] = self._violates(
-                    work, multiplicity, needs, room[part], time_s[part], rows[subset][part], grid
-                )
+                # functions x rows x items x schemes; 0 * 1e30 = 0 below: a scheme of zero weight is free
+                images = sizes.images(time_s[part], room[part])
+                priced = (images[:, :, :, None, :] * grid[None, None, None, :, :]).min(axis=4)
+                used = np.tensordot(priced, sizes.multiplicity, axes=([2], [0]))  # f x rows x grid
+                available = rows[subset][part] @ grid.T  # rows x grid
+                result[part] = (used > available[None] * (1 + FLOAT_SLACK) + 1e-12).any(axis=(0, 2))
             return result
 
         # most rows gain nothing: one probe just above the start keeps the bisection to the others
@@ -348,20 +321,51 @@ class BoundTables:
         result[finite] = np.maximum(start[finite], lo)
         return result
 
-    @staticmethod
-    def _violates(work, multiplicity, needs, room, time_s, counts, grid) -> np.ndarray:
-        """Per row (time_s, room per scheme, counts): whether the dual feasible functions of
-        `packing_bounds` prove that no plan finishes by time_s."""
-        slack = 1 + FLOAT_SLACK  # float noise must never turn a fitting item away
-        fits = (needs[None, :, :] <= time_s[:, None, None] * slack) & (work[None, :, :] <= room[:, None, :] * slack)
-        unplaceable = (~fits.any(axis=2)).any(axis=1)
-        sizes = np.where(fits, work[None, :, :] / np.maximum(room[:, None, :], 1e-300), 0.0)
-        # functions x rows x items x schemes; 0 * 1e30 = 0 below: a scheme of zero weight is free
-        images = np.where(fits[None], dual_feasible_images(sizes), 1e30)
-        priced = (images[:, :, :, None, :] * grid[None, None, None, :, :]).min(axis=4)  # f x rows x items x grid
-        used = np.tensordot(priced, multiplicity, axes=([2], [0]))  # f x rows x grid
-        available = counts @ grid.T  # rows x grid
-        return unplaceable | (used > available[None] * (1 + 1e-9) + 1e-12).any(axis=(0, 2))
+    def set_packing_bounds_s(
+        self, sets: Sequence[tuple[int, ...]], num_gpus: int, sync_floors: SyncFloors, start_s: np.ndarray, cap_s: float
+    ) -> np.ndarray:
+        """Raise valid set bounds `start_s` (step times, each at most `cap_s`, the incumbent) with
+        the packing argument of `packing_bounds`, weighted by GPUs instead of pipeline counts:
+        every pipeline of scheme s uses g_s GPUs and its items' images sum to at most 1, so a
+        strategy of the set on N GPUs finishing its pipelines by T has
+        `sum_i min_s g_s f(x_is(T)) <= N`. T is tried on a geometric grid shared by all sets;
+        each violated grid point proves on its own that the pipelines need longer (plus the
+        set's sync floor). Result <= cap_s, as for every set bound."""
+        syncs = np.array([sync_floors(columns) for columns in sets])
+        lows = np.asarray(start_s, dtype=np.float64) - syncs
+        low, high = float(lows.min()), cap_s - float(syncs.min())
+        if not (0 < low < high and math.isfinite(high)):
+            return np.asarray(start_s, dtype=np.float64)
+        columns = sorted({column for columns in sets for column in columns})
+        sizes = _ItemSizes(self, columns, low)
+        if not sizes.work.size:
+            return np.asarray(start_s, dtype=np.float64)
+        gpus = np.array([self.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
+        local = {column: index for index, column in enumerate(columns)}
+        padded = np.array([[local[c] for c in (*columns_, *[columns_[0]] * (3 - len(columns_)))] for columns_ in sets])
+        limit = num_gpus * (1 + FLOAT_SLACK)
+
+        def violated(times: np.ndarray, which: np.ndarray) -> np.ndarray:
+            """times x sets (of `which`): whether the GPUs the items need exceed the cluster."""
+            room = np.array([sizes.room(time, self.num_items) for time in times.tolist()])
+            images = sizes.images(times, room) * gpus  # f x times x items x columns (1e30 where misfit)
+            result = np.zeros((len(times), len(which)), dtype=bool)
+            chunk = max(1, PACKING_CHUNK_ELEMENTS // (images[..., 0].size * 3))
+            for first in range(0, len(which), chunk):
+                cheapest = images[:, :, :, padded[which[first : first + chunk]]].min(axis=4)  # f x times x items x sets
+                used = np.tensordot(cheapest, sizes.multiplicity, axes=([2], [0]))  # f x times x sets
+                result[:, first : first + chunk] = (used > limit).any(axis=0)
+            return result
+
+        # infeasibility is monotone in T: a set feasible just above the least start is feasible at
+        # its own start and beyond, and gains nothing; only the others get the whole grid
+        worth = np.flatnonzero(violated(np.array([low * (1 + SET_PACKING_STEP)]), np.arange(len(sets)))[0])
+        proved = np.full(len(sets), -np.inf)
+        if worth.size:
+            steps = min(SET_PACKING_POINTS, math.ceil(math.log(high / low) / math.log1p(SET_PACKING_STEP)) + 1)
+            times = low * (high / low) ** (np.arange(1, steps + 1) / steps)
+            proved[worth] = np.where(violated(times, worth), times[:, None], -np.inf).max(axis=0)
+        return np.maximum(start_s, np.minimum(cap_s, proved + syncs))
 
     def _bubble_dual(
         self,
@@ -487,6 +491,55 @@ class SyncFloors:
             prefix_widest = self.widest(prefix)
             widest = np.where(shard[children] > shard[prefix_widest], children, prefix_widest)
         return np.array([self.of(r, w) for r, w in zip(replicas.tolist(), widest.tolist())])
+
+
+class _ItemSizes:
+    """The large items of some scheme columns as the packing bounds see them: work per scheme,
+    the least pipeline time that can hold each, and the room a pipeline has by a time T."""
+
+    def __init__(self, tables: BoundTables, columns: Sequence[int], least_time_s: float) -> None:
+        if round(float(tables.multiplicity.sum())) != tables.num_items:
+            raise ValueError("packing bounds need one row per item length (coarsened rows merge items)")
+        self.coefs = [tables.coefs[column] for column in columns]
+        work = tables.work_s[:, list(columns)]
+        # sizes only shrink as T grows: an item below BIG_ITEM_SHARE at the least time stays below
+        tightest = np.array([float(most_work_s(coef, least_time_s)) for coef in self.coefs])
+        big = (np.isfinite(work) & (work >= BIG_ITEM_SHARE * tightest[None, :])).any(axis=1)
+        fits = np.isfinite(work[big])
+        self.work = np.where(fits, work[big], 0.0)
+        self.multiplicity = tables.multiplicity[big]
+        largest = np.array(
+            [[largest_micro_batch_floor_s(coef, item) for coef, item in zip(self.coefs, row)] for row in self.work]
+        ).reshape(self.work.shape)
+        self.needs = np.where(fits, self.work + largest, np.inf)  # least T of a pipeline holding the item
+        # prefix sums of the lightest items (all of them) per scheme: a pipeline holding k items
+        # carries at least the k lightest, which caps how many items (so micro-batches) it holds
+        repeats = np.rint(tables.multiplicity).astype(np.int64)
+        self.lightest = [np.cumsum(np.repeat(tables.work_s[:, column], repeats)) for column in columns]
+
+    def room(self, time_s: float, most_items: int) -> list[float]:
+        """Per scheme: the most work one pipeline can carry by `time_s`, holding at most
+        `most_items` items."""
+        rooms = []
+        for coef, lightest in zip(self.coefs, self.lightest):
+            cap = most_items
+            room = float(most_work_s(coef, time_s, cap))
+            for _ in range(ITEM_CAP_ROUNDS):
+                fewer = max(1, int(np.searchsorted(lightest, room * (1 + FLOAT_SLACK), side="right")))
+                if fewer >= cap:
+                    break
+                cap = fewer
+                room = float(most_work_s(coef, time_s, cap))
+            rooms.append(room)
+        return rooms
+
+    def images(self, time_s: np.ndarray, room: np.ndarray) -> np.ndarray:
+        """Dual feasible images of the sizes `x_is = w_is / room_s` per row (time, room per
+        scheme): functions x rows x items x schemes, 1e30 where the item cannot go."""
+        slack = 1 + FLOAT_SLACK  # float noise must never turn a fitting item away
+        fits = (self.needs[None] <= time_s[:, None, None] * slack) & (self.work[None] <= room[:, None, :] * slack)
+        sizes = np.where(fits, self.work[None] / np.maximum(room[:, None, :], 1e-300), 0.0)
+        return np.where(fits[None], dual_feasible_images(sizes), 1e30)
 
 
 def dual_feasible_images(sizes: np.ndarray) -> np.ndarray:

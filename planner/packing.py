@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,8 @@ from planner.simulate import approximate_1f1b_s, simulate_1f1b
 
 NUM_EXACT_CANDIDATES = 2
 NUM_RAMPED_COUNTS = 2  # micro-batch counts tried with least-bubble (ramped) sizes
+LOCAL_SEARCH_SEED = 0
+LOCAL_SEARCH_CLOCK_EVERY = 64  # evaluations between clock checks in `improve_packing`
 
 
 @dataclass(frozen=True)
@@ -192,3 +195,93 @@ def best_order(
             break
     assert best is not None
     return best
+
+
+def improve_packing(
+    packed: PackedPipeline,
+    lengths: np.ndarray,
+    coef: SchemeCoefficients,
+    max_evaluations: int,
+    should_stop: Callable[[], bool],
+) -> PackedPipeline:
+    """Local search on one pipeline's micro-batches under the exact 1F1B simulation.
+
+    Moves: an item to another micro-batch or to a new one, two items of different micro-batches
+    swapped, two micro-batches swapped in the execution order. A change is kept when it shortens
+    the simulated time. The heuristic packings balance sizes; with a few large items a pp > 1
+    pipeline gains from sizes they do not produce (a small micro-batch first, large ones mid-way).
+    Deterministic: the moves come from a fixed-seed generator. `should_stop` is checked every
+    LOCAL_SEARCH_CLOCK_EVERY evaluations."""
+    if coef.scheme.pp == 1 or len(packed.micro_batches) == 0:
+        return packed  # one stage: the time is the sum, which only fewer micro-batches shorten
+    batches = [[int(item) for item in batch] for batch in packed.micro_batches]
+    tokens = [float(lengths[batch].sum()) for batch in batches]
+    squares = [float(lengths[batch].astype(np.float64) @ lengths[batch]) for batch in batches]
+    best_s = packed.time_s
+    rng = np.random.default_rng(LOCAL_SEARCH_SEED)
+    for evaluation in range(max_evaluations):
+        if evaluation % LOCAL_SEARCH_CLOCK_EVERY == 0 and should_stop():
+            break
+        trial = _random_move(batches, tokens, squares, lengths, coef.capacity_tokens, rng)
+        if trial is None:
+            continue
+        new_batches, new_tokens, new_squares = trial
+        times = [coef.a * sq + coef.b * tok + coef.c for sq, tok in zip(new_squares, new_tokens)]
+        time_s = simulate_1f1b(times, coef.scheme.pp, coef.fwd_fraction)
+        if time_s < best_s * (1 - 1e-12):
+            batches, tokens, squares, best_s = new_batches, new_tokens, new_squares, time_s
+    if best_s >= packed.time_s:
+        return packed
+    times = [coef.a * sq + coef.b * tok + coef.c for sq, tok in zip(squares, tokens)]
+    return PackedPipeline(tuple(np.array(batch, dtype=np.int64) for batch in batches), tuple(times), best_s)
+
+
+def _random_move(batches, tokens, squares, lengths, capacity, rng):
+    """One random move of `improve_packing` as new (batches, tokens, squares), or None when it
+    breaks the capacity or changes nothing."""
+    count = len(batches)
+    kind = rng.random()
+    source, target = int(rng.integers(count)), int(rng.integers(count + 1))
+    batches, tokens, squares = [list(batch) for batch in batches], list(tokens), list(squares)
+    if kind < 0.25:  # reorder
+        target %= count
+        if source == target:
+            return None
+        for values in (batches, tokens, squares):
+            values[source], values[target] = values[target], values[source]
+        return batches, tokens, squares
+    item = batches[source].pop(int(rng.integers(len(batches[source]))))
+    length = float(lengths[item])
+    tokens[source] -= length
+    squares[source] -= length * length
+    if kind < 0.65:  # move, to a new micro-batch when target == count
+        if target == count:
+            position = int(rng.integers(count + 1))
+            batches.insert(position, [item])
+            tokens.insert(position, length)
+            squares.insert(position, length * length)
+            if position <= source:
+                source += 1
+        else:
+            if target == source or tokens[target] + length > capacity:
+                return None
+            batches[target].append(item)
+            tokens[target] += length
+            squares[target] += length * length
+    else:  # swap with an item of another micro-batch
+        target %= count
+        if target == source or not batches[target]:
+            return None
+        other = batches[target].pop(int(rng.integers(len(batches[target]))))
+        other_length = float(lengths[other])
+        if tokens[source] + other_length > capacity or tokens[target] - other_length + length > capacity:
+            return None
+        batches[source].append(other)
+        tokens[source] += other_length
+        squares[source] += other_length * other_length
+        batches[target].append(item)
+        tokens[target] += length - other_length
+        squares[target] += length * length - other_length * other_length
+    if not batches[source]:
+        del batches[source], tokens[source], squares[source]
+    return batches, tokens, squares

@@ -1,4 +1,5 @@
-"""Joint refinement: moves and swaps between pipelines on the true (post-packing) objective.
+"""Joint refinement: moves and swaps between pipelines on the true (post-packing) objective, and
+local search on the packing of the slowest pipelines (`polish_packings`).
 
 Each round takes the slowest pipeline and tries to move one of its items to, or swap it with a
 smaller item of, a faster pipeline whose capacity fits. A try re-packs both pipelines exactly and
@@ -15,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from planner.candidate import Candidate
-from planner.packing import PackedPipeline, pack_pipeline
+from planner.packing import PackedPipeline, improve_packing, pack_pipeline
 
 MAX_ITEMS_TRIED = 6
 MAX_TARGETS_TRIED = 4
@@ -39,6 +40,25 @@ def refine(candidate: Candidate, lengths: np.ndarray, max_rounds: int, should_st
     if all(new is old for new, old in zip(packed, candidate.packed)):
         return candidate
     return replace(candidate, assignment=tuple(assignment), packed=tuple(packed))
+
+
+def polish_packings(
+    candidate: Candidate, lengths: np.ndarray, max_evaluations: int, should_stop: Callable[[], bool]
+) -> Candidate:
+    """Local search on the packing of the slowest pipeline (`planner.packing.improve_packing`),
+    then of the next slowest, while the slowest one keeps getting faster."""
+    packed = list(candidate.packed)
+    for _ in range(len(packed)):
+        if should_stop():
+            break
+        worst = int(np.argmax([pipeline.time_s for pipeline in packed]))
+        better = improve_packing(packed[worst], lengths, candidate.coefs[worst], max_evaluations, should_stop)
+        if better is packed[worst]:
+            break
+        packed[worst] = better
+    if all(new is old for new, old in zip(packed, candidate.packed)):
+        return candidate
+    return replace(candidate, packed=tuple(packed))
 
 
 def _improving_change(worst, assignment, packed, lengths, coefs, should_stop: Callable[[], bool]):

@@ -46,7 +46,7 @@ from planner.dispatch import greedy_dispatch
 from planner.lp_dispatch import lp_dispatch
 from planner.milp import solve_milp
 from planner.packing import PackedPipeline, best_order, pack_pipeline
-from planner.refine import refine
+from planner.refine import polish_packings, refine
 from planner.schemas import SolverBackend
 from planner.strategies import Strategy, count_vectors
 from planner.switching import pipeline_blocks, switch_cost_s
@@ -73,6 +73,8 @@ MAX_PACKING_BOUNDED = 600  # enumerated strategies re-bounded with the packing b
 PACKING_BOUNDED_PER_BATCH = 60
 REFINE_ROUNDS = 20  # for the best candidate
 REFINE_ROUNDS_EACH = 4  # for every polished candidate
+PACKING_SEARCH_EVALUATIONS = 1500  # exact simulations per pipeline in the packing local search
+BOUND_RESERVE_SHARE = 0.15  # of the time limit, kept from the packing local search for the bounds
 # Work limits keep the search deterministic; the time shares are only a safety net.
 MIN_EXPANSIONS = 24  # scheme sets expanded whatever the clock says
 MAX_EXPANSIONS = 200
@@ -336,6 +338,13 @@ def search(
     if not solved:
         return None
     best, polish_timed_out = _polish(solved, lengths, cost, settings, clock, slowest_solve_s)
+    if settings.thorough and settings.backend != SolverBackend.GREEDY:
+        # what is left beyond the bounds' reserve goes to the packing of the slowest pipelines
+        def enough() -> bool:
+            return clock.stop(reserve_s=time_limit_s * BOUND_RESERVE_SHARE)
+
+        best = polish_packings(best, lengths, PACKING_SEARCH_EVALUATIONS, enough)
+        best = refine(best, lengths, REFINE_ROUNDS, enough)
     _tighten_bounds(frontier, best.objective_s, clock)
     lower_bound_s = min(frontier.lower_bound_s(), best.objective_s)
     runners_up = tuple(c.strategy for c in solved if c.strategy != best.strategy)[:NUM_RUNNERS_UP]
@@ -443,7 +452,8 @@ def _tighten_bounds(frontier: Frontier, incumbent_s: float, clock: Clock) -> Non
 
 def _refine_set_batch(frontier: Frontier, incumbent_s: float, refined: set[tuple[int, ...]]) -> None:
     """Re-bound the least unexpanded sets with the replica-coupled set bound
-    (`BoundTables.replica_split_bounds_s`)."""
+    (`BoundTables.replica_split_bounds_s`) and the set packing bound
+    (`BoundTables.set_packing_bounds_s`)."""
     assert frontier.set_pricing is not None
     tables, sync_floors, cap_s = frontier.set_pricing
     batch = []
@@ -454,10 +464,14 @@ def _refine_set_batch(frontier: Frontier, incumbent_s: float, refined: set[tuple
         batch.append(heapq.heappop(frontier.sets)[::2])
     if not batch:
         return
-    better = tables.replica_split_bounds_s([columns for _, columns in batch], frontier.num_gpus, sync_floors)
-    for (bound_s, columns), value in zip(batch, better.tolist()):
+    sets = [columns for _, columns in batch]
+    better = tables.replica_split_bounds_s(sets, frontier.num_gpus, sync_floors)
+    raised = np.maximum([bound_s for bound_s, _ in batch], np.minimum(cap_s, better))
+    # the packing bound needs a row per length: the exact tables, not the coarsened pricing
+    raised = frontier.tables.set_packing_bounds_s(sets, frontier.num_gpus, sync_floors, raised, cap_s)
+    for columns, value in zip(sets, raised.tolist()):
         refined.add(columns)
-        frontier.push_set(columns, max(bound_s, min(cap_s, value)))
+        frontier.push_set(columns, value)
 
 
 def _pack_bound_batch(frontier: Frontier, batch: list[int], incumbent_s: float) -> None:
