@@ -43,6 +43,8 @@ from planner.bounds import BoundTables, SyncFloors
 from planner.candidate import Candidate
 from planner.cost import ProfileCostModel, SchemeCoefficients
 from planner.dispatch import greedy_dispatch
+from planner.few_items import MAX_ITEMS as FEW_ITEMS
+from planner.few_items import few_items_bound
 from planner.lp_dispatch import lp_dispatch
 from planner.milp import solve_milp
 from planner.packing import PackedPipeline, best_order, pack_pipeline
@@ -71,6 +73,7 @@ MAX_REFINED_SETS = 1200  # unexpanded sets re-bounded with the replica-coupled b
 REFINED_SETS_PER_BATCH = 200
 MAX_PACKING_BOUNDED = 600  # enumerated strategies re-bounded with the packing bound after the search
 PACKING_BOUNDED_PER_BATCH = 60
+MAX_FEW_ITEMS_EXPANSIONS = 100  # sets expanded after the search to bound their strategies (few items)
 REFINE_ROUNDS = 20  # for the best candidate
 REFINE_ROUNDS_EACH = 4  # for every polished candidate
 PACKING_SEARCH_EVALUATIONS = 1500  # exact simulations per pipeline in the packing local search
@@ -345,7 +348,7 @@ def search(
 
         best = polish_packings(best, lengths, PACKING_SEARCH_EVALUATIONS, enough)
         best = refine(best, lengths, REFINE_ROUNDS, enough)
-    _tighten_bounds(frontier, best.objective_s, clock)
+    best = _tighten_bounds(frontier, best, lengths, settings, clock)
     lower_bound_s = min(frontier.lower_bound_s(), best.objective_s)
     runners_up = tuple(c.strategy for c in solved if c.strategy != best.strategy)[:NUM_RUNNERS_UP]
     return SearchResult(
@@ -426,12 +429,19 @@ def _seed_sets(frontier: Frontier, coefs, cost, num_gpus: int, max_schemes: int,
     frontier.set_pricing = (priced, sync_floors, incumbent_s)
 
 
-def _tighten_bounds(frontier: Frontier, incumbent_s: float, clock: Clock) -> None:
+def _tighten_bounds(
+    frontier: Frontier, best: Candidate, lengths: np.ndarray, settings: SearchSettings, clock: Clock
+) -> Candidate:
     """Raise the bounds that hold the global bound down, least first, in batches up to work
-    limits: unexpanded sets with the replica-coupled set bound, enumerated strategies with the
-    packing bound (`BoundTables.packing_bounds`), whichever holds the least bound."""
+    limits: unexpanded sets with the replica-coupled and packing set bounds, enumerated strategies
+    with the packing bound (`BoundTables.packing_bounds`) and, for batches of a few items, the
+    assignment bound (`planner.few_items`), whichever holds the least bound. With a few items, a
+    set that still holds it after its own refinement is expanded so that its strategies can be.
+    The assignment bound's best assignments are plans too: returns the best candidate."""
+    incumbent_s = best.objective_s
     refined_sets: set[tuple[int, ...]] = set()
     refined_strategies: set[Strategy] = set()
+    expansions = 0
     while not clock.stop():
         waiting = [
             (entry.bound_s, index)
@@ -439,15 +449,29 @@ def _tighten_bounds(frontier: Frontier, incumbent_s: float, clock: Clock) -> Non
             if entry.bound_s < incumbent_s and entry.strategy not in refined_strategies
         ]
         least_set_s = frontier.next_set_bound_s()
-        if frontier.set_pricing is not None and len(refined_sets) < MAX_REFINED_SETS and least_set_s < incumbent_s:
-            if frontier.sets[0][2] not in refined_sets and (not waiting or least_set_s <= min(waiting)[0]):
+        if (
+            frontier.set_pricing is not None
+            and least_set_s < incumbent_s
+            and (not waiting or least_set_s <= min(waiting)[0])
+        ):
+            if frontier.sets[0][2] not in refined_sets and len(refined_sets) < MAX_REFINED_SETS:
                 _refine_set_batch(frontier, incumbent_s, refined_sets)
+                continue
+            if frontier.tables.num_items <= FEW_ITEMS and expansions < MAX_FEW_ITEMS_EXPANSIONS:
+                # a set bound cannot see which few items share a pipeline: its strategies can
+                frontier.expand_next()
+                expansions += 1
                 continue
         if not waiting or len(refined_strategies) >= MAX_PACKING_BOUNDED:
             break
         batch = [index for _, index in heapq.nsmallest(PACKING_BOUNDED_PER_BATCH, waiting)]
         refined_strategies.update(frontier.strategies[index].strategy for index in batch)
-        _pack_bound_batch(frontier, batch, incumbent_s)
+        for strategy, assignment in _pack_bound_batch(frontier, batch, incumbent_s, lengths, clock):
+            coefs = tuple(frontier.cost.coefficients(scheme) for scheme in strategy.pipeline_schemes())
+            candidate = _candidate(strategy, coefs, assignment, lengths, frontier.cost, settings.previous)
+            if candidate.objective_s < best.objective_s:
+                best, incumbent_s = candidate, candidate.objective_s
+    return best
 
 
 def _refine_set_batch(frontier: Frontier, incumbent_s: float, refined: set[tuple[int, ...]]) -> None:
@@ -474,20 +498,45 @@ def _refine_set_batch(frontier: Frontier, incumbent_s: float, refined: set[tuple
         frontier.push_set(columns, value)
 
 
-def _pack_bound_batch(frontier: Frontier, batch: list[int], incumbent_s: float) -> None:
-    """Raise the bounds of these enumerated strategies (indices) with the packing bound."""
+def _pack_bound_batch(
+    frontier: Frontier, batch: list[int], incumbent_s: float, lengths: np.ndarray, clock: Clock
+) -> list[tuple[Strategy, tuple[np.ndarray, ...]]]:
+    """Raise the bounds of these enumerated strategies (indices): for batches of a few items by
+    the assignment bound (`planner.few_items`, exact given the pipeline floors, so at least the
+    packing bound), else (or when it runs out of nodes) by the packing bound. Returns the
+    assignments that attain an assignment bound below the incumbent (plans worth building)."""
+    promising: list[tuple[Strategy, tuple[np.ndarray, ...]]] = []
+    tables = frontier.tables
+    few = tables.num_items <= FEW_ITEMS
     by_schemes: dict[tuple, list[int]] = {}
     for index in batch:
         by_schemes.setdefault(tuple(frontier.strategies[index].strategy.schemes), []).append(index)
     for schemes, indices in by_schemes.items():
-        entries = [frontier.strategies[index] for index in indices]
-        columns = [frontier.column_of[scheme] for scheme in schemes]
-        counts = np.array([[count for _, count in entry.strategy.counts] for entry in entries])
-        syncs = np.array([frontier.cost.grad_sync_s(entry.strategy.pipeline_schemes()) for entry in entries])
-        bounds = np.array([entry.bound_s for entry in entries])
-        raised = frontier.tables.packing_bounds(columns, counts, bounds - syncs, incumbent_s - syncs) + syncs
-        for index, entry, value in zip(indices, entries, raised.tolist()):
+        if clock.stop():
+            break
+        raised: dict[int, float] = {}
+        for index in indices if few else ():
+            strategy = frontier.strategies[index].strategy
+            sync = frontier.cost.grad_sync_s(strategy.pipeline_schemes())
+            pipelines = [tables.coefs[frontier.column_of[scheme]] for scheme in strategy.pipeline_schemes()]
+            exact = few_items_bound(pipelines, lengths, incumbent_s - sync, clock.stop)
+            if exact is not None:
+                raised[index] = exact.bound_s + sync
+                if exact.assignment is not None:
+                    promising.append((strategy, exact.assignment))
+        rest = [index for index in indices if index not in raised]
+        if rest:
+            entries = [frontier.strategies[index] for index in rest]
+            columns = [frontier.column_of[scheme] for scheme in schemes]
+            counts = np.array([[count for _, count in entry.strategy.counts] for entry in entries])
+            syncs = np.array([frontier.cost.grad_sync_s(entry.strategy.pipeline_schemes()) for entry in entries])
+            bounds = np.array([entry.bound_s for entry in entries])
+            packed = tables.packing_bounds(columns, counts, bounds - syncs, incumbent_s - syncs) + syncs
+            raised.update(zip(rest, packed.tolist()))
+        for index, value in raised.items():
+            entry = frontier.strategies[index]
             frontier.strategies[index] = dataclasses.replace(entry, bound_s=max(entry.bound_s, value))
+    return promising
 
 
 def _first_solution(strategy, lengths, cost, settings: SearchSettings, clock: Clock) -> Candidate | None:

@@ -281,3 +281,38 @@ def test_packing_bounds_stay_below_the_brute_force_optimum(case):
 def test_packing_bounds_raise_the_bound_of_few_large_items():
     gains = [packing / fluid for fluid, packing, _ in map(_packing_case, range(4))]
     assert sorted(gains)[1] > 1.05, gains  # three of the four (in the other the fluid bound is exact)
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_few_items_bound_stays_below_the_brute_force_optimum_and_gives_a_plan(case):
+    """The assignment bound of `planner.few_items` never passes the exact optimum, and its
+    assignment places every item once with no pipeline idle (the search keeps the larger of it
+    and the fluid bound)."""
+    from planner.few_items import few_items_bound
+
+    lengths, text, profile = _packing_instance(case)
+    _, _, optimum = _packing_case(case)
+    cost = ProfileCostModel(profile)
+    pipelines = [cost.coefficients(scheme) for scheme in parse_strategy(text).pipeline_schemes()]
+    result = few_items_bound(pipelines, np.array(lengths), optimum * 3)
+    assert result is not None and result.assignment is not None
+    assert result.bound_s <= optimum * (1 + 1e-9)
+    assert sorted(int(i) for items in result.assignment for i in items) == list(range(len(lengths)))
+    assert all(len(items) for items in result.assignment)
+    # below the cutoff nothing is claimed beyond it, and an idle pipeline is no plan
+    assert few_items_bound(pipelines, np.array(lengths), result.bound_s * 0.5).bound_s == result.bound_s * 0.5
+    assert few_items_bound(pipelines * 3, np.array(lengths[:2]), 9.0).bound_s == 9.0
+
+
+def test_few_items_bound_closes_most_of_the_gap_the_fluid_bound_leaves():
+    from planner.few_items import few_items_bound
+
+    gains = []
+    for case in range(4):
+        lengths, text, profile = _packing_instance(case)
+        fluid, _, optimum = _packing_case(case)
+        cost = ProfileCostModel(profile)
+        pipelines = [cost.coefficients(scheme) for scheme in parse_strategy(text).pipeline_schemes()]
+        bound = few_items_bound(pipelines, np.array(lengths), optimum * 3).bound_s
+        gains.append((bound - fluid) / max(optimum - fluid, 1e-12))
+    assert sorted(gains)[1] > 0.5, gains  # three of four: more than half the gap closed
