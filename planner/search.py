@@ -470,7 +470,10 @@ def _tighten_bounds(
             coefs = tuple(frontier.cost.coefficients(scheme) for scheme in strategy.pipeline_schemes())
             candidate = _candidate(strategy, coefs, assignment, lengths, frontier.cost, settings.previous)
             if candidate.objective_s < best.objective_s:
-                best, incumbent_s = candidate, candidate.objective_s
+                # a few items only: polishing its packing and refining it is cheap
+                candidate = polish_packings(candidate, lengths, PACKING_SEARCH_EVALUATIONS, clock.stop)
+                best = refine(candidate, lengths, REFINE_ROUNDS, clock.stop)
+                incumbent_s = best.objective_s
     return best
 
 
