@@ -47,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -69,6 +69,7 @@ PACKING_BISECTIONS = 12
 PACKING_CHUNK_ELEMENTS = 4_000_000
 SET_PACKING_STEP = 0.003  # grid of step times of `BoundTables.set_packing_bounds_s` (ratio - 1) ...
 SET_PACKING_POINTS = 64  # ... and its most points
+IDENTITY_MAX_ROWS = 400  # the identity function prices every item: only over this many lengths
 FLOAT_SLACK = 1e-9
 
 
@@ -263,7 +264,13 @@ class BoundTables:
         return fluid, bound
 
     def packing_bounds(
-        self, columns: Sequence[int], counts: np.ndarray, start: np.ndarray, cutoff_s: np.ndarray, resolution: int = 12
+        self,
+        columns: Sequence[int],
+        counts: np.ndarray,
+        start: np.ndarray,
+        cutoff_s: np.ndarray,
+        resolution: int = 12,
+        should_stop: Callable[[], bool] = lambda: False,
     ) -> np.ndarray:
         """Raise valid bounds `start` on the slowest pipeline (per row of `counts`, below a finite
         `cutoff_s`) where items are large against a pipeline: they cannot be split between
@@ -272,16 +279,20 @@ class BoundTables:
         A pipeline of scheme s that finishes by T carries work at most `G_s(T)`: the bubble floor
         over at most k micro-batches, k the most items it can hold (at most `items - pipelines +
         1`, and no more than the lightest items that fit in `G_s(T)`). An item of work w fits it
-        only if `w + E_s(w) <= T` (largest-micro-batch floor). With sizes `x_is = w_is / G_s(T)`
-        the items of one pipeline sum to at most 1, and so do their images under a dual feasible
-        function f (Fekete & Schepers 2001, "New classes of fast lower bounds for bin packing
-        problems"): `f_eps(x) = 1 if x > 1 - eps, x if eps <= x <= 1 - eps, 0 below eps`
-        (eps <= 1/2) and `u_k(x) = x if (k+1) x is an integer, else floor((k+1) x) / k`. A plan
+        only if `w + E_s(w) <= T` (largest-micro-batch floor), and leaves at most `T - E_s(w)` for
+        the whole pipeline. With sizes `x_is = w_is / min(G_s(T), T - E_s(w_is))` the items of one
+        pipeline sum to at most 1 (`_ItemSizes.sizes`), and so do their images under a dual
+        feasible function f (Fekete & Schepers 2001, "New classes of fast lower bounds for bin
+        packing problems"): the identity (over every item, for tables of at most
+        IDENTITY_MAX_ROWS lengths), `f_eps(x) = 1 if x > 1 - eps, x if eps <= x <= 1 - eps, 0
+        below eps` (eps <= 1/2) and `u_k(x) = x if (k+1) x is an integer, else floor((k+1) x) / k`.
+        A plan
         with `n_s` pipelines of scheme s then has, for every `lambda >= 0`,
         `sum_i min_s lambda_s f(x_is) <= sum_s lambda_s n_s`; a T that violates this for some f
         and grid point lambda (or leaves an item no scheme) is infeasible, and infeasibility is
         monotone in T, so bisection gives the bound. Items with `x_is < BIG_ITEM_SHARE` for every
-        scheme map to 0 under every f used and are left out."""
+        scheme map to 0 under every f but the identity and are left out. `should_stop` ends the bisection
+        early (what it proved so far stands)."""
         columns = list(columns)
         grid = simplex_grid(len(columns), resolution)
         counts = counts.astype(np.float64)
@@ -290,22 +301,28 @@ class BoundTables:
             return start
         lo, hi, rows = start[finite], cutoff_s[finite].astype(np.float64), counts[finite]
         sizes = _ItemSizes(self, columns, float(lo.min()))
-        if not sizes.work.size:
+        if not sizes.useful:
             return start
         caps = self.num_items - np.rint(rows.sum(axis=1)).astype(np.int64) + 1
-        chunk = max(1, PACKING_CHUNK_ELEMENTS // (sizes.work.size * len(grid) * NUM_DFFS))
+        chunk = max(1, PACKING_CHUNK_ELEMENTS // (max(sizes.work.size * NUM_DFFS, sizes.all_work.size) * len(grid)))
 
         def infeasible(time_s: np.ndarray, subset: np.ndarray) -> np.ndarray:
             room = np.array([sizes.room(time, cap) for time, cap in zip(time_s.tolist(), caps[subset].tolist())])
             result = np.zeros(len(time_s), dtype=bool)
             for first in range(0, len(time_s), chunk):
                 part = slice(first, first + chunk)
-                # functions x rows x items x schemes; 0 * 1e30 = 0 below: a scheme of zero weight is free
-                images = sizes.images(time_s[part], room[part])
-                priced = (images[:, :, :, None, :] * grid[None, None, None, :, :]).min(axis=4)
-                used = np.tensordot(priced, sizes.multiplicity, axes=([2], [0]))  # f x rows x grid
-                available = rows[subset][part] @ grid.T  # rows x grid
-                result[part] = (used > available[None] * (1 + FLOAT_SLACK) + 1e-12).any(axis=(0, 2))
+                available = rows[subset][part] @ grid.T * (1 + FLOAT_SLACK) + 1e-12  # rows x grid
+                # 0 * 1e30 = 0 below: an item may go free to a scheme of zero weight
+                if sizes.work.size:
+                    images = sizes.images(time_s[part], room[part])  # f x rows x items x schemes
+                    priced = (images[:, :, :, None, :] * grid[None, None, None, :, :]).min(axis=4)
+                    used = np.tensordot(priced, sizes.multiplicity, axes=([2], [0]))  # f x rows x grid
+                    result[part] |= (used > available[None]).any(axis=(0, 2))
+                if sizes.identity:
+                    every = sizes.sizes(time_s[part], room[part], every=True)  # rows x items x schemes
+                    priced = (every[:, :, None, :] * grid[None, None, :, :]).min(axis=3)
+                    used = np.tensordot(priced, sizes.all_multiplicity, axes=([1], [0]))  # rows x grid
+                    result[part] |= (used > available).any(axis=1)
             return result
 
         # most rows gain nothing: one probe just above the start keeps the bisection to the others
@@ -313,6 +330,8 @@ class BoundTables:
         worth = np.flatnonzero(infeasible(probe, np.arange(len(lo))))
         lo[worth] = probe[worth]
         for _ in range(PACKING_BISECTIONS if worth.size else 0):
+            if should_stop():
+                break  # every step so far proved its lower end: stopping early stays valid
             mid = (lo[worth] + hi[worth]) / 2
             above = infeasible(mid, worth)
             lo[worth] = np.where(above, mid, lo[worth])
@@ -338,7 +357,7 @@ class BoundTables:
             return np.asarray(start_s, dtype=np.float64)
         columns = sorted({column for columns in sets for column in columns})
         sizes = _ItemSizes(self, columns, low)
-        if not sizes.work.size:
+        if not sizes.useful:
             return np.asarray(start_s, dtype=np.float64)
         gpus = np.array([self.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
         local = {column: index for index, column in enumerate(columns)}
@@ -348,13 +367,19 @@ class BoundTables:
         def violated(times: np.ndarray, which: np.ndarray) -> np.ndarray:
             """times x sets (of `which`): whether the GPUs the items need exceed the cluster."""
             room = np.array([sizes.room(time, self.num_items) for time in times.tolist()])
-            images = sizes.images(times, room) * gpus  # f x times x items x columns (1e30 where misfit)
             result = np.zeros((len(times), len(which)), dtype=bool)
-            chunk = max(1, PACKING_CHUNK_ELEMENTS // (images[..., 0].size * 3))
-            for first in range(0, len(which), chunk):
-                cheapest = images[:, :, :, padded[which[first : first + chunk]]].min(axis=4)  # f x times x items x sets
-                used = np.tensordot(cheapest, sizes.multiplicity, axes=([2], [0]))  # f x times x sets
-                result[:, first : first + chunk] = (used > limit).any(axis=0)
+            priced = []  # (images: f x times x items x columns, 1e30 where misfit; multiplicity)
+            if sizes.work.size:
+                priced.append((sizes.images(times, room) * gpus, sizes.multiplicity))
+            if sizes.identity:
+                priced.append((sizes.sizes(times, room, every=True)[None] * gpus, sizes.all_multiplicity))
+            for images, multiplicity in priced:
+                chunk = max(1, PACKING_CHUNK_ELEMENTS // (images[..., 0].size * 3))
+                for first in range(0, len(which), chunk):
+                    part = padded[which[first : first + chunk]]
+                    cheapest = images[:, :, :, part].min(axis=4)  # f x times x items x sets
+                    used = np.tensordot(cheapest, multiplicity, axes=([2], [0]))  # f x times x sets
+                    result[:, first : first + chunk] |= (used > limit).any(axis=0)
             return result
 
         # infeasibility is monotone in T: a set feasible just above the least start is feasible at
@@ -494,28 +519,38 @@ class SyncFloors:
 
 
 class _ItemSizes:
-    """The large items of some scheme columns as the packing bounds see them: work per scheme,
-    the least pipeline time that can hold each, and the room a pipeline has by a time T."""
+    """Items of some scheme columns as the packing bounds see them: work per scheme, the least
+    pipeline time that can hold each, the room a pipeline has by a time T, and their sizes.
+    Dual feasible functions other than the identity see only the large items (they map the rest
+    to 0); the identity sees every item, on tables of at most IDENTITY_MAX_ROWS lengths."""
 
     def __init__(self, tables: BoundTables, columns: Sequence[int], least_time_s: float) -> None:
         if round(float(tables.multiplicity.sum())) != tables.num_items:
             raise ValueError("packing bounds need one row per item length (coarsened rows merge items)")
         self.coefs = [tables.coefs[column] for column in columns]
         work = tables.work_s[:, list(columns)]
+        fits = np.isfinite(work)
+        self.all_work = np.where(fits, work, 0.0)
+        self.all_multiplicity = tables.multiplicity
+        largest = np.stack(
+            [largest_micro_batch_floor_s(coef, self.all_work[:, index]) for index, coef in enumerate(self.coefs)],
+            axis=1,
+        )
+        self.all_needs = np.where(fits, self.all_work + largest, np.inf)  # least T of a pipeline holding it
         # sizes only shrink as T grows: an item below BIG_ITEM_SHARE at the least time stays below
         tightest = np.array([float(most_work_s(coef, least_time_s)) for coef in self.coefs])
-        big = (np.isfinite(work) & (work >= BIG_ITEM_SHARE * tightest[None, :])).any(axis=1)
-        fits = np.isfinite(work[big])
-        self.work = np.where(fits, work[big], 0.0)
-        self.multiplicity = tables.multiplicity[big]
-        largest = np.array(
-            [[largest_micro_batch_floor_s(coef, item) for coef, item in zip(self.coefs, row)] for row in self.work]
-        ).reshape(self.work.shape)
-        self.needs = np.where(fits, self.work + largest, np.inf)  # least T of a pipeline holding the item
+        self.big = (fits & (work >= BIG_ITEM_SHARE * tightest[None, :])).any(axis=1)
+        self.work, self.needs = self.all_work[self.big], self.all_needs[self.big]
+        self.multiplicity = tables.multiplicity[self.big]
+        self.identity = len(work) <= IDENTITY_MAX_ROWS
         # prefix sums of the lightest items (all of them) per scheme: a pipeline holding k items
         # carries at least the k lightest, which caps how many items (so micro-batches) it holds
         repeats = np.rint(tables.multiplicity).astype(np.int64)
         self.lightest = [np.cumsum(np.repeat(tables.work_s[:, column], repeats)) for column in columns]
+
+    @property
+    def useful(self) -> bool:
+        return self.identity or bool(self.big.any())
 
     def room(self, time_s: float, most_items: int) -> list[float]:
         """Per scheme: the most work one pipeline can carry by `time_s`, holding at most
@@ -534,12 +569,26 @@ class _ItemSizes:
         return rooms
 
     def images(self, time_s: np.ndarray, room: np.ndarray) -> np.ndarray:
-        """Dual feasible images of the sizes `x_is = w_is / room_s` per row (time, room per
-        scheme): functions x rows x items x schemes, 1e30 where the item cannot go."""
+        """Dual feasible images of the large items' sizes per row (time T, room G_s per scheme):
+        functions x rows x items x schemes, 1e30 where the item cannot go. The identity's images
+        of every item are `sizes(..., every=True)`."""
+        sizes = self.sizes(time_s, room)
+        return np.where(sizes < 1e30, dual_feasible_images(np.minimum(sizes, 1.0)), 1e30)
+
+    def sizes(self, time_s: np.ndarray, room: np.ndarray, every: bool = False) -> np.ndarray:
+        """`x_is = w_is / R_is` per row (time T, room G_s per scheme): rows x items x schemes,
+        1e30 where the item cannot go (the large items, or every item).
+
+        `R_is = min(G_s, T - E_s(w_is))`: a pipeline whose largest item j has
+        `W <= T - E_s(w_j) <= T - E_s(w_i)` for each of its items i (E grows with the work), so its
+        items' sizes still sum to at most `W / R_js <= 1`, and large items on deep pipelines, which
+        leave little room beside them, count for more."""
+        work, needs = (self.all_work, self.all_needs) if every else (self.work, self.needs)
         slack = 1 + FLOAT_SLACK  # float noise must never turn a fitting item away
-        fits = (self.needs[None] <= time_s[:, None, None] * slack) & (self.work[None] <= room[:, None, :] * slack)
-        sizes = np.where(fits, self.work[None] / np.maximum(room[:, None, :], 1e-300), 0.0)
-        return np.where(fits[None], dual_feasible_images(sizes), 1e30)
+        fits = (needs[None] <= time_s[:, None, None] * slack) & (work[None] <= room[:, None, :] * slack)
+        beside = time_s[:, None, None] - (needs - work)[None]  # T - E_s(w_i)
+        item_room = np.maximum(np.minimum(room[:, None, :], beside), 1e-300)
+        return np.where(fits, np.minimum(work[None] / item_room, 1.0), 1e30)  # true sizes are <= 1
 
 
 def dual_feasible_images(sizes: np.ndarray) -> np.ndarray:

@@ -158,7 +158,7 @@ def _path_kappa(coef: SchemeCoefficients) -> float:
     return (coef.scheme.pp - 1) * max(0.0, 1.0 - 2.0 * coef.fwd_fraction)
 
 
-def largest_micro_batch_floor_s(coef: SchemeCoefficients, item_work_s: float) -> float:
+def largest_micro_batch_floor_s(coef: SchemeCoefficients, item_work_s: float | np.ndarray) -> float | np.ndarray:
     """`T - W` at least, for a pipeline of this scheme whose items carry work W and include one
     of work `item_work_s`: the path bound with `S >= W + c`, `t_1 >= c`, `t_max >= c + item`."""
     return coef.c + _path_kappa(coef) * (coef.c + item_work_s) + (coef.scheme.pp - 1) * coef.fwd_fraction * coef.c

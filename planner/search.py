@@ -534,7 +534,8 @@ def _pack_bound_batch(
             counts = np.array([[count for _, count in entry.strategy.counts] for entry in entries])
             syncs = np.array([frontier.cost.grad_sync_s(entry.strategy.pipeline_schemes()) for entry in entries])
             bounds = np.array([entry.bound_s for entry in entries])
-            packed = tables.packing_bounds(columns, counts, bounds - syncs, incumbent_s - syncs) + syncs
+            packed = tables.packing_bounds(columns, counts, bounds - syncs, incumbent_s - syncs, should_stop=clock.stop)
+            packed += syncs
             raised.update(zip(rest, packed.tolist()))
         for index, value in raised.items():
             entry = frontier.strategies[index]
