@@ -53,7 +53,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from planner.bubble_floor import largest_micro_batch_floor_s, most_work_s, pipeline_time_floor_s
+from planner.bubble_floor import (
+    MAX_CAPPED_MICRO_BATCHES,
+    largest_micro_batch_floor_s,
+    most_work_s,
+    pipeline_time_floor_s,
+)
 from planner.cost import ProfileCostModel, SchemeCoefficients
 
 COARSE_RATIO = 1.02  # row span of coarsened tables (see `BoundTables.coarsened`)
@@ -307,7 +312,7 @@ class BoundTables:
         chunk = max(1, PACKING_CHUNK_ELEMENTS // (max(sizes.work.size * NUM_DFFS, sizes.all_work.size) * len(grid)))
 
         def infeasible(time_s: np.ndarray, subset: np.ndarray) -> np.ndarray:
-            room = np.array([sizes.room(time, cap) for time, cap in zip(time_s.tolist(), caps[subset].tolist())])
+            room = sizes.rooms(time_s, caps[subset])
             result = np.zeros(len(time_s), dtype=bool)
             for first in range(0, len(time_s), chunk):
                 part = slice(first, first + chunk)
@@ -366,7 +371,7 @@ class BoundTables:
 
         def violated(times: np.ndarray, which: np.ndarray) -> np.ndarray:
             """times x sets (of `which`): whether the GPUs the items need exceed the cluster."""
-            room = np.array([sizes.room(time, self.num_items) for time in times.tolist()])
+            room = sizes.rooms(times, np.full(len(times), self.num_items))
             result = np.zeros((len(times), len(which)), dtype=bool)
             priced = []  # (images: f x times x items x columns, 1e30 where misfit; multiplicity)
             if sizes.work.size:
@@ -552,21 +557,23 @@ class _ItemSizes:
     def useful(self) -> bool:
         return self.identity or bool(self.big.any())
 
-    def room(self, time_s: float, most_items: int) -> list[float]:
-        """Per scheme: the most work one pipeline can carry by `time_s`, holding at most
-        `most_items` items."""
-        rooms = []
-        for coef, lightest in zip(self.coefs, self.lightest):
-            cap = most_items
-            room = float(most_work_s(coef, time_s, cap))
+    def rooms(self, time_s: np.ndarray, most_items: np.ndarray) -> np.ndarray:
+        """Rows x schemes: the most work one pipeline can carry by `time_s[row]`, holding at most
+        `most_items[row]` items (and no more than the lightest items that fit)."""
+        result = np.empty((len(time_s), len(self.coefs)))
+        for index, (coef, lightest) in enumerate(zip(self.coefs, self.lightest)):
+            caps = np.asarray(most_items, dtype=np.int64).copy()
+            room = _most_work_capped(coef, time_s, caps)
             for _ in range(ITEM_CAP_ROUNDS):
-                fewer = max(1, int(np.searchsorted(lightest, room * (1 + FLOAT_SLACK), side="right")))
-                if fewer >= cap:
+                fewer = np.maximum(1, np.searchsorted(lightest, room * (1 + FLOAT_SLACK), side="right"))
+                # caps above MAX_CAPPED_MICRO_BATCHES price like no cap: lowering one there changes nothing
+                shrink = (fewer < caps) & (fewer <= MAX_CAPPED_MICRO_BATCHES)
+                if not shrink.any():
                     break
-                cap = fewer
-                room = float(most_work_s(coef, time_s, cap))
-            rooms.append(room)
-        return rooms
+                caps[shrink] = fewer[shrink]
+                room[shrink] = _most_work_capped(coef, time_s[shrink], caps[shrink])
+            result[:, index] = room
+        return result
 
     def images(self, time_s: np.ndarray, room: np.ndarray) -> np.ndarray:
         """Dual feasible images of the large items' sizes per row (time T, room G_s per scheme):
@@ -589,6 +596,15 @@ class _ItemSizes:
         beside = time_s[:, None, None] - (needs - work)[None]  # T - E_s(w_i)
         item_room = np.maximum(np.minimum(room[:, None, :], beside), 1e-300)
         return np.where(fits, np.minimum(work[None] / item_room, 1.0), 1e30)  # true sizes are <= 1
+
+
+def _most_work_capped(coef: SchemeCoefficients, time_s: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    """`most_work_s` per row, each with its own micro-batch cap (grouped by cap)."""
+    result = np.empty(len(time_s))
+    for cap in np.unique(caps).tolist():
+        same = caps == cap
+        result[same] = most_work_s(coef, time_s[same], cap)
+    return result
 
 
 def dual_feasible_images(sizes: np.ndarray) -> np.ndarray:

@@ -54,7 +54,7 @@ MAX_MICRO_BATCHES = 64  # M: floors are tabulated for m = 1..M
 MAX_PRICED_MICRO_BATCHES = 1 << 16  # counts beyond are priced by their overheads alone
 # a cap on the micro-batch count (a pipeline holds at most so many items) above this changes the
 # floor by well under 1% and is dropped: it keeps the memo of pieces small
-MAX_CAPPED_MICRO_BATCHES = 1024
+MAX_CAPPED_MICRO_BATCHES = 128
 TAIL_RANGE_RATIO = 1.25  # counts above M are priced in ranges this wide
 SAFETY = 1e-6  # subtracted from every LP optimum before tabulating (HiGHS tolerances are ~1e-7)
 

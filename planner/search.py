@@ -72,7 +72,7 @@ AUTO_MILP_MIN_BUDGET_S = 0.05
 MAX_REFINED_SETS = 1200  # unexpanded sets re-bounded with the replica-coupled bound after the search
 REFINED_SETS_PER_BATCH = 200
 MAX_PACKING_BOUNDED = 600  # enumerated strategies re-bounded with the packing bound after the search
-PACKING_BOUNDED_PER_BATCH = 60
+PACKING_BOUNDED_PER_BATCH = 30
 MAX_FEW_ITEMS_EXPANSIONS = 100  # sets expanded after the search to bound their strategies (few items)
 REFINE_ROUNDS = 20  # for the best candidate
 REFINE_ROUNDS_EACH = 4  # for every polished candidate
@@ -346,8 +346,9 @@ def search(
         def enough() -> bool:
             return clock.stop(reserve_s=time_limit_s * BOUND_RESERVE_SHARE)
 
-        best = polish_packings(best, lengths, PACKING_SEARCH_EVALUATIONS, enough)
-        best = refine(best, lengths, REFINE_ROUNDS, enough)
+        polished = polish_packings(best, lengths, PACKING_SEARCH_EVALUATIONS, enough)
+        if polished is not best:  # faster pipelines may now take items from the slowest
+            best = refine(polished, lengths, REFINE_ROUNDS, enough)
     best = _tighten_bounds(frontier, best, lengths, settings, clock)
     lower_bound_s = min(frontier.lower_bound_s(), best.objective_s)
     runners_up = tuple(c.strategy for c in solved if c.strategy != best.strategy)[:NUM_RUNNERS_UP]
@@ -442,6 +443,7 @@ def _tighten_bounds(
     refined_sets: set[tuple[int, ...]] = set()
     refined_strategies: set[Strategy] = set()
     expansions = 0
+    fruitless = False
     while not clock.stop():
         waiting = [
             (entry.bound_s, index)
@@ -462,11 +464,15 @@ def _tighten_bounds(
                 frontier.expand_next()
                 expansions += 1
                 continue
-        if not waiting or len(refined_strategies) >= MAX_PACKING_BOUNDED:
+        if not waiting or len(refined_strategies) >= MAX_PACKING_BOUNDED or fruitless:
             break
         batch = [index for _, index in heapq.nsmallest(PACKING_BOUNDED_PER_BATCH, waiting)]
         refined_strategies.update(frontier.strategies[index].strategy for index in batch)
-        for strategy, assignment in _pack_bound_batch(frontier, batch, incumbent_s, lengths, clock):
+        before = [frontier.strategies[index].bound_s for index in batch]
+        promising = _pack_bound_batch(frontier, batch, incumbent_s, lengths, clock)
+        # the least bounds gained nothing: the next ones, alike but higher, will not matter either
+        fruitless = all(frontier.strategies[i].bound_s <= b * (1 + 1e-9) for i, b in zip(batch, before))
+        for strategy, assignment in promising:
             coefs = tuple(frontier.cost.coefficients(scheme) for scheme in strategy.pipeline_schemes())
             candidate = _candidate(strategy, coefs, assignment, lengths, frontier.cost, settings.previous)
             if candidate.objective_s < best.objective_s:
