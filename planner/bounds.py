@@ -354,7 +354,12 @@ class BoundTables:
         strategy of the set on N GPUs finishing its pipelines by T has
         `sum_i min_s g_s f(x_is(T)) <= N`. T is tried on a geometric grid shared by all sets;
         each violated grid point proves on its own that the pipelines need longer (plus the
-        set's sync floor). Result <= cap_s, as for every set bound."""
+        set's sync floor). Result <= cap_s, as for every set bound. Only for tables of at most
+        IDENTITY_MAX_ROWS lengths (else `start_s` unchanged)."""
+        if len(self.lengths) > IDENTITY_MAX_ROWS:
+            # measured: over many distinct lengths (Wikipedia batches of 1K-16K sequences) it raised
+            # no set, at up to 50 ms a batch of sets
+            return np.asarray(start_s, dtype=np.float64)
         syncs = np.array([sync_floors(columns) for columns in sets])
         lows = np.asarray(start_s, dtype=np.float64) - syncs
         low, high = float(lows.min()), cap_s - float(syncs.min())
