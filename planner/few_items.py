@@ -89,18 +89,20 @@ def few_items_bound(
         nodes += 1
         if nodes > MAX_NODES or (nodes % CLOCK_EVERY == 0 and should_stop()):
             raise _OutOfNodes
+        empty = held.count(0)
         if item == count:
-            value = complete()
-            if value < best:
-                best, best_owners = value, list(owners)
+            if empty == 0:  # an idle pipeline is no plan
+                value = complete()
+                if value < best:
+                    best, best_owners = value, list(owners)
             return
-        if held.count(0) > count - item:
+        if empty > count - item:
             return  # too few items left to give every pipeline one
         options, tried_empty = [], set()
         for p, coef in enumerate(pipelines):
             w = work[item][p]
-            if not math.isfinite(w):
-                continue
+            if not math.isfinite(w) or (held[p] and empty == count - item):
+                continue  # the item does not fit, or every item left must open an empty pipeline
             if held[p] == 0:
                 if coef in tried_empty:
                     continue

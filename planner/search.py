@@ -21,10 +21,13 @@ unexpanded sets and of every enumerated strategy stays a lower bound over the wh
 
 Backends then polish the best strategies found: `lp` re-dispatches by LP relaxation + rounding,
 `cpsat`/`pulp` by MILP with the incumbent as hint, `auto` runs LP then (for small models) CP-SAT;
-all but `greedy` refine each polished candidate a little and the best one fully (`planner.refine`).
+all but `greedy` refine each polished candidate a little and the best one fully (`planner.refine`),
+then (with a thorough budget) search the packing of its slowest pipelines locally.
 Last, what holds the global bound down is tightened, least first, up to work limits: unexpanded
-sets with a bound that couples their area to their weight replicas, enumerated strategies with the
-packing bound (items that cannot be split between pipelines; `BoundTables.packing_bounds`).
+sets with a bound that couples their area to their weight replicas and a packing bound, enumerated
+strategies with the packing bound (items that cannot be split between pipelines;
+`BoundTables.packing_bounds`) or, for batches of at most `planner.few_items.MAX_ITEMS` items, the
+assignment bound, whose best assignments also become plans.
 """
 
 from __future__ import annotations

@@ -316,3 +316,23 @@ def test_few_items_bound_closes_most_of_the_gap_the_fluid_bound_leaves():
         bound = few_items_bound(pipelines, np.array(lengths), optimum * 3).bound_s
         gains.append((bound - fluid) / max(optimum - fluid, 1e-12))
     assert sorted(gains)[1] > 0.5, gains  # three of four: more than half the gap closed
+
+
+def test_few_items_assignments_never_leave_a_pipeline_idle():
+    """Four pipelines and five items, one too long for three of them: every pipeline gets an item
+    in the assignment, and the bound agrees with a brute force over the valid assignments."""
+    from planner.few_items import few_items_bound
+
+    shallow = SchemeCost(tp=1, pp=2, cp=1, a=1e-9, b=1e-5, c=5e-3, capacity_tokens=4000)
+    wide = SchemeCost(tp=2, pp=2, cp=1, a=5e-10, b=5e-6, c=5e-3, capacity_tokens=9000)
+    profile = CostProfile(num_layers=8, schemes=[shallow, wide])
+    cost = ProfileCostModel(profile)
+    pipelines = [cost.coefficients(s) for s in parse_strategy("3x<1,2,1> + 1x<2,2,1>").pipeline_schemes()]
+    lengths = np.array([8000, 300, 200, 150, 100])
+    result = few_items_bound(pipelines, lengths, 10.0)
+    assert result is not None and result.assignment is not None
+    assert all(len(items) for items in result.assignment)
+    holder = next(p for p, coef in enumerate(pipelines) if coef.scheme.tp == 2)
+    assert 0 in result.assignment[holder].tolist()  # the long item fits only the wide pipeline
+    optimum = _brute_force_s(lengths.tolist(), [wide if coef.scheme.tp == 2 else shallow for coef in pipelines])
+    assert result.bound_s <= optimum * (1 + 1e-9)
