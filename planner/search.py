@@ -97,7 +97,9 @@ class SearchSettings:
     pool: tuple[Strategy, ...] | None = None
     previous: Strategy | None = None
     milp_budget_s: float = 0.3  # most time one MILP solve may take
-    thorough: bool = True  # polish NUM_POLISHED strategies, each refined a little (else the best two)
+    # polish NUM_POLISHED strategies, each refined a little (else the best two), search the packing of
+    # the best plan's slowest pipelines and tighten strategy bounds after the search (else sets only)
+    thorough: bool = True
 
 
 @dataclass(frozen=True)
@@ -467,8 +469,8 @@ def _tighten_bounds(
                 frontier.expand_next()
                 expansions += 1
                 continue
-        if not waiting or len(refined_strategies) >= MAX_PACKING_BOUNDED or fruitless:
-            break
+        if not waiting or len(refined_strategies) >= MAX_PACKING_BOUNDED or fruitless or not settings.thorough:
+            break  # brief settings (e.g. a service's 0.1 s) keep their time for throughput
         batch = [index for _, index in heapq.nsmallest(PACKING_BOUNDED_PER_BATCH, waiting)]
         refined_strategies.update(frontier.strategies[index].strategy for index in batch)
         before = [frontier.strategies[index].bound_s for index in batch]
