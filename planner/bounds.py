@@ -212,7 +212,7 @@ class BoundTables:
         lesser of the two cases, maximised over a few thresholds R and weights mu (vectorised over
         the sets; a set of fewer than three schemes repeats its first).
         """
-        padded = np.array([(*columns, *[columns[0]] * (3 - len(columns))) for columns in sets])
+        padded = _padded(sets)
         priced = self.gpu_seconds[:, padded]  # rows x sets x 3
         longest = self.longest_s[:, padded].min(axis=2).max(axis=0)
         per_gpu = np.array([coef.scheme.cp / coef.scheme.num_gpus for coef in self.coefs])[padded]  # sets x 3
@@ -291,13 +291,12 @@ class BoundTables:
         packing problems"): the identity (over every item, for tables of at most
         IDENTITY_MAX_ROWS lengths), `f_eps(x) = 1 if x > 1 - eps, x if eps <= x <= 1 - eps, 0
         below eps` (eps <= 1/2) and `u_k(x) = x if (k+1) x is an integer, else floor((k+1) x) / k`.
-        A plan
-        with `n_s` pipelines of scheme s then has, for every `lambda >= 0`,
+        A plan with `n_s` pipelines of scheme s then has, for every `lambda >= 0`,
         `sum_i min_s lambda_s f(x_is) <= sum_s lambda_s n_s`; a T that violates this for some f
         and grid point lambda (or leaves an item no scheme) is infeasible, and infeasibility is
         monotone in T, so bisection gives the bound. Items with `x_is < BIG_ITEM_SHARE` for every
-        scheme map to 0 under every f but the identity and are left out. `should_stop` ends the bisection
-        early (what it proved so far stands)."""
+        scheme map to 0 under every f but the identity and are left out. `should_stop` ends the
+        bisection early (what it proved so far stands)."""
         columns = list(columns)
         grid = simplex_grid(len(columns), resolution)
         counts = counts.astype(np.float64)
@@ -308,7 +307,7 @@ class BoundTables:
         sizes = _ItemSizes(self, columns, float(lo.min()))
         if not sizes.useful:
             return start
-        caps = self.num_items - np.rint(rows.sum(axis=1)).astype(np.int64) + 1
+        caps = self._most_micro_batches(rows)
         chunk = max(1, PACKING_CHUNK_ELEMENTS // (max(sizes.work.size * NUM_DFFS, sizes.all_work.size) * len(grid)))
 
         def infeasible(time_s: np.ndarray, subset: np.ndarray) -> np.ndarray:
@@ -370,8 +369,7 @@ class BoundTables:
         if not sizes.useful:
             return np.asarray(start_s, dtype=np.float64)
         gpus = np.array([self.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
-        local = {column: index for index, column in enumerate(columns)}
-        padded = np.array([[local[c] for c in (*columns_, *[columns_[0]] * (3 - len(columns_)))] for columns_ in sets])
+        padded = np.searchsorted(columns, _padded(sets))  # positions in `columns`
         limit = num_gpus * (1 + FLOAT_SLACK)
 
         def violated(times: np.ndarray, which: np.ndarray) -> np.ndarray:
@@ -430,17 +428,13 @@ class BoundTables:
         bound = start[finite]
         rows = counts[finite]
         longest_extra = np.array([self._longest_item_floor_s(column) for column in columns])
-        # every pipeline holds an item, so none runs more micro-batches than the others leave it
-        most_micro_batches = self.num_items - np.rint(rows.sum(axis=1)).astype(np.int64) + 1
-        caps = np.unique(most_micro_batches)
+        caps = self._most_micro_batches(rows)
         for _ in range(rounds):
             # a pipeline that cannot finish any work by T0 (G < 0) may only stay empty: K = T0
-            floors = np.empty_like(rows)
-            for cap in caps.tolist():
-                same = most_micro_batches == cap
-                for index, column in enumerate(columns):
-                    most = most_work_s(self.coefs[column], bound[same], cap)
-                    floors[same, index] = bound[same] - np.maximum(most, 0.0)
+            floors = np.stack(
+                [bound - np.maximum(_most_work_capped(self.coefs[column], bound, caps), 0.0) for column in columns],
+                axis=1,
+            )
             excess = np.maximum(longest_extra[None, :] - floors, 0.0)  # rows x columns; 1e30 where l* misfits
             holder = (excess[:, None, :] * grid[None, :, :]).min(axis=2)  # rows x grid points
             raised = ((totals[None, :] + (rows * floors) @ grid.T + holder) / denominator[finite]).max(axis=1)
@@ -450,6 +444,11 @@ class BoundTables:
         result = start.copy()
         result[finite] = bound
         return result
+
+    def _most_micro_batches(self, counts: np.ndarray) -> np.ndarray:
+        """Per row of pipeline counts: the most micro-batches one pipeline can run, since every
+        pipeline holds at least one item (`items - pipelines + 1`)."""
+        return self.num_items - np.rint(counts.sum(axis=1)).astype(np.int64) + 1
 
     def _longest_item_floor_s(self, column: int) -> float:
         """E_s of `_bubble_dual` for the longest item; 1e30 (priced out) where it does not fit."""
@@ -601,6 +600,12 @@ class _ItemSizes:
         beside = time_s[:, None, None] - (needs - work)[None]  # T - E_s(w_i)
         item_room = np.maximum(np.minimum(room[:, None, :], beside), 1e-300)
         return np.where(fits, np.minimum(work[None] / item_room, 1.0), 1e30)  # true sizes are <= 1
+
+
+def _padded(sets: Sequence[tuple[int, ...]]) -> np.ndarray:
+    """Sets of up to three columns as a sets x 3 array, a shorter set repeating its first column
+    (which changes no minimum over the set)."""
+    return np.array([(*columns, *[columns[0]] * (3 - len(columns))) for columns in sets])
 
 
 def _most_work_capped(coef: SchemeCoefficients, time_s: np.ndarray, caps: np.ndarray) -> np.ndarray:

@@ -226,13 +226,13 @@ def improve_packing(
         if trial is None:
             continue
         new_batches, new_tokens, new_squares = trial
-        times = [coef.a * sq + coef.b * tok + coef.c for sq, tok in zip(new_squares, new_tokens)]
+        times = [coef.stage_time_s(sq, tok) for sq, tok in zip(new_squares, new_tokens)]
         time_s = simulate_1f1b(times, coef.scheme.pp, coef.fwd_fraction)
         if time_s < best_s * (1 - 1e-12):
             batches, tokens, squares, best_s = new_batches, new_tokens, new_squares, time_s
     if best_s >= packed.time_s:
         return packed
-    times = [coef.a * sq + coef.b * tok + coef.c for sq, tok in zip(squares, tokens)]
+    times = [coef.stage_time_s(sq, tok) for sq, tok in zip(squares, tokens)]
     return PackedPipeline(tuple(np.array(batch, dtype=np.int64) for batch in batches), tuple(times), best_s)
 
 

@@ -528,14 +528,17 @@ def _pack_bound_batch(
     for schemes, indices in by_schemes.items():
         if clock.stop():
             break
+        sync = {
+            index: frontier.cost.grad_sync_s(frontier.strategies[index].strategy.pipeline_schemes())
+            for index in indices
+        }
         raised: dict[int, float] = {}
         for index in indices if few else ():
             strategy = frontier.strategies[index].strategy
-            sync = frontier.cost.grad_sync_s(strategy.pipeline_schemes())
             pipelines = [tables.coefs[frontier.column_of[scheme]] for scheme in strategy.pipeline_schemes()]
-            exact = few_items_bound(pipelines, lengths, incumbent_s - sync, clock.stop)
+            exact = few_items_bound(pipelines, lengths, incumbent_s - sync[index], clock.stop)
             if exact is not None:
-                raised[index] = exact.bound_s + sync
+                raised[index] = exact.bound_s + sync[index]
                 if exact.assignment is not None:
                     promising.append((strategy, exact.assignment))
         rest = [index for index in indices if index not in raised]
@@ -543,11 +546,10 @@ def _pack_bound_batch(
             entries = [frontier.strategies[index] for index in rest]
             columns = [frontier.column_of[scheme] for scheme in schemes]
             counts = np.array([[count for _, count in entry.strategy.counts] for entry in entries])
-            syncs = np.array([frontier.cost.grad_sync_s(entry.strategy.pipeline_schemes()) for entry in entries])
+            syncs = np.array([sync[index] for index in rest])
             bounds = np.array([entry.bound_s for entry in entries])
             packed = tables.packing_bounds(columns, counts, bounds - syncs, incumbent_s - syncs, should_stop=clock.stop)
-            packed += syncs
-            raised.update(zip(rest, packed.tolist()))
+            raised.update(zip(rest, (packed + syncs).tolist()))
         for index, value in raised.items():
             entry = frontier.strategies[index]
             frontier.strategies[index] = dataclasses.replace(entry, bound_s=max(entry.bound_s, value))
