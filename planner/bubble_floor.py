@@ -153,6 +153,14 @@ def ramp_shape(num_stages: int, fwd_fraction: float, num_micro_batches: int) -> 
     return entry.shapes[num_micro_batches - 1]
 
 
+@cache
+def peak_shares(num_stages: int, fwd_fraction: float) -> np.ndarray | None:
+    """The largest share of each least-bubble shape (index m-1 for m micro-batches), or None if
+    not tabulated."""
+    entry = _table().get((num_stages, round(fwd_fraction, 9)))
+    return None if entry is None else np.array([float(shape.max()) for shape in entry.shapes])
+
+
 def _path_kappa(coef: SchemeCoefficients) -> float:
     """`(pp-1) max(0, 1-2f)`: the largest micro-batch's share of the path bound's bubble."""
     return (coef.scheme.pp - 1) * max(0.0, 1.0 - 2.0 * coef.fwd_fraction)

@@ -22,12 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.bubble_floor import ramp_shape, tabulated_floors
+from planner.bubble_floor import peak_shares, ramp_shape, tabulated_floors
 from planner.cost import SchemeCoefficients
 from planner.simulate import approximate_1f1b_s, simulate_1f1b
 
 NUM_EXACT_CANDIDATES = 2
 NUM_RAMPED_COUNTS = 2  # micro-batch counts tried with least-bubble (ramped) sizes
+PLATEAU_WINDOW = 3  # and counts this close to the largest whose plateau holds the largest item
 LOCAL_SEARCH_SEED = 0
 LOCAL_SEARCH_CLOCK_EVERY = 64  # evaluations between clock checks in `improve_packing`
 
@@ -83,7 +84,8 @@ def _ramped(
 ) -> list[tuple[list[list[int]], list[float]]]:
     """Packings whose micro-batch sizes follow the least-bubble shapes of `planner.bubble_floor`
     (ramping up, a plateau, tapering off), for the micro-batch counts whose floor
-    `(W + m c)(1 + rho_m)` is least; empty for pp = 1 or untabulated schemes."""
+    `(W + m c)(1 + rho_m)` is least and for those near the most micro-batches whose plateau still
+    holds the largest item; empty for pp = 1 or untabulated schemes."""
     if coef.scheme.pp == 1:
         return []
     floors = tabulated_floors(coef.scheme.pp, coef.fwd_fraction)
@@ -93,8 +95,18 @@ def _ramped(
     if len(counts) == 0:
         return []
     floor_s = (work_s + counts * coef.c) * (1 + np.asarray(floors)[counts - 1])
+    chosen = counts[np.argsort(floor_s, kind="stable")[:NUM_RAMPED_COUNTS]].tolist()
+    # the least-bubble count's plateau can be far below the largest item, which then overshoots
+    # its slot by a wide margin; counts whose plateau holds it trade a longer ramp for that
+    largest_s = float(coef.a * sub_lengths[0] ** 2 + coef.b * sub_lengths[0])
+    plateaus_s = peak_shares(coef.scheme.pp, coef.fwd_fraction)[counts - 1] * (work_s + counts * coef.c) - coef.c
+    holding = counts[plateaus_s >= largest_s]
+    if len(holding) and holding[-1] < counts[-1]:
+        most = int(holding[-1])
+        window = range(most - PLATEAU_WINDOW, most + PLATEAU_WINDOW + 1)
+        chosen += [count for count in window if counts[0] <= count <= counts[-1] and count not in chosen]
     packings = []
-    for count in counts[np.argsort(floor_s, kind="stable")[:NUM_RAMPED_COUNTS]].tolist():
+    for count in chosen:
         shape = ramp_shape(coef.scheme.pp, coef.fwd_fraction, count)
         targets = shape * (work_s + count * coef.c) - coef.c
         packed = balance_to_targets(sub_lengths, targets, coef)
@@ -183,6 +195,8 @@ def best_order(
     orders = [descending, descending[::-1]]
     if len(descending) > 2:
         orders.append([descending[-1], *descending[:-1]])
+        if coef.scheme.pp > 1:
+            orders += [pyramid_order(descending, ratio) for ratio in _pyramid_ratios(coef.fwd_fraction)]
     if keep_order and coef.scheme.pp > 1:
         orders.insert(0, list(range(len(times))))
     best: PackedPipeline | None = None
@@ -195,6 +209,34 @@ def best_order(
             break
     assert best is not None
     return best
+
+
+def pyramid_order(descending: list[int], up_ratio: float) -> list[int]:
+    """Largest in the middle: sizes rise to the largest, then fall. `descending` lists the
+    micro-batches largest first; they are dealt in turn to the rising side (about `up_ratio`
+    of them for each one on the falling side) or the falling side.
+
+    Why: on stage 0, `pp - 1` forwards of later and backwards of earlier micro-batches run while
+    micro-batch k's forward climbs the pipeline and its backward comes back, so
+    `T >= S + (pp-1) t_k - (1-f) sum(t_{k-pp+1..k-1}) - f sum(t_{k+1..k+pp-1})` (a path of the
+    schedule). Sizes that change slowly keep that small; sorted sizes leave the largest next to
+    nothing at one end, a pyramid keeps every side gentle."""
+    rising, falling = [descending[0]], []
+    for index in descending[1:]:
+        if len(rising) <= up_ratio * (len(falling) + 1):
+            rising.append(index)
+        else:
+            falling.append(index)
+    return rising[::-1] + falling
+
+
+def _pyramid_ratios(fwd_fraction: float) -> tuple[float, ...]:
+    """A symmetric pyramid, and one whose sides' slopes balance the bound in `pyramid_order`
+    at its peak (the rising side weighs 1-f, the falling side f: sides in ratio sqrt((1-f)/f))."""
+    if not 0.0 < fwd_fraction < 1.0:
+        return (1.0,)
+    balanced = math.sqrt((1.0 - fwd_fraction) / fwd_fraction)
+    return (1.0,) if abs(balanced - 1.0) < 1e-9 else (1.0, balanced)
 
 
 def improve_packing(
