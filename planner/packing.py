@@ -28,7 +28,7 @@ from planner.simulate import approximate_1f1b_s, simulate_1f1b
 
 NUM_EXACT_CANDIDATES = 2
 NUM_RAMPED_COUNTS = 2  # micro-batch counts tried with least-bubble (ramped) sizes
-PLATEAU_WINDOW = 3  # and counts this close to the largest whose plateau holds the largest item
+PLATEAU_WINDOW = 2  # and counts this close to the largest whose plateau holds the largest item
 LOCAL_SEARCH_SEED = 0
 LOCAL_SEARCH_CLOCK_EVERY = 64  # evaluations between clock checks in `improve_packing`
 
@@ -84,8 +84,12 @@ def _ramped(
 ) -> list[tuple[list[list[int]], list[float]]]:
     """Packings whose micro-batch sizes follow the least-bubble shapes of `planner.bubble_floor`
     (ramping up, a plateau, tapering off), for the micro-batch counts whose floor
-    `(W + m c)(1 + rho_m)` is least and for those near the most micro-batches whose plateau still
-    holds the largest item; empty for pp = 1 or untabulated schemes."""
+    `(W + m c)(1 + rho_m)` is least; empty for pp = 1 or untabulated schemes.
+
+    When the largest item is longer than those counts' plateau it overshoots its slot, and the
+    counts near the most micro-batches whose plateau still holds it are tried instead (a longer
+    ramp, fewer and larger micro-batches). Measured over every pp > 1 packing of five 8B, 32B and
+    70B solves: one of those won 482 of 502, by 3% (median) over the next best."""
     if coef.scheme.pp == 1:
         return []
     floors = tabulated_floors(coef.scheme.pp, coef.fwd_fraction)
@@ -96,15 +100,13 @@ def _ramped(
         return []
     floor_s = (work_s + counts * coef.c) * (1 + np.asarray(floors)[counts - 1])
     chosen = counts[np.argsort(floor_s, kind="stable")[:NUM_RAMPED_COUNTS]].tolist()
-    # the least-bubble count's plateau can be far below the largest item, which then overshoots
-    # its slot by a wide margin; counts whose plateau holds it trade a longer ramp for that
     largest_s = float(coef.a * sub_lengths[0] ** 2 + coef.b * sub_lengths[0])
     plateaus_s = peak_shares(coef.scheme.pp, coef.fwd_fraction)[counts - 1] * (work_s + counts * coef.c) - coef.c
     holding = counts[plateaus_s >= largest_s]
-    if len(holding) and holding[-1] < counts[-1]:
+    if len(holding) and max(chosen) > holding[-1]:
         most = int(holding[-1])
         window = range(most - PLATEAU_WINDOW, most + PLATEAU_WINDOW + 1)
-        chosen += [count for count in window if counts[0] <= count <= counts[-1] and count not in chosen]
+        chosen = [count for count in window if counts[0] <= count <= counts[-1]]
     packings = []
     for count in chosen:
         shape = ramp_shape(coef.scheme.pp, coef.fwd_fraction, count)
@@ -119,27 +121,34 @@ def balance_to_targets(
     sub_lengths: np.ndarray, targets_s: np.ndarray, coef: SchemeCoefficients
 ) -> tuple[list[list[int]], list[float]] | None:
     """Longest first, each item to the bin furthest below its target work that has room; bins keep
-    their order. Returns the non-empty bins and their stage times, None if an item finds no room."""
+    their order. Returns the non-empty bins and their stage times, None if an item finds no room.
+
+    Bins too full for the current item wait in `parked` (largest room first) until the items,
+    which only get shorter, fit them again: each is set aside once, not once per item."""
     heap = [(-float(target), index) for index, target in enumerate(targets_s.tolist())]
     heapq.heapify(heap)
+    keys = [key for key, _ in sorted(heap, key=lambda entry: entry[1])]
+    parked: list[tuple[int, int]] = []  # (-room in tokens, bin)
     loads = [0.0] * len(targets_s)
     tokens = [0] * len(targets_s)
     bins: list[list[int]] = [[] for _ in targets_s]
     capacity = coef.capacity_tokens
     for position, length in enumerate(sub_lengths.tolist()):
-        skipped = []
+        while parked and -parked[0][0] >= length:
+            _, index = heapq.heappop(parked)
+            heapq.heappush(heap, (keys[index], index))
         while heap and tokens[heap[0][1]] + length > capacity:
-            skipped.append(heapq.heappop(heap))
+            _, index = heapq.heappop(heap)
+            heapq.heappush(parked, (tokens[index] - capacity, index))
         if not heap:
             return None
-        deficit, index = heapq.heappop(heap)
+        key, index = heapq.heappop(heap)
         bins[index].append(position)
         tokens[index] += length
         added = coef.a * length * length + coef.b * length
         loads[index] += added
-        heapq.heappush(heap, (deficit + added, index))
-        for entry in skipped:
-            heapq.heappush(heap, entry)
+        keys[index] = key + added
+        heapq.heappush(heap, (keys[index], index))
     used = [index for index in range(len(bins)) if bins[index]]
     return [bins[index] for index in used], [loads[index] + coef.c for index in used]
 
@@ -190,13 +199,20 @@ def best_order(
     micro_batches: list[np.ndarray], times: list[float], coef: SchemeCoefficients, keep_order: bool = False
 ) -> PackedPipeline:
     """Try a few execution orders (the given one too with `keep_order`) under the exact 1F1B
-    simulation and keep the fastest."""
+    simulation and keep the fastest.
+
+    Which orders: over the 5,900 packings of four 8B and 32B solves, the given order (ramped
+    packings), a pyramid (`pyramid_order`) or the smallest first and then the rest largest first
+    was fastest; sorted orders won 8 times, by at most 1%. So only two micro-batches are tried
+    both ways."""
     descending = sorted(range(len(times)), key=lambda index: (-times[index], index))
-    orders = [descending, descending[::-1]]
-    if len(descending) > 2:
+    if coef.scheme.pp == 1:
+        orders = [descending]  # one stage: the time is the sum, whatever the order
+    elif len(descending) <= 2:
+        orders = [descending, descending[::-1]]
+    else:
+        orders = [pyramid_order(descending, ratio) for ratio in _pyramid_ratios(coef.fwd_fraction)]
         orders.append([descending[-1], *descending[:-1]])
-        if coef.scheme.pp > 1:
-            orders += [pyramid_order(descending, ratio) for ratio in _pyramid_ratios(coef.fwd_fraction)]
     if keep_order and coef.scheme.pp > 1:
         orders.insert(0, list(range(len(times))))
     best: PackedPipeline | None = None
@@ -205,8 +221,6 @@ def best_order(
         time_s = simulate_1f1b(ordered_times, coef.scheme.pp, coef.fwd_fraction)
         if best is None or time_s < best.time_s:
             best = PackedPipeline(tuple(micro_batches[index] for index in order), tuple(ordered_times), time_s)
-        if coef.scheme.pp == 1:
-            break
     assert best is not None
     return best
 
