@@ -125,9 +125,9 @@ def balance_to_targets(
 
     Bins too full for the current item wait in `parked` (largest room first) until the items,
     which only get shorter, fit them again: each is set aside once, not once per item."""
-    heap = [(-float(target), index) for index, target in enumerate(targets_s.tolist())]
+    keys = [-float(target) for target in targets_s.tolist()]  # work still missing, negated
+    heap = [(key, index) for index, key in enumerate(keys)]
     heapq.heapify(heap)
-    keys = [key for key, _ in sorted(heap, key=lambda entry: entry[1])]
     parked: list[tuple[int, int]] = []  # (-room in tokens, bin)
     loads = [0.0] * len(targets_s)
     tokens = [0] * len(targets_s)

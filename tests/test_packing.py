@@ -15,6 +15,7 @@ from planner.cost import ProfileCostModel, SchemeCoefficients
 from planner.packing import (
     PackedPipeline,
     balance_lpt,
+    balance_to_targets,
     by_length_descending,
     improve_packing,
     pack_pipeline,
@@ -146,3 +147,35 @@ def test_polish_packings_speeds_up_the_slowest_pipeline_and_keeps_the_assignment
     assert [a.tolist() for a in polished.assignment] == [a.tolist() for a in candidate.assignment]
     for items, packed in zip(polished.assignment, polished.packed):
         assert sorted(int(i) for batch in packed.micro_batches for i in batch) == sorted(items.tolist())
+
+
+def _balance_by_scanning(sub_lengths, targets_s, coef):
+    """Reference for `balance_to_targets`: every bin scanned for every item."""
+    loads, tokens = [0.0] * len(targets_s), [0] * len(targets_s)
+    bins = [[] for _ in targets_s]
+    for position, length in enumerate(sub_lengths.tolist()):
+        fitting = [k for k in range(len(bins)) if tokens[k] + length <= coef.capacity_tokens]
+        if not fitting:
+            return None
+        index = min(fitting, key=lambda k: (loads[k] - targets_s[k], k))
+        bins[index].append(position)
+        tokens[index] += length
+        loads[index] += coef.a * length * length + coef.b * length
+    used = [k for k in range(len(bins)) if bins[k]]
+    return [bins[k] for k in used], [loads[k] + coef.c for k in used]
+
+
+def test_balance_to_targets_matches_scanning_every_bin_where_the_capacity_binds():
+    rng = np.random.default_rng(7)
+    for trial in range(60):
+        scheme = SchemeCost(tp=1, pp=2, cp=1, a=1e-9, b=1e-5, c=1e-3, capacity_tokens=int(rng.integers(3000, 9000)))
+        coef = ProfileCostModel(CostProfile(num_layers=8, schemes=[scheme])).coefficients(
+            parse_strategy("1x<1,2,1>").schemes[0]
+        )
+        lengths = np.sort(rng.integers(100, 3000, int(rng.integers(5, 80))))[::-1].astype(np.float64)
+        count = int(rng.integers(1, 30))
+        targets = rng.random(count) * 0.02 if trial % 2 else np.zeros(count)
+        expected = _balance_by_scanning(lengths, targets, coef)
+        assert balance_to_targets(lengths, targets, coef) == expected, trial
+        if expected is not None:
+            assert all(lengths[b].sum() <= coef.capacity_tokens for b in expected[0])
