@@ -100,7 +100,7 @@ def _ramped(
         return []
     floor_s = (work_s + counts * coef.c) * (1 + np.asarray(floors)[counts - 1])
     chosen = counts[np.argsort(floor_s, kind="stable")[:NUM_RAMPED_COUNTS]].tolist()
-    largest_s = float(coef.a * sub_lengths[0] ** 2 + coef.b * sub_lengths[0])
+    largest_s = float(coef.work_s(sub_lengths[:1])[0])  # items come longest first
     plateaus_s = peak_shares(coef.scheme.pp, coef.fwd_fraction)[counts - 1] * (work_s + counts * coef.c) - coef.c
     holding = counts[plateaus_s >= largest_s]
     if len(holding) and max(chosen) > holding[-1]:
