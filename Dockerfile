@@ -6,6 +6,7 @@
 FROM python:3.11-slim AS builder
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY hydraplan ./hydraplan
 COPY planner ./planner
 COPY cost_models ./cost_models
 COPY api ./api

@@ -15,14 +15,14 @@ from importlib import metadata
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from api.dependencies import Services
-from api.middleware import RequestContextMiddleware, RequestGuardMiddleware, route_resolver
-from api.observability import configure_logging
-from api.openapi import build_openapi
-from api.problems import install_handlers, problem_response
-from api.routes import ROUTERS
-from api.settings import Settings
-from api.store import StoreUnavailable
+from hydraplan.api.dependencies import Services
+from hydraplan.api.middleware import RequestContextMiddleware, RequestGuardMiddleware, route_resolver
+from hydraplan.api.observability import configure_logging
+from hydraplan.api.openapi import build_openapi
+from hydraplan.api.problems import install_handlers, problem_response
+from hydraplan.api.routes import ROUTERS
+from hydraplan.api.settings import Settings
+from hydraplan.api.store import StoreUnavailable
 
 DESCRIPTION = """\
 Plans large-Transformer training steps on variable-length batches with heterogeneous
@@ -83,13 +83,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Added last = outermost: the context wraps the guard, so rejections are logged and counted.
     app.add_middleware(RequestGuardMiddleware, settings=settings)
     routes = [route for router in ROUTERS for route in router.routes]
-    app.add_middleware(
-        RequestContextMiddleware, metrics=services.metrics, route_of=route_resolver(routes)
-    )
+    app.add_middleware(RequestContextMiddleware, metrics=services.metrics, route_of=route_resolver(routes))
     return app
 
 
 async def _store_unavailable(request: Request, exc: Exception) -> Response:
-    return problem_response(
-        request.url.path, 503, str(exc), slug="store-unavailable", headers={"Retry-After": "1"}
-    )
+    return problem_response(request.url.path, 503, str(exc), slug="store-unavailable", headers={"Retry-After": "1"})

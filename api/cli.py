@@ -17,15 +17,15 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from api.datasets import DATASET_DESCRIPTIONS, DATASETS, load_lengths_file, sample_batch
-from cost_models.analytic import build_profile
-from cost_models.catalog import get_gpu, get_model
-from cost_models.profile_io import format_validation_error, load_profile, save_profile
-from planner.baselines import BASELINES, run_baseline
-from planner.check import check_plan
-from planner.pools import propose_pool
-from planner.render import render_plan, render_pool, render_schemes
-from planner.schemas import (
+from hydraplan.api.datasets import DATASET_DESCRIPTIONS, DATASETS, load_lengths_file, sample_batch
+from hydraplan.cost_models.analytic import build_profile
+from hydraplan.cost_models.catalog import get_gpu, get_model
+from hydraplan.cost_models.profile_io import format_validation_error, load_profile, save_profile
+from hydraplan.planner.baselines import BASELINES, run_baseline
+from hydraplan.planner.check import check_plan
+from hydraplan.planner.pools import propose_pool
+from hydraplan.planner.render import render_plan, render_pool, render_schemes
+from hydraplan.planner.schemas import (
     CostProfile,
     OversizePolicy,
     Plan,
@@ -35,7 +35,7 @@ from planner.schemas import (
     SolverOptions,
     StrategyPoolFile,
 )
-from planner.solve import solve
+from hydraplan.planner.solve import solve
 
 PROG = "hydraplan"
 EXIT_OK, EXIT_INVALID_PLAN, EXIT_USAGE = 0, 1, 2
@@ -244,7 +244,7 @@ def run_profile(args: argparse.Namespace) -> int:
 def run_serve(args: argparse.Namespace) -> int:
     """`hydraplan serve`: the REST service (imported here so the CLI never needs FastAPI)."""
     try:
-        from api.server import run
+        from hydraplan.api.server import run
     except ImportError as exc:
         raise ValueError(f"{SERVICE_MISSING} ({exc})") from None
     run(args.host, args.port, args.workers)

@@ -153,15 +153,13 @@ DATASET_DESCRIPTIONS: dict[str, str] = {
 @cache
 def wikipedia_sample() -> np.ndarray:
     """The bundled sample of Wikipedia document lengths (read once, read-only)."""
-    text = resources.files("api").joinpath("data", WIKIPEDIA_SAMPLE).read_text(encoding="utf-8")
+    text = resources.files("hydraplan.api").joinpath("data", WIKIPEDIA_SAMPLE).read_text(encoding="utf-8")
     sample = np.array(text.split(), dtype=np.int64)
     sample.setflags(write=False)
     return sample
 
 
-def sample_batch(
-    dataset: str, num_tokens: int, seed: int, context_cap: int | None = 32768
-) -> list[int]:
+def sample_batch(dataset: str, num_tokens: int, seed: int, context_cap: int | None = 32768) -> list[int]:
     """A global batch of about `num_tokens` tokens drawn from `dataset` with `seed`.
 
     Documents are drawn until their sum reaches `num_tokens` (the last one may overshoot), then
@@ -228,6 +226,4 @@ def draw_wikipedia_sample(
     """
     lengths = load_lengths_file(source)
     picked = np.sort(np.random.default_rng(seed).choice(len(lengths), size=size, replace=False))
-    Path(destination).write_text(
-        "".join(f"{lengths[index]}\n" for index in picked), encoding="utf-8"
-    )
+    Path(destination).write_text("".join(f"{lengths[index]}\n" for index in picked), encoding="utf-8")

@@ -7,13 +7,13 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from api.jobs import JobRunner
-from api.metrics import Metrics
-from api.planning import Planning
-from api.sessions import Sessions
-from api.settings import Settings
-from api.solving import SolverPool
-from api.store import Store, open_store
+from hydraplan.api.jobs import JobRunner
+from hydraplan.api.metrics import Metrics
+from hydraplan.api.planning import Planning
+from hydraplan.api.sessions import Sessions
+from hydraplan.api.settings import Settings
+from hydraplan.api.solving import SolverPool
+from hydraplan.api.store import Store, open_store
 
 
 @dataclass(frozen=True)

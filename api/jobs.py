@@ -23,9 +23,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from api.metrics import Metrics
-from api.planning import Planning
-from api.problems import (
+from hydraplan.api.metrics import Metrics
+from hydraplan.api.planning import Planning
+from hydraplan.api.problems import (
     Problem,
     ProblemError,
     conflict,
@@ -36,7 +36,7 @@ from api.problems import (
     saturated,
     unprocessable,
 )
-from api.schemas import (
+from hydraplan.api.schemas import (
     JobProgress,
     JobStatus,
     JobView,
@@ -45,8 +45,8 @@ from api.schemas import (
     SweepItem,
     SweepJobBody,
 )
-from api.settings import Settings
-from api.store import Store
+from hydraplan.api.settings import Settings
+from hydraplan.api.store import Store
 
 logger = logging.getLogger("hydraplan.jobs")
 CANCEL_POLL_INTERVAL_S = 0.05
@@ -101,9 +101,7 @@ def sweep_items(body: SweepJobBody) -> list[PlanBody]:
             "vary.model and vary.gpu need a base with model+gpu, not profile or profile_id",
             ("body", "vary"),
         )
-    axes = itertools.product(
-        vary.num_gpus or [base.num_gpus], vary.model or [base.model], vary.gpu or [base.gpu]
-    )
+    axes = itertools.product(vary.num_gpus or [base.num_gpus], vary.model or [base.model], vary.gpu or [base.gpu])
     items = []
     for num_gpus, model, gpu in axes:
         update = {"num_gpus": num_gpus, "model": model, "gpu": gpu}
@@ -119,9 +117,7 @@ def sweep_items(body: SweepJobBody) -> list[PlanBody]:
 class JobRunner:
     """Accepts jobs, runs them in `job_workers` threads and keeps their state in the store."""
 
-    def __init__(
-        self, settings: Settings, store: Store, planning: Planning, metrics: Metrics
-    ) -> None:
+    def __init__(self, settings: Settings, store: Store, planning: Planning, metrics: Metrics) -> None:
         self._settings = settings
         self._store = store
         self._planning = planning
@@ -147,15 +143,12 @@ class JobRunner:
             if pending >= self._settings.max_pending_jobs:
                 self._metrics.rejections.labels(pool="jobs").inc()
                 raise saturated(
-                    f"{pending} jobs are queued or running on this worker; "
-                    f"retry in {self._settings.retry_after_s} s",
+                    f"{pending} jobs are queued or running on this worker; retry in {self._settings.retry_after_s} s",
                     self._settings.retry_after_s,
                 )
             self._queued[view.job_id] = view
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    self._settings.job_workers, thread_name_prefix="hydraplan-job"
-                )
+                self._executor = ThreadPoolExecutor(self._settings.job_workers, thread_name_prefix="hydraplan-job")
             executor, stopping = self._executor, self._stopping
         self._save(view)
         executor.submit(contextvars.copy_context().run, self._run, view, items, stopping)
@@ -174,9 +167,7 @@ class JobRunner:
         """Flag the job for cancellation; 409 when it has already finished."""
         view = self.get(job_id)
         if view.status.finished:
-            raise conflict(
-                f"job {job_id!r} has already finished ({view.status}); nothing to cancel"
-            )
+            raise conflict(f"job {job_id!r} has already finished ({view.status}); nothing to cancel")
         self._store.set(cancel_key(job_id), "1", self._settings.job_ttl_s)
         return view.model_copy(update={"cancel_requested": True})
 
@@ -201,14 +192,11 @@ class JobRunner:
         items = [body.request] if isinstance(body, PlanJobBody) else sweep_items(body)
         if len(items) > self._settings.max_sweep_items:
             raise unprocessable(
-                f"the sweep has {len(items)} items, over this server's limit of "
-                f"{self._settings.max_sweep_items}",
+                f"the sweep has {len(items)} items, over this server's limit of {self._settings.max_sweep_items}",
                 ("body", "vary"),
             )
         for item in items:
-            self._planning.check_limits(
-                len(item.lengths), item.num_gpus, item.options, synchronous=False
-            )
+            self._planning.check_limits(len(item.lengths), item.num_gpus, item.options, synchronous=False)
             self._planning.check_baselines(item.baselines)
             if item.model is not None:
                 self._planning.model(item.model)
@@ -225,9 +213,7 @@ class JobRunner:
             if cancel.check_now():
                 view = self._finish(view, JobStatus.CANCELLED)
                 return
-            view = self._save(
-                view.model_copy(update={"status": JobStatus.RUNNING, "started_at": utc_now()})
-            )
+            view = self._save(view.model_copy(update={"status": JobStatus.RUNNING, "started_at": utc_now()}))
             if view.kind == "plan":
                 view = self._run_plan(view, items[0], cancel)
             else:
@@ -279,9 +265,7 @@ class JobRunner:
         return SweepItem(**fields, status=JobStatus.SUCCEEDED, plan=plan)
 
     def _finish(self, view: JobView, status: JobStatus, **update: Any) -> JobView:
-        return self._save(
-            view.model_copy(update={"status": status, "finished_at": utc_now(), **update})
-        )
+        return self._save(view.model_copy(update={"status": status, "finished_at": utc_now(), **update}))
 
     def _save(self, view: JobView) -> JobView:
         self._store.set(job_key(view.job_id), view.model_dump_json(), self._settings.job_ttl_s)

@@ -35,9 +35,7 @@ class Metrics:
             buckets=LATENCY_BUCKETS_S,
             registry=registry,
         )
-        self.in_flight = Gauge(
-            "hydraplan_http_requests_in_flight", "Requests being served.", registry=registry
-        )
+        self.in_flight = Gauge("hydraplan_http_requests_in_flight", "Requests being served.", registry=registry)
         self.solve_time = Histogram(
             "hydraplan_solve_duration_seconds",
             "Wall time of one solve (profile lookup included), by origin.",
@@ -57,9 +55,7 @@ class Metrics:
             ("status",),
             registry=registry,
         )
-        self.solves_running = Gauge(
-            "hydraplan_solves_running", "Solves running in worker threads.", registry=registry
-        )
+        self.solves_running = Gauge("hydraplan_solves_running", "Solves running in worker threads.", registry=registry)
         self.rejections = Counter(
             "hydraplan_rejections_total",
             "Requests refused with 503 because the service was saturated, by pool.",

@@ -12,16 +12,16 @@ from collections.abc import Callable, Sequence
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.metrics import Metrics
-from api.observability import (
+from hydraplan.api.metrics import Metrics
+from hydraplan.api.observability import (
     REQUEST_ID_HEADER,
     access_logger,
     request_id_from,
     reset_request_id,
     set_request_id,
 )
-from api.problems import problem_response
-from api.settings import Settings
+from hydraplan.api.problems import problem_response
+from hydraplan.api.settings import Settings
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 OPEN_PATHS_PREFIX = "/v1"
@@ -72,9 +72,7 @@ class RequestContextMiddleware:
         except Exception:
             logger.exception("unhandled error on %s %s", scope["method"], scope["path"])
             if not response_started:
-                response = problem_response(
-                    scope["path"], 500, "internal error; see the server log"
-                )
+                response = problem_response(scope["path"], 500, "internal error; see the server log")
                 await response(scope, receive, send_with_id)
         finally:
             self.metrics.in_flight.dec()
@@ -165,9 +163,7 @@ class RequestGuardMiddleware:
         assert self.token is not None
         header = _header(scope, b"authorization")
         scheme, _, credentials = (header or "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(
-            credentials.strip().encode(), self.token
-        ):
+        if scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), self.token):
             return None
         if header is None:
             detail, challenge = (
@@ -180,9 +176,7 @@ class RequestGuardMiddleware:
         return problem_response(scope["path"], 401, detail, headers={"WWW-Authenticate": challenge})
 
     def _too_large(self, path: str, size: str):
-        return problem_response(
-            path, 413, f"body: {size} exceed this server's limit of {self.max_body_bytes} bytes"
-        )
+        return problem_response(path, 413, f"body: {size} exceed this server's limit of {self.max_body_bytes} bytes")
 
     async def _read_body(self, receive: Receive) -> bytes | None:
         """The whole body, or None as soon as it grows past the limit."""
@@ -206,9 +200,7 @@ def _is_json(content_type: str | None) -> bool:
     if not content_type:
         return False
     media_type = content_type.split(";", 1)[0].strip().lower()
-    return media_type == "application/json" or (
-        media_type.startswith("application/") and media_type.endswith("+json")
-    )
+    return media_type == "application/json" or (media_type.startswith("application/") and media_type.endswith("+json"))
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from api.problems import PROBLEM_MEDIA_TYPE, Problem
+from hydraplan.api.problems import PROBLEM_MEDIA_TYPE, Problem
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 SECURITY_SCHEME = "bearerToken"
@@ -94,7 +94,6 @@ def _problem_response(status: str) -> dict[str, Any]:
     headers = ERROR_HEADERS.get(status)
     if headers:
         response["headers"] = {
-            name: {"description": text, "schema": {"type": "string"}}
-            for name, text in headers.items()
+            name: {"description": text, "schema": {"type": "string"}} for name, text in headers.items()
         }
     return response

@@ -16,18 +16,18 @@ from collections.abc import Callable, Hashable, Sequence
 from contextvars import ContextVar
 from typing import Any, Generic, TypeVar
 
-from api.metrics import Metrics
-from api.problems import not_found, too_large, unprocessable
-from api.schemas import PipelineEstimate, PlanBody, StrategyPart
-from api.settings import Settings
-from api.store import Store
-from cost_models.analytic import build_profile
-from cost_models.catalog import load_gpus, load_models
-from cost_models.profile_io import ProfileError, load_profile
-from planner.cost import ProfileCostModel
-from planner.schemas import CostProfile, GpuSpec, ModelSpec, Plan, PlanRequest, SolverOptions
-from planner.scheme import ParallelScheme
-from planner.solve import evaluate_strategy, solve
+from hydraplan.api.metrics import Metrics
+from hydraplan.api.problems import not_found, too_large, unprocessable
+from hydraplan.api.schemas import PipelineEstimate, PlanBody, StrategyPart
+from hydraplan.api.settings import Settings
+from hydraplan.api.store import Store
+from hydraplan.cost_models.analytic import build_profile
+from hydraplan.cost_models.catalog import load_gpus, load_models
+from hydraplan.cost_models.profile_io import ProfileError, load_profile
+from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, Plan, PlanRequest, SolverOptions
+from hydraplan.planner.scheme import ParallelScheme
+from hydraplan.planner.solve import evaluate_strategy, solve
 
 Cancel = Callable[[], bool]
 # Wall time of every planner call of the current request, for its Server-Timing header. The route
@@ -96,9 +96,7 @@ class Planning:
         self.metrics = metrics
         self.models: dict[str, ModelSpec] = load_models()
         self.gpus: dict[str, GpuSpec] = load_gpus()
-        self._analytic: LruCache[tuple[str, str, int, int], CostProfile] = LruCache(
-            settings.profile_cache_size
-        )
+        self._analytic: LruCache[tuple[str, str, int, int], CostProfile] = LruCache(settings.profile_cache_size)
         self._uploaded: LruCache[str, CostProfile] = LruCache(settings.profile_cache_size)
 
     # -- cost sources ---------------------------------------------------------------------------
@@ -109,9 +107,7 @@ class Planning:
     def gpu(self, ref: str | GpuSpec, field: str = "gpu") -> GpuSpec:
         return ref if isinstance(ref, GpuSpec) else _lookup(self.gpus, ref, field)
 
-    def analytic_profile(
-        self, model: ModelSpec, gpu: GpuSpec, num_gpus: int, gpus_per_node: int
-    ) -> CostProfile:
+    def analytic_profile(self, model: ModelSpec, gpu: GpuSpec, num_gpus: int, gpus_per_node: int) -> CostProfile:
         """The analytic profile (cached); 422 when the model fits no scheme of the cluster."""
         key = (model.model_dump_json(), gpu.model_dump_json(), num_gpus, gpus_per_node)
 
@@ -129,9 +125,7 @@ class Planning:
         def make() -> CostProfile:
             text = self.store.get(profile_key(profile_id))
             if text is None:
-                raise not_found(
-                    f"{field} {profile_id!r} is unknown (upload it with POST /v1/profiles)"
-                )
+                raise not_found(f"{field} {profile_id!r} is unknown (upload it with POST /v1/profiles)")
             return CostProfile.model_validate_json(text)
 
         return self._uploaded.get_or_make(profile_id, make)
@@ -143,9 +137,7 @@ class Planning:
         except ProfileError as exc:
             raise unprocessable(" ".join(str(exc).split()), ("body",)) from None
         profile_id = profile_id_of(profile)
-        self.store.set(
-            profile_key(profile_id), profile.model_dump_json(), self.settings.profile_ttl_s
-        )
+        self.store.set(profile_key(profile_id), profile.model_dump_json(), self.settings.profile_ttl_s)
         return profile_id
 
     def profile_for(self, body: Any, num_gpus: int, gpus_per_node: int) -> CostProfile:
@@ -166,8 +158,7 @@ class Planning:
         settings = self.settings
         if num_sequences > settings.max_sequences:
             raise too_large(
-                f"lengths: {num_sequences} sequences exceed this server's limit of "
-                f"{settings.max_sequences} per request"
+                f"lengths: {num_sequences} sequences exceed this server's limit of {settings.max_sequences} per request"
             )
         if num_gpus > settings.max_num_gpus:
             raise unprocessable(
@@ -182,7 +173,7 @@ class Planning:
             )
 
     def check_baselines(self, names: Sequence[str]) -> None:
-        from planner.baselines import BASELINES
+        from hydraplan.planner.baselines import BASELINES
 
         valid = ", ".join(sorted(BASELINES))
         for index, name in enumerate(names):
@@ -212,9 +203,7 @@ class Planning:
         """`planner.solve.solve` with the service's bookkeeping around it."""
         self.check_baselines(baselines)
         started = time.perf_counter()
-        plan = solve(
-            request, profile, baselines=tuple(baselines), cancel=cancel, previous_plan=previous_plan
-        )
+        plan = solve(request, profile, baselines=tuple(baselines), cancel=cancel, previous_plan=previous_plan)
         elapsed_s = time.perf_counter() - started
         self.metrics.observe_plan(plan.status, plan.gap, elapsed_s, origin)
         timings = _solve_timings.get()
@@ -231,7 +220,7 @@ class Planning:
     ) -> Plan:
         """A fixed strategy's plan, or a baseline's, without searching."""
         if baseline is not None:
-            from planner.baselines import run_baseline
+            from hydraplan.planner.baselines import run_baseline
 
             self.check_baselines([baseline])
             return run_baseline(baseline, request, profile)
@@ -260,9 +249,7 @@ def pipeline_estimates(plan: Plan) -> list[PipelineEstimate]:
                 num_tokens=pipeline.num_tokens,
                 num_micro_batches=len(pipeline.micro_batches),
                 time_s=pipeline.time_s,
-                capacity_tokens=cost.capacity_tokens(
-                    ParallelScheme(scheme.tp, scheme.pp, scheme.cp)
-                ),
+                capacity_tokens=cost.capacity_tokens(ParallelScheme(scheme.tp, scheme.pp, scheme.cp)),
                 max_micro_batch_tokens=largest,
                 peak_memory_bytes=peak,
             )
@@ -277,8 +264,7 @@ def _peak_memory_bytes(entry: Any, micro_batches: Sequence[Any]) -> float:
     per_sq_token = entry.activation_bytes_per_token_sq
     largest = max(
         (
-            per_token * batch.num_tokens
-            + per_sq_token * sum(length * length for length in batch.lengths)
+            per_token * batch.num_tokens + per_sq_token * sum(length * length for length in batch.lengths)
             for batch in micro_batches
         ),
         default=0.0,

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from api.observability import current_request_id
-from planner.errors import PlanningError
+from hydraplan.api.observability import current_request_id
+from hydraplan.planner.errors import PlanningError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_PREFIX = "urn:hydraplan:problem:"
@@ -60,9 +60,7 @@ class Problem(BaseModel):
     detail: str = Field(description="What went wrong this time, naming the offending value.")
     instance: str = Field(description="The request path that failed.")
     request_id: str | None = Field(None, description="X-Request-ID of the failed request.")
-    errors: list[FieldError] | None = Field(
-        None, description="Every failing field (validation errors only)."
-    )
+    errors: list[FieldError] | None = Field(None, description="Every failing field (validation errors only).")
 
 
 class ProblemError(Exception):
@@ -151,9 +149,7 @@ def problem_from_exception(exc: Exception, instance: str) -> Problem:
         return make_problem(exc.status, exc.detail, instance, slug=exc.slug, errors=exc.errors)
     if isinstance(exc, ValidationError):
         errors = field_errors(exc.errors(include_url=False))
-        return make_problem(
-            422, describe_errors(errors), instance, slug="validation", errors=errors
-        )
+        return make_problem(422, describe_errors(errors), instance, slug="validation", errors=errors)
     if isinstance(exc, ValueError):  # PlanningError and the cost models' errors
         return make_problem(422, " ".join(str(exc).split()), instance, slug="unprocessable")
     return make_problem(500, "internal error; see the server log", instance)
@@ -211,13 +207,9 @@ async def _request_validation_error(request: Request, exc: Exception) -> Respons
     assert isinstance(exc, RequestValidationError)
     raw = list(exc.errors())
     if any(error.get("type") == "json_invalid" for error in raw):
-        return problem_response(
-            request.url.path, 400, _json_error_detail(raw), slug="malformed-json"
-        )
+        return problem_response(request.url.path, 400, _json_error_detail(raw), slug="malformed-json")
     errors = field_errors(raw)
-    return problem_response(
-        request.url.path, 422, describe_errors(errors), slug="validation", errors=errors
-    )
+    return problem_response(request.url.path, 422, describe_errors(errors), slug="validation", errors=errors)
 
 
 async def _pydantic_validation_error(request: Request, exc: Exception) -> Response:
@@ -226,9 +218,7 @@ async def _pydantic_validation_error(request: Request, exc: Exception) -> Respon
     errors = field_errors(exc.errors(include_url=False))
     for error in errors:
         error.loc = ["body", *error.loc]
-    return problem_response(
-        request.url.path, 422, describe_errors(errors), slug="validation", errors=errors
-    )
+    return problem_response(request.url.path, 422, describe_errors(errors), slug="validation", errors=errors)
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:

@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from api.problems import Problem
-from planner.schemas import (
+from hydraplan.api.problems import Problem
+from hydraplan.planner.schemas import (
     CostProfile,
     GpuSpec,
     ModelSpec,
@@ -42,9 +42,7 @@ GpuRef = Annotated[
     str | GpuSpec | None,
     Field(description="Catalog GPU name (GET /v1/gpus) or an inline GpuSpec; needs model."),
 ]
-InlineProfile = Annotated[
-    CostProfile | None, Field(description="An inline cost profile (instead of model + gpu).")
-]
+InlineProfile = Annotated[CostProfile | None, Field(description="An inline cost profile (instead of model + gpu).")]
 ProfileId = Annotated[
     str | None,
     Field(
@@ -278,9 +276,7 @@ class SchemeList(ApiModel):
 
 
 class ProfileCreated(ApiModel):
-    profile_id: str = Field(
-        description="Content hash of the profile: uploading it again is a no-op."
-    )
+    profile_id: str = Field(description="Content hash of the profile: uploading it again is a no-op.")
     num_schemes: int
     model: str | None
     gpu: str | None
@@ -290,9 +286,7 @@ class SessionBody(SourceMixin, ApiModel):
     """POST /v1/sessions: what stays fixed for a training job (cluster, costs, options)."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [{key: value for key, value in TINY_EXAMPLE.items() if key != "lengths"}]
-        }
+        json_schema_extra={"examples": [{key: value for key, value in TINY_EXAMPLE.items() if key != "lengths"}]}
     )
 
     num_gpus: NumGpus
@@ -336,9 +330,7 @@ class SessionPlansBody(ApiModel):
     """POST /v1/sessions/{id}/plans: the next batch, or the next k batches in order."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [{"lengths": [4096, 1024, 512, 8192]}, {"batches": [[4096, 512], [900]]}]
-        }
+        json_schema_extra={"examples": [{"lengths": [4096, 1024, 512, 8192]}, {"batches": [[4096, 512], [900]]}]}
     )
 
     lengths: Lengths | None = None
@@ -434,9 +426,7 @@ class JobView(ApiModel):
     finished_at: datetime | None = None
     cancel_requested: bool = False
     progress: JobProgress
-    result: Plan | None = Field(
-        None, description="The plan of a plan job (best so far if cancelled)."
-    )
+    result: Plan | None = Field(None, description="The plan of a plan job (best so far if cancelled).")
     items: list[SweepItem] = Field(default_factory=list, description="Sweep items finished so far.")
     error: Problem | None = None
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import uvicorn
 
-from api.observability import uvicorn_log_config
-from api.settings import Settings
+from hydraplan.api.observability import uvicorn_log_config
+from hydraplan.api.settings import Settings
 
 
 def run(host: str, port: int, workers: int) -> None:
@@ -23,7 +23,7 @@ def run(host: str, port: int, workers: int) -> None:
             "shared between worker processes (or use --workers 1)"
         )
     uvicorn.run(
-        "api.app:create_app",
+        "hydraplan.api.app:create_app",
         factory=True,
         host=host,
         port=port,

@@ -11,13 +11,13 @@ from __future__ import annotations
 import secrets
 from datetime import UTC, datetime
 
-from api.planning import Cancel, Planning
-from api.problems import conflict, not_found, unprocessable
-from api.schemas import SessionBody, SessionRecord, SessionView
-from api.settings import Settings
-from api.store import Store
-from planner.errors import PlanningError
-from planner.schemas import Plan, PlanRequest
+from hydraplan.api.planning import Cancel, Planning
+from hydraplan.api.problems import conflict, not_found, unprocessable
+from hydraplan.api.schemas import SessionBody, SessionRecord, SessionView
+from hydraplan.api.settings import Settings
+from hydraplan.api.store import Store
+from hydraplan.planner.errors import PlanningError
+from hydraplan.planner.schemas import Plan, PlanRequest
 
 # A lock outlives its call by this much at most if the worker holding it dies.
 LOCK_MARGIN_S = 60.0
@@ -56,9 +56,7 @@ class Sessions:
         )
         planning.profile_for(body, body.num_gpus, body.gpus_per_node)
         now = datetime.now(UTC)
-        record = SessionRecord(
-            session_id="ses-" + secrets.token_hex(12), created_at=now, last_used_at=now, config=body
-        )
+        record = SessionRecord(session_id="ses-" + secrets.token_hex(12), created_at=now, last_used_at=now, config=body)
         self._save(record)
         return record
 
@@ -87,18 +85,14 @@ class Sessions:
             config=record.config,
         )
 
-    def plan(
-        self, session_id: str, batches: list[list[int]], cancel: Cancel | None = None
-    ) -> list[Plan]:
+    def plan(self, session_id: str, batches: list[list[int]], cancel: Cancel | None = None) -> list[Plan]:
         """Plan `batches` in order, each with the previous plan as context; store the last."""
         record = self.get(session_id)
         config = record.config
         lock_ttl_s = config.options.time_limit_s * len(batches) + LOCK_MARGIN_S
         lock_key, owner = session_lock_key(session_id), secrets.token_hex(8)
         if not self._store.set(lock_key, owner, lock_ttl_s, only_if_absent=True):
-            raise conflict(
-                f"session {session_id!r} is already planning a batch; retry when it returns"
-            )
+            raise conflict(f"session {session_id!r} is already planning a batch; retry when it returns")
         try:
             record = self.get(session_id)  # re-read under the lock: the previous plan is current
             plans = self._plan_batches(record, batches, cancel)
@@ -115,9 +109,7 @@ class Sessions:
         finally:
             self._store.delete_if_equal(lock_key, owner)
 
-    def _plan_batches(
-        self, record: SessionRecord, batches: list[list[int]], cancel: Cancel | None
-    ) -> list[Plan]:
+    def _plan_batches(self, record: SessionRecord, batches: list[list[int]], cancel: Cancel | None) -> list[Plan]:
         config = record.config
         profile = self._planning.profile_for(config, config.num_gpus, config.gpus_per_node)
         previous = record.last_plan
@@ -130,9 +122,7 @@ class Sessions:
                 options=config.options,
             )
             try:
-                previous = self._planning.solve(
-                    request, profile, config.baselines, previous, cancel, origin="session"
-                )
+                previous = self._planning.solve(request, profile, config.baselines, previous, cancel, origin="session")
             except PlanningError as exc:
                 where = ("body", "batches", index) if len(batches) > 1 else ("body", "lengths")
                 prefix = f"batches[{index}]: " if len(batches) > 1 else ""

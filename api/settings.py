@@ -44,9 +44,7 @@ class Settings(BaseModel):
         ge=1,
         description="Solves running at once in one process (threads off the event loop).",
     )
-    max_queued_solves: int = Field(
-        8, ge=0, description="Solves waiting for a free slot before new ones get 503."
-    )
+    max_queued_solves: int = Field(8, ge=0, description="Solves waiting for a free slot before new ones get 503.")
     retry_after_s: int = Field(1, ge=1, description="Retry-After of a 503 when saturated.")
     session_idle_timeout_s: float = Field(
         3600.0, gt=0, description="A session expires after this long without a request."
@@ -64,9 +62,7 @@ class Settings(BaseModel):
     profile_cache_size: int = Field(
         128, ge=1, description="Analytic profiles and uploaded profiles kept parsed in memory."
     )
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
-        "INFO", description="Level of the JSON logs."
-    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Level of the JSON logs.")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

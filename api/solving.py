@@ -20,8 +20,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from api.metrics import Metrics
-from api.problems import saturated
+from hydraplan.api.metrics import Metrics
+from hydraplan.api.problems import saturated
 
 ResultT = TypeVar("ResultT")
 
@@ -29,9 +29,7 @@ ResultT = TypeVar("ResultT")
 class SolverPool:
     """A bounded thread pool for solves that refuses work (503) when full."""
 
-    def __init__(
-        self, max_running: int, max_queued: int, retry_after_s: int, metrics: Metrics
-    ) -> None:
+    def __init__(self, max_running: int, max_queued: int, retry_after_s: int, metrics: Metrics) -> None:
         self.max_running = max_running
         self.max_admitted = max_running + max_queued
         self.retry_after_s = retry_after_s
@@ -91,14 +89,10 @@ class SolverPool:
                 )
             self._admitted += 1
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    self.max_running, thread_name_prefix="hydraplan-solve"
-                )
+                self._executor = ThreadPoolExecutor(self.max_running, thread_name_prefix="hydraplan-solve")
             return self._executor
 
-    def _call(
-        self, function: Callable[..., ResultT], cancelled: threading.Event, args: tuple
-    ) -> ResultT:
+    def _call(self, function: Callable[..., ResultT], cancelled: threading.Event, args: tuple) -> ResultT:
         with self._lock:
             self._cancel_events.add(cancelled)
             self._running += 1

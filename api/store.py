@@ -34,9 +34,7 @@ class Store(ABC):
         """The value of `key`, or None when absent or expired."""
 
     @abstractmethod
-    def set(
-        self, key: str, value: str, ttl_s: float | None = None, *, only_if_absent: bool = False
-    ) -> bool:
+    def set(self, key: str, value: str, ttl_s: float | None = None, *, only_if_absent: bool = False) -> bool:
         """Store `value` (expiring after `ttl_s` when given); False when `only_if_absent` and the
         key exists."""
 
@@ -75,9 +73,7 @@ class MemoryStore(Store):
         with self._lock:
             return self._live(key)
 
-    def set(
-        self, key: str, value: str, ttl_s: float | None = None, *, only_if_absent: bool = False
-    ) -> bool:
+    def set(self, key: str, value: str, ttl_s: float | None = None, *, only_if_absent: bool = False) -> bool:
         with self._lock:
             self._sweep()
             if only_if_absent and self._live(key) is not None:
@@ -129,11 +125,7 @@ class MemoryStore(Store):
         if now < self._next_sweep:
             return
         self._next_sweep = now + 1.0
-        expired = [
-            key
-            for key, (_, deadline) in self._values.items()
-            if deadline is not None and deadline <= now
-        ]
+        expired = [key for key, (_, deadline) in self._values.items() if deadline is not None and deadline <= now]
         for key in expired:
             del self._values[key]
 
@@ -160,13 +152,9 @@ class RedisStore(Store):
     def get(self, key: str) -> str | None:
         return self._call(self._client.get, self._prefix + key)
 
-    def set(
-        self, key: str, value: str, ttl_s: float | None = None, *, only_if_absent: bool = False
-    ) -> bool:
+    def set(self, key: str, value: str, ttl_s: float | None = None, *, only_if_absent: bool = False) -> bool:
         expiry_ms = None if ttl_s is None else max(1, int(ttl_s * 1000))
-        done = self._call(
-            self._client.set, self._prefix + key, value, px=expiry_ms, nx=only_if_absent
-        )
+        done = self._call(self._client.set, self._prefix + key, value, px=expiry_ms, nx=only_if_absent)
         return bool(done)
 
     def delete(self, key: str) -> bool:

@@ -43,10 +43,10 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.report import command_line, markdown_table, write_section  # noqa: E402
-from cost_models.analytic import build_profile  # noqa: E402
-from cost_models.catalog import get_gpu, get_model  # noqa: E402
-from planner.schemas import PlanRequest, SolverOptions  # noqa: E402
-from planner.solve import solve  # noqa: E402
+from hydraplan.cost_models.analytic import build_profile  # noqa: E402
+from hydraplan.cost_models.catalog import get_gpu, get_model  # noqa: E402
+from hydraplan.planner.schemas import PlanRequest, SolverOptions  # noqa: E402
+from hydraplan.planner.solve import solve  # noqa: E402
 
 MODEL, GPU, NUM_GPUS, GPUS_PER_NODE = "tiny", "h100-sxm-80gb", 8, 8
 KINDS = ("plan64", "plan1k", "session64", "estimate64", "models")

@@ -8,10 +8,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from api.datasets import sample_batch
-from cost_models.analytic import build_profile
-from cost_models.catalog import get_gpu, get_model
-from planner.schemas import CostProfile, Plan, PlanRequest, SolverOptions
+from hydraplan.api.datasets import sample_batch
+from hydraplan.cost_models.analytic import build_profile
+from hydraplan.cost_models.catalog import get_gpu, get_model
+from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SolverOptions
 
 GPUS_PER_NODE = 8
 DEFAULT_TIME_LIMIT_S = SolverOptions().time_limit_s  # the planner's default budget (2 s)

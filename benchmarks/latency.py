@@ -49,10 +49,10 @@ from benchmarks.common import (  # noqa: E402
     split_names,
 )
 from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_section  # noqa: E402
-from cost_models.analytic import build_profile  # noqa: E402
-from cost_models.catalog import get_gpu, get_model  # noqa: E402
-from planner.errors import PlanningError  # noqa: E402
-from planner.solve import solve  # noqa: E402
+from hydraplan.cost_models.analytic import build_profile  # noqa: E402
+from hydraplan.cost_models.catalog import get_gpu, get_model  # noqa: E402
+from hydraplan.planner.errors import PlanningError  # noqa: E402
+from hydraplan.planner.solve import solve  # noqa: E402
 
 # cluster sizes: the model, GPU, context cap and batch size of the quality settings
 CONFIGS: dict[str, Setting] = {

@@ -55,9 +55,9 @@ from benchmarks.common import (  # noqa: E402
     split_names,
 )
 from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_section  # noqa: E402
-from planner.baselines import BASELINES, run_baseline  # noqa: E402
-from planner.errors import PlanningError  # noqa: E402
-from planner.solve import solve  # noqa: E402
+from hydraplan.planner.baselines import BASELINES, run_baseline  # noqa: E402
+from hydraplan.planner.errors import PlanningError  # noqa: E402
+from hydraplan.planner.solve import solve  # noqa: E402
 
 QUICK_SETTINGS = ("8b-64xh100",)
 QUICK_DATASETS = ("wikipedia", "lognormal")

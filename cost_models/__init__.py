@@ -5,9 +5,9 @@ Producers: `analytic.build_profile` (formulas over catalog specs) and `profile_i
 reverse.
 """
 
-from cost_models.analytic import AnalyticOptions, build_profile, training_flops_per_token
-from cost_models.catalog import CatalogError, get_gpu, get_model, load_gpus, load_models
-from cost_models.profile_io import ProfileError, load_profile, save_profile
+from hydraplan.cost_models.analytic import AnalyticOptions, build_profile, training_flops_per_token
+from hydraplan.cost_models.catalog import CatalogError, get_gpu, get_model, load_gpus, load_models
+from hydraplan.cost_models.profile_io import ProfileError, load_profile, save_profile
 
 __all__ = [
     "AnalyticOptions",

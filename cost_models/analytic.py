@@ -25,8 +25,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from planner.schemas import CostProfile, GpuSpec, ModelSpec, SchemeCost
-from planner.scheme import ParallelScheme
+from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, SchemeCost
+from hydraplan.planner.scheme import ParallelScheme
 
 __all__ = [
     "AnalyticOptions",

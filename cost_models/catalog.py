@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from cost_models.profile_io import format_validation_error, read_json_object
-from planner.schemas import GpuSpec, ModelSpec
+from hydraplan.cost_models.profile_io import format_validation_error, read_json_object
+from hydraplan.planner.schemas import GpuSpec, ModelSpec
 
 __all__ = ["CatalogError", "get_gpu", "get_model", "load_gpus", "load_models"]
 
@@ -43,7 +43,7 @@ def _parse_entries(data: dict[str, Any], list_key: str, spec_type: type[SpecT], 
 
 def _load(bundled_file: str, list_key: str, spec_type: type[SpecT], extra_path: str | Path | None) -> dict[str, SpecT]:
     """The bundled catalog, then the user's entries on top of it."""
-    bundled = resources.files("cost_models").joinpath("data", bundled_file)
+    bundled = resources.files("hydraplan.cost_models").joinpath("data", bundled_file)
     with resources.as_file(bundled) as bundled_path:
         data = read_json_object(bundled_path, CatalogError)
     specs = _parse_entries(data, list_key, spec_type, bundled_file)

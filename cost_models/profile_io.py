@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planner.schemas import PROFILE_SCHEMA, CostProfile
+from hydraplan.planner.schemas import PROFILE_SCHEMA, CostProfile
 
 __all__ = ["ProfileError", "load_profile", "save_profile"]
 

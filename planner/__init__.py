@@ -5,8 +5,8 @@ No IO, no globals; deterministic for a seed under its work limits. Entry points:
 re-exported here: a `solve` attribute would hide the `planner.solve` module).
 """
 
-from planner.errors import PlanningError
-from planner.schemas import CostProfile, Plan, PlanRequest, SolverOptions
-from planner.scheme import ParallelScheme
+from hydraplan.planner.errors import PlanningError
+from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SolverOptions
+from hydraplan.planner.scheme import ParallelScheme
 
 __all__ = ["CostProfile", "ParallelScheme", "Plan", "PlanRequest", "PlanningError", "SolverOptions"]

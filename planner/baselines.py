@@ -41,19 +41,19 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from planner.bounds import BoundTables, sync_lower_bound_s
-from planner.build import build_plan
-from planner.candidate import Candidate
-from planner.cost import ProfileCostModel, SchemeCoefficients
-from planner.dispatch import greedy_dispatch
-from planner.errors import PlanningError
-from planner.items import Items, prepare_items
-from planner.packing import PackedPipeline, balance_lpt, best_order, by_length_descending, pack_pipeline
-from planner.schemas import CostProfile, Plan, PlanRequest, SolverStats
-from planner.search import runnable_schemes
-from planner.simulate import simulate_1f1b
-from planner.strategies import Strategy, count_vectors, parse_strategy
-from planner.switching import pipeline_blocks, switch_cost_s
+from hydraplan.planner.bounds import BoundTables, sync_lower_bound_s
+from hydraplan.planner.build import build_plan
+from hydraplan.planner.candidate import Candidate
+from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
+from hydraplan.planner.dispatch import greedy_dispatch
+from hydraplan.planner.errors import PlanningError
+from hydraplan.planner.items import Items, prepare_items
+from hydraplan.planner.packing import PackedPipeline, balance_lpt, best_order, by_length_descending, pack_pipeline
+from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SolverStats
+from hydraplan.planner.search import runnable_schemes
+from hydraplan.planner.simulate import simulate_1f1b
+from hydraplan.planner.strategies import Strategy, count_vectors, parse_strategy
+from hydraplan.planner.switching import pipeline_blocks, switch_cost_s
 
 FLEXSP_POOL_SIZE = 24
 HYDRAULIS_POOL_SIZE = 40

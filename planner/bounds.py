@@ -53,13 +53,13 @@ from functools import lru_cache
 
 import numpy as np
 
-from planner.bubble_floor import (
+from hydraplan.planner.bubble_floor import (
     MAX_CAPPED_MICRO_BATCHES,
     largest_micro_batch_floor_s,
     most_work_s,
     pipeline_time_floor_s,
 )
-from planner.cost import ProfileCostModel, SchemeCoefficients
+from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
 
 COARSE_RATIO = 1.02  # row span of coarsened tables (see `BoundTables.coarsened`)
 # `BoundTables.packing_bounds`: the dual feasible functions tried, the items they can price, the

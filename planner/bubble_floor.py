@@ -17,7 +17,7 @@ path through the schedule's dependency graph. Two floors, with `S = sum(t)`:
    `rho_m = min { T(u) - 1 : u >= 0, sum(u) = 1 }`, the optimum of a linear programme (operation end
    times and micro-batch shares as variables, one constraint per dependency). It is tabulated for
    `m <= M` (`data/bubble_floors.json`, rounded down so HiGHS's tolerances cannot make it invalid);
-   `python -m planner.bubble_floor` re-solves it. Uneven sizes (ramping up over ~pp micro-batches,
+   `python -m hydraplan.planner.bubble_floor` re-solves it. Uneven sizes (ramping up over ~pp micro-batches,
    tapering off at the end) beat equal ones by about a third; the packer (`planner.packing`) uses
    the LP's optimal shares as targets.
 
@@ -45,8 +45,8 @@ from importlib import resources
 
 import numpy as np
 
-from planner.cost import SchemeCoefficients
-from planner.simulate import dependency_order
+from hydraplan.planner.cost import SchemeCoefficients
+from hydraplan.planner.simulate import dependency_order
 
 TABLE_SCHEMA = "hydraplan.bubble-floors/1"
 TABLE_FILE = "bubble_floors.json"
@@ -64,7 +64,7 @@ def solve_floor_lp(num_stages: int, num_micro_batches: int, fwd_fraction: float)
     and micro-batch shares (summing to 1, in execution order) that attain it."""
     import highspy
 
-    from planner.lp_dispatch import _new_highs
+    from hydraplan.planner.lp_dispatch import _new_highs
 
     order = dependency_order(num_stages, num_micro_batches)
     num_ops = 2 * num_stages * num_micro_batches
@@ -125,7 +125,7 @@ class _Entry:
 
 @cache
 def _table() -> dict[tuple[int, float], _Entry]:
-    text = resources.files("planner").joinpath("data", TABLE_FILE).read_text()
+    text = resources.files("hydraplan.planner").joinpath("data", TABLE_FILE).read_text()
     data = json.loads(text)
     if data.get("schema") != TABLE_SCHEMA:
         raise ValueError(f"{TABLE_FILE}: schema {data.get('schema')!r}, expected {TABLE_SCHEMA!r}")

@@ -7,11 +7,11 @@ import json
 
 import numpy as np
 
-from planner.candidate import Candidate
-from planner.cost import SchemeCoefficients
-from planner.items import Items
-from planner.packing import PackedPipeline
-from planner.schemas import (
+from hydraplan.planner.candidate import Candidate
+from hydraplan.planner.cost import SchemeCoefficients
+from hydraplan.planner.items import Items
+from hydraplan.planner.packing import PackedPipeline
+from hydraplan.planner.schemas import (
     CostProfile,
     MicroBatch,
     PipelinePlan,
@@ -21,8 +21,8 @@ from planner.schemas import (
     SolverStats,
     SolveStatus,
 )
-from planner.scheme import ParallelScheme
-from planner.strategies import Placement, place_pipelines
+from hydraplan.planner.scheme import ParallelScheme
+from hydraplan.planner.strategies import Placement, place_pipelines
 
 
 def plan_id(request: PlanRequest, profile: CostProfile, extra: str = "") -> str:

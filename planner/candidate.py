@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import SchemeCoefficients
-from planner.packing import PackedPipeline
-from planner.strategies import Strategy
+from hydraplan.planner.cost import SchemeCoefficients
+from hydraplan.planner.packing import PackedPipeline
+from hydraplan.planner.strategies import Strategy
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from planner.cost import ProfileCostModel
-from planner.schemas import CostProfile, PipelinePlan, Plan
-from planner.scheme import ParallelScheme
-from planner.simulate import simulate_1f1b
-from planner.strategies import Strategy, parse_strategy
-from planner.switching import switch_cost_s
+from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner.schemas import CostProfile, PipelinePlan, Plan
+from hydraplan.planner.scheme import ParallelScheme
+from hydraplan.planner.simulate import simulate_1f1b
+from hydraplan.planner.strategies import Strategy, parse_strategy
+from hydraplan.planner.switching import switch_cost_s
 
 RELATIVE_TOLERANCE = 1e-6
 

@@ -14,8 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
-from planner.schemas import CostProfile, derive_capacity_tokens
-from planner.scheme import ParallelScheme
+from hydraplan.planner.schemas import CostProfile, derive_capacity_tokens
+from hydraplan.planner.scheme import ParallelScheme
 
 
 class CostModel(Protocol):

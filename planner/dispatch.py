@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.cost import SchemeCoefficients
+from hydraplan.planner.cost import SchemeCoefficients
 
 
 @dataclass

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.bubble_floor import largest_micro_batch_floor_s, pipeline_pieces
-from planner.cost import SchemeCoefficients
+from hydraplan.planner.bubble_floor import largest_micro_batch_floor_s, pipeline_pieces
+from hydraplan.planner.cost import SchemeCoefficients
 
 MAX_ITEMS = 12  # larger batches are left to the fluid and packing bounds
 MAX_NODES = 20_000

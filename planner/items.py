@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.errors import PlanningError
-from planner.schemas import OversizePolicy
+from hydraplan.planner.errors import PlanningError
+from hydraplan.planner.schemas import OversizePolicy
 
 
 @dataclass(frozen=True)

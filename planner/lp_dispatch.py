@@ -24,8 +24,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from planner.cost import SchemeCoefficients
-from planner.dispatch import greedy_dispatch
+from hydraplan.planner.cost import SchemeCoefficients
+from hydraplan.planner.dispatch import greedy_dispatch
 
 _SOLVERS = threading.local()  # one HiGHS instance per thread, reused: creating one costs ~5 ms
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import SchemeCoefficients
+from hydraplan.planner.cost import SchemeCoefficients
 
 JOINT_MODEL_LIMIT = 2_000  # x variables; above it the dispatch model is used
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.bubble_floor import peak_shares, ramp_shape, tabulated_floors
-from planner.cost import SchemeCoefficients
-from planner.simulate import approximate_1f1b_s, simulate_1f1b
+from hydraplan.planner.bubble_floor import peak_shares, ramp_shape, tabulated_floors
+from hydraplan.planner.cost import SchemeCoefficients
+from hydraplan.planner.simulate import approximate_1f1b_s, simulate_1f1b
 
 NUM_EXACT_CANDIDATES = 2
 NUM_RAMPED_COUNTS = 2  # micro-batch counts tried with least-bubble (ramped) sizes

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import ProfileCostModel
-from planner.errors import PlanningError
-from planner.items import prepare_items
-from planner.schemas import CostProfile, PlanRequest
-from planner.search import Clock, SearchSettings, search, solve_strategy
-from planner.strategies import Strategy
+from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner.errors import PlanningError
+from hydraplan.planner.items import prepare_items
+from hydraplan.planner.schemas import CostProfile, PlanRequest
+from hydraplan.planner.search import Clock, SearchSettings, search, solve_strategy
+from hydraplan.planner.strategies import Strategy
 
 
 @dataclass(frozen=True)

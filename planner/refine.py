@@ -15,8 +15,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.candidate import Candidate
-from planner.packing import PackedPipeline, improve_packing, pack_pipeline
+from hydraplan.planner.candidate import Candidate
+from hydraplan.planner.packing import PackedPipeline, improve_packing, pack_pipeline
 
 MAX_ITEMS_TRIED = 6
 MAX_TARGETS_TRIED = 4

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from planner.cost import ProfileCostModel
-from planner.schemas import CostProfile, PipelinePlan, Plan, StrategyPoolFile
-from planner.scheme import ParallelScheme
+from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner.schemas import CostProfile, PipelinePlan, Plan, StrategyPoolFile
+from hydraplan.planner.scheme import ParallelScheme
 
 # At most this many dropped sequence ids are spelled out in the summary.
 MAX_IDS_SHOWN = 10

@@ -42,19 +42,19 @@ from functools import lru_cache
 
 import numpy as np
 
-from planner.bounds import BoundTables, SyncFloors
-from planner.candidate import Candidate
-from planner.cost import ProfileCostModel, SchemeCoefficients
-from planner.dispatch import greedy_dispatch
-from planner.few_items import MAX_ITEMS as FEW_ITEMS
-from planner.few_items import few_items_bound
-from planner.lp_dispatch import lp_dispatch
-from planner.milp import solve_milp
-from planner.packing import PackedPipeline, best_order, pack_pipeline
-from planner.refine import polish_packings, refine
-from planner.schemas import SolverBackend
-from planner.strategies import Strategy, count_vectors
-from planner.switching import pipeline_blocks, switch_cost_s
+from hydraplan.planner.bounds import BoundTables, SyncFloors
+from hydraplan.planner.candidate import Candidate
+from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
+from hydraplan.planner.dispatch import greedy_dispatch
+from hydraplan.planner.few_items import MAX_ITEMS as FEW_ITEMS
+from hydraplan.planner.few_items import few_items_bound
+from hydraplan.planner.lp_dispatch import lp_dispatch
+from hydraplan.planner.milp import solve_milp
+from hydraplan.planner.packing import PackedPipeline, best_order, pack_pipeline
+from hydraplan.planner.refine import polish_packings, refine
+from hydraplan.planner.schemas import SolverBackend
+from hydraplan.planner.strategies import Strategy, count_vectors
+from hydraplan.planner.switching import pipeline_blocks, switch_cost_s
 
 MAX_STRATEGIES_PER_SET = 4000
 ESTIMATE_RESOLUTION = 6  # simplex grid of the strategy estimates (bounds use the default, 12)

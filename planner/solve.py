@@ -7,17 +7,17 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from planner.bounds import BoundTables
-from planner.bubble_floor import tabulated_floors
-from planner.build import build_plan
-from planner.check import check_plan
-from planner.cost import ProfileCostModel
-from planner.errors import PlanningError
-from planner.items import Items, prepare_items
-from planner.schemas import BaselineResult, CostProfile, Plan, PlanRequest, SolverBackend, SolverStats
-from planner.scheme import ParallelScheme
-from planner.search import Clock, SearchSettings, search, solve_fixed
-from planner.strategies import Strategy, parse_strategy
+from hydraplan.planner.bounds import BoundTables
+from hydraplan.planner.bubble_floor import tabulated_floors
+from hydraplan.planner.build import build_plan
+from hydraplan.planner.check import check_plan
+from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner.errors import PlanningError
+from hydraplan.planner.items import Items, prepare_items
+from hydraplan.planner.schemas import BaselineResult, CostProfile, Plan, PlanRequest, SolverBackend, SolverStats
+from hydraplan.planner.scheme import ParallelScheme
+from hydraplan.planner.search import Clock, SearchSettings, search, solve_fixed
+from hydraplan.planner.strategies import Strategy, parse_strategy
 
 FINISH_SHARE = 0.1  # of the time limit, kept for building and checking the plan
 MILP_SHARE = 0.08  # of the time limit, the most one MILP solve may take
@@ -189,7 +189,7 @@ def _finish(plan: Plan, request: PlanRequest, profile: CostProfile, baselines: S
     if violations:
         raise AssertionError("planner produced an invalid plan: " + "; ".join(violations[:5]))
     if baselines:
-        from planner.baselines import run_baseline
+        from hydraplan.planner.baselines import run_baseline
 
         results = []
         for name in baselines:

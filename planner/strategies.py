@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from planner.scheme import ParallelScheme
+from hydraplan.planner.scheme import ParallelScheme
 
 
 @dataclass(frozen=True)

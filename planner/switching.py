@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from planner.cost import ProfileCostModel
-from planner.scheme import ParallelScheme
-from planner.strategies import Strategy, place_pipelines
+from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner.scheme import ParallelScheme
+from hydraplan.planner.strategies import Strategy, place_pipelines
 
 
 def pipeline_blocks(strategy: Strategy) -> list[tuple[ParallelScheme, tuple[int, ...]]]:

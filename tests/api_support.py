@@ -22,8 +22,8 @@ pytest.importorskip("prometheus_client")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from api.app import create_app  # noqa: E402
-from api.settings import Settings  # noqa: E402
+from hydraplan.api.app import create_app  # noqa: E402
+from hydraplan.api.settings import Settings  # noqa: E402
 
 PROBLEM_JSON = "application/problem+json"
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,7 +159,5 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
 
 def dockerfile_healthcheck_command() -> list[str]:
     """The HEALTHCHECK's command (exec form), for the server test to run verbatim."""
-    healthcheck = next(
-        rest for keyword, rest in dockerfile_instructions() if keyword == "HEALTHCHECK"
-    )
+    healthcheck = next(rest for keyword, rest in dockerfile_instructions() if keyword == "HEALTHCHECK")
     return json.loads(healthcheck[healthcheck.index("CMD") + 3 :].strip())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.schemas import CostProfile, SchemeCost
+from hydraplan.planner.schemas import CostProfile, SchemeCost
 
 
 def synthetic_profile(max_gpus: int = 64, gpus_per_node: int = 8, grad_sync_s: float | None = None) -> CostProfile:

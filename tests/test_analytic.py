@@ -8,17 +8,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cost_models.analytic import (
+from hydraplan.cost_models.analytic import (
     AnalyticOptions,
     activation_bytes_per_layer,
     build_profile,
     candidate_schemes,
     training_flops_per_token,
 )
-from cost_models.catalog import get_gpu, get_model
-from planner.cost import ProfileCostModel
-from planner.schemas import CostProfile, ModelSpec, SchemeCost
-from planner.scheme import ParallelScheme
+from hydraplan.cost_models.catalog import get_gpu, get_model
+from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner.schemas import CostProfile, ModelSpec, SchemeCost
+from hydraplan.planner.scheme import ParallelScheme
 
 GPT3_175B = ModelSpec(
     name="gpt3-175b",
@@ -277,9 +277,7 @@ def test_profile_passes_through_the_planner_cost_model(llama3_8b_profile: CostPr
     max_cp=st.sampled_from([1, 2, 4, 16]),
     gpu_name=st.sampled_from(["a100-40gb", "h100-sxm-80gb"]),
 )
-def test_every_candidate_fits_or_is_dropped(
-    num_nodes: int, gpus_per_node: int, max_cp: int, gpu_name: str
-) -> None:
+def test_every_candidate_fits_or_is_dropped(num_nodes: int, gpus_per_node: int, max_cp: int, gpu_name: str) -> None:
     model, gpu = get_model("tiny"), get_gpu(gpu_name)
     num_gpus = num_nodes * gpus_per_node
     options = AnalyticOptions(max_cp=max_cp)

@@ -7,11 +7,11 @@ import json
 import pytest
 from api_support import assert_problem, client_fixture, make_client, plan_body  # noqa: F401
 
-from cost_models.analytic import build_profile
-from cost_models.catalog import get_gpu, get_model
-from planner.check import check_plan
-from planner.schemas import Plan, PlanRequest, SolverOptions
-from planner.solve import solve
+from hydraplan.cost_models.analytic import build_profile
+from hydraplan.cost_models.catalog import get_gpu, get_model
+from hydraplan.planner.check import check_plan
+from hydraplan.planner.schemas import Plan, PlanRequest, SolverOptions
+from hydraplan.planner.solve import solve
 
 pytestmark = pytest.mark.service
 

@@ -26,7 +26,7 @@ def serve_command(port: int) -> list[str]:
     return [
         sys.executable,
         "-c",
-        "import sys; from api.cli import main; sys.exit(main())",
+        "import sys; from hydraplan.api.cli import main; sys.exit(main())",
         *arguments,
     ]
 

@@ -8,8 +8,8 @@ import time
 import pytest
 from api_support import TINY_LENGTHS, assert_problem, client_fixture, make_client, session_body  # noqa: F401
 
-import api.planning
-from planner.schemas import Plan
+import hydraplan.api.planning
+from hydraplan.planner.schemas import Plan
 
 pytestmark = pytest.mark.service
 
@@ -42,13 +42,13 @@ def test_session_plans_step_by_step(client) -> None:
 def test_session_passes_the_previous_plan(client, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each solve after the first receives the plan before it (strategy-switch context)."""
     seen: list[str | None] = []
-    real_solve = api.planning.solve
+    real_solve = hydraplan.api.planning.solve
 
     def recording_solve(request, profile, baselines=(), previous_plan=None, cancel=None):
         seen.append(previous_plan.plan_id if previous_plan else None)
         return real_solve(request, profile, baselines=baselines, cancel=cancel)
 
-    monkeypatch.setattr(api.planning, "solve", recording_solve)
+    monkeypatch.setattr(hydraplan.api.planning, "solve", recording_solve)
     session_id = create_session(client)
     batches = [TINY_LENGTHS, TINY_LENGTHS[:30], TINY_LENGTHS[10:50]]
     response = client.post(f"/v1/sessions/{session_id}/plans", json={"batches": batches})
@@ -109,14 +109,14 @@ def test_delete_session(client) -> None:
 
 def test_concurrent_plan_on_one_session_is_409(client, monkeypatch: pytest.MonkeyPatch) -> None:
     started, release = threading.Event(), threading.Event()
-    real_solve = api.planning.solve
+    real_solve = hydraplan.api.planning.solve
 
     def slow_solve(request, profile, baselines=(), previous_plan=None, cancel=None):
         started.set()
         release.wait(10)
         return real_solve(request, profile, baselines=baselines, cancel=cancel)
 
-    monkeypatch.setattr(api.planning, "solve", slow_solve)
+    monkeypatch.setattr(hydraplan.api.planning, "solve", slow_solve)
     session_id = create_session(client)
     url = f"/v1/sessions/{session_id}/plans"
     results: list[int] = []
@@ -129,5 +129,5 @@ def test_concurrent_plan_on_one_session_is_409(client, monkeypatch: pytest.Monke
     release.set()
     first.join(10)
     assert results == [200]
-    monkeypatch.setattr(api.planning, "solve", real_solve)
+    monkeypatch.setattr(hydraplan.api.planning, "solve", real_solve)
     assert client.post(url, json={"lengths": TINY_LENGTHS}).status_code == 200  # lock released

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from synthetic import synthetic_profile, wikipedia_like_batch
 
-from planner.baselines import (
+from hydraplan.planner.baselines import (
     BASELINES,
     hydraulis,
     hydraulis_dispatch,
@@ -15,11 +15,11 @@ from planner.baselines import (
     run_baseline,
     wlb,
 )
-from planner.check import check_plan
-from planner.cost import ProfileCostModel
-from planner.errors import PlanningError
-from planner.schemas import CostProfile, PlanRequest, SchemeCost, SolverOptions
-from planner.scheme import ParallelScheme
+from hydraplan.planner.check import check_plan
+from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner.errors import PlanningError
+from hydraplan.planner.schemas import CostProfile, PlanRequest, SchemeCost, SolverOptions
+from hydraplan.planner.scheme import ParallelScheme
 
 PROFILE = synthetic_profile(max_gpus=16)
 NAMES = ["megatron", "wlb", "flexsp", "hydraulis"]
@@ -50,9 +50,7 @@ def test_every_baseline_plan_passes_the_checker(name, num_gpus):
     plan = run_baseline(name, request(lengths, num_gpus=num_gpus), PROFILE)
     assert check_plan(plan) == [] and check_plan(plan, PROFILE) == []
     assert plan.solver.backend == f"baseline:{name}"
-    placed = sorted(
-        sid for p in plan.pipelines for mb in p.micro_batches for sid in mb.sequence_ids
-    )
+    placed = sorted(sid for p in plan.pipelines for mb in p.micro_batches for sid in mb.sequence_ids)
     assert placed == list(range(len(lengths)))
     assert 0 < plan.lower_bound_s <= plan.step_time_s
 
@@ -111,9 +109,7 @@ def test_flexsp_falls_back_to_the_smallest_tp_with_pp_1():
     plan = run_baseline("flexsp", request(wikipedia_like_batch(40_000, seed=8)), no_tp1)
     assert all(tp == 2 and pp == 1 for tp, pp, _ in schemes_of(plan))
     # a sequence longer than every <1,1,cp> capacity moves FlexSP to the smallest TP that holds it
-    longest_tp1 = max(
-        ProfileCostModel(PROFILE).capacity_tokens(ParallelScheme(1, 1, cp)) for cp in (1, 2, 4)
-    )
+    longest_tp1 = max(ProfileCostModel(PROFILE).capacity_tokens(ParallelScheme(1, 1, cp)) for cp in (1, 2, 4))
     lengths = wikipedia_like_batch(40_000, seed=8) + [longest_tp1 + 1000]
     plan = run_baseline("flexsp", request(lengths), PROFILE)
     assert check_plan(plan) == [] and all(tp == 2 and pp == 1 for tp, pp, _ in schemes_of(plan))
@@ -153,10 +149,7 @@ def test_hydraulis_packing_minimises_its_pipeline_estimate():
     assert sorted(np.concatenate(micro_batches).tolist()) == members.tolist()
     assert all(lengths[mb].sum() <= coef.capacity_tokens for mb in micro_batches)
     assert times == pytest.approx(
-        [
-            coef.stage_time_s(float(lengths[mb] @ lengths[mb]), float(lengths[mb].sum()))
-            for mb in micro_batches
-        ]
+        [coef.stage_time_s(float(lengths[mb] @ lengths[mb]), float(lengths[mb].sum())) for mb in micro_batches]
     )
     assert estimate_s == pytest.approx((len(micro_batches) + coef.scheme.pp - 1) * max(times))
     # far better than one micro-batch per sequence (a sanity check of the choice of v)
@@ -165,9 +158,7 @@ def test_hydraulis_packing_minimises_its_pipeline_estimate():
 
 
 def test_unknown_baseline_lists_the_valid_names():
-    with pytest.raises(
-        PlanningError, match="unknown baseline 'nope'; valid: flexsp, hydraulis, megatron, wlb"
-    ):
+    with pytest.raises(PlanningError, match="unknown baseline 'nope'; valid: flexsp, hydraulis, megatron, wlb"):
         run_baseline("nope", request([100] * 20), PROFILE)
 
 

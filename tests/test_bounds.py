@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from synthetic import synthetic_profile, wikipedia_like_batch
 
-from planner.bounds import BoundTables, SyncFloors, sync_lower_bound_s
-from planner.cost import ProfileCostModel
-from planner.search import runnable_schemes
+from hydraplan.planner.bounds import BoundTables, SyncFloors, sync_lower_bound_s
+from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner.search import runnable_schemes
 
 COST = ProfileCostModel(synthetic_profile(max_gpus=32))
 COEFS = runnable_schemes(COST, 32)
@@ -73,9 +73,9 @@ def test_sync_floors_of_extended_sets_match_one_by_one():
 
 
 def test_replica_coupled_set_bounds_stay_below_every_plan_of_the_set_and_help_somewhere():
-    from planner.schemas import PlanRequest, SolverOptions
-    from planner.solve import evaluate_strategy
-    from planner.strategies import Strategy, count_vectors
+    from hydraplan.planner.schemas import PlanRequest, SolverOptions
+    from hydraplan.planner.solve import evaluate_strategy
+    from hydraplan.planner.strategies import Strategy, count_vectors
 
     profile = synthetic_profile(max_gpus=16)
     cost = ProfileCostModel(profile)
@@ -108,7 +108,7 @@ def test_replica_coupled_set_bounds_stay_below_every_plan_of_the_set_and_help_so
 def test_dual_feasible_images_of_one_pipelines_items_sum_to_at_most_one():
     """Sizes that fit one pipeline (sum <= 1) keep images that do, including sizes at every
     function's breakpoints, where rounding could otherwise push an image up."""
-    from planner.bounds import dual_feasible_images
+    from hydraplan.planner.bounds import dual_feasible_images
 
     breakpoints = [1 / 2, 1 / 3, 1 / 4, 1 / 5, 2 / 3, 3 / 4, 0.3, 0.4, 0.45, 0.55, 0.6, 0.7, 0.8, 0.1]
     groups = [list(c) for k in range(1, 5) for c in itertools.combinations_with_replacement(breakpoints, k)]

@@ -9,21 +9,21 @@ import itertools
 import numpy as np
 import pytest
 
-from planner.bubble_floor import (
+from hydraplan.planner.bubble_floor import (
     MAX_MICRO_BATCHES,
     most_work_s,
     pipeline_time_floor_s,
     solve_floor_lp,
     tabulated_floors,
 )
-from planner.check import check_plan
-from planner.cost import ProfileCostModel, SchemeCoefficients
-from planner.packing import balance_lpt, best_order, by_length_descending, pack_pipeline
-from planner.schemas import CostProfile, PlanRequest, SchemeCost, SolverOptions
-from planner.scheme import ParallelScheme
-from planner.simulate import simulate_1f1b
-from planner.solve import evaluate_strategy, solve
-from planner.strategies import parse_strategy
+from hydraplan.planner.check import check_plan
+from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
+from hydraplan.planner.packing import balance_lpt, best_order, by_length_descending, pack_pipeline
+from hydraplan.planner.schemas import CostProfile, PlanRequest, SchemeCost, SolverOptions
+from hydraplan.planner.scheme import ParallelScheme
+from hydraplan.planner.simulate import simulate_1f1b
+from hydraplan.planner.solve import evaluate_strategy, solve
+from hydraplan.planner.strategies import parse_strategy
 
 THIRD = 1 / 3
 
@@ -249,7 +249,7 @@ def _packing_instance(case: int) -> tuple[list[int], str, CostProfile]:
 
 def _packing_case(case: int) -> tuple[float, float, float]:
     """(fluid bound, packing bound, exact optimum) of `_packing_instance(case)`."""
-    from planner.bounds import BoundTables
+    from hydraplan.planner.bounds import BoundTables
 
     lengths, text, profile = _packing_instance(case)
     deep, shallow = profile.schemes
@@ -288,7 +288,7 @@ def test_few_items_bound_stays_below_the_brute_force_optimum_and_gives_a_plan(ca
     """The assignment bound of `planner.few_items` never passes the exact optimum, and its
     assignment places every item once with no pipeline idle (the search keeps the larger of it
     and the fluid bound)."""
-    from planner.few_items import few_items_bound
+    from hydraplan.planner.few_items import few_items_bound
 
     lengths, text, profile = _packing_instance(case)
     _, _, optimum = _packing_case(case)
@@ -305,7 +305,7 @@ def test_few_items_bound_stays_below_the_brute_force_optimum_and_gives_a_plan(ca
 
 
 def test_few_items_bound_closes_most_of_the_gap_the_fluid_bound_leaves():
-    from planner.few_items import few_items_bound
+    from hydraplan.planner.few_items import few_items_bound
 
     gains = []
     for case in range(4):
@@ -321,7 +321,7 @@ def test_few_items_bound_closes_most_of_the_gap_the_fluid_bound_leaves():
 def test_few_items_assignments_never_leave_a_pipeline_idle():
     """Four pipelines and five items, one too long for three of them: every pipeline gets an item
     in the assignment, and the bound agrees with a brute force over the valid assignments."""
-    from planner.few_items import few_items_bound
+    from hydraplan.planner.few_items import few_items_bound
 
     shallow = SchemeCost(tp=1, pp=2, cp=1, a=1e-9, b=1e-5, c=5e-3, capacity_tokens=4000)
     wide = SchemeCost(tp=2, pp=2, cp=1, a=5e-10, b=5e-6, c=5e-3, capacity_tokens=9000)

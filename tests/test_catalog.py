@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cost_models.catalog import CatalogError, get_gpu, get_model, load_gpus, load_models
-from planner.schemas import GpuSpec, ModelSpec
+from hydraplan.cost_models.catalog import CatalogError, get_gpu, get_model, load_gpus, load_models
+from hydraplan.planner.schemas import GpuSpec, ModelSpec
 
 MODEL_NAMES = {"llama2-7b", "llama2-13b", "llama3-8b", "llama3-70b", "llama-32b", "tiny"}
 GPU_NAMES = {"a100-40gb", "a100-80gb", "h100-sxm-80gb", "h200-141gb"}
@@ -36,9 +36,7 @@ def test_bundled_catalogs_hold_every_entry_with_a_source() -> None:
         ("llama3-70b", 70.55e9),
     ],
 )
-def test_model_configs_give_the_published_parameter_counts(
-    name: str, published_params: float
-) -> None:
+def test_model_configs_give_the_published_parameter_counts(name: str, published_params: float) -> None:
     # Published counts (Hugging Face model cards) check layers, widths, heads and vocab together.
     assert get_model(name).num_params == pytest.approx(published_params, rel=0.005)
 
@@ -76,15 +74,10 @@ def test_gpu_entries_match_datasheets() -> None:
         assert hopper.intra_node_bandwidth_bytes_per_s == 450e9
         assert hopper.inter_node_bandwidth_bytes_per_s == 50e9
     assert get_gpu("h200-141gb").memory_bytes == 141e9
-    assert (
-        get_gpu("h200-141gb").hbm_bandwidth_bytes_per_s
-        > get_gpu("h100-sxm-80gb").hbm_bandwidth_bytes_per_s
-    )
+    assert get_gpu("h200-141gb").hbm_bandwidth_bytes_per_s > get_gpu("h100-sxm-80gb").hbm_bandwidth_bytes_per_s
 
 
-@pytest.mark.parametrize(
-    ("lookup", "valid_names"), [(get_model, MODEL_NAMES), (get_gpu, GPU_NAMES)]
-)
+@pytest.mark.parametrize(("lookup", "valid_names"), [(get_model, MODEL_NAMES), (get_gpu, GPU_NAMES)])
 def test_unknown_name_lists_the_valid_names(lookup, valid_names: set[str]) -> None:
     with pytest.raises(CatalogError, match="unknown .* 'gpt-5'") as caught:
         lookup("gpt-5")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from synthetic import synthetic_profile, wikipedia_like_batch
 
-from planner.check import check_plan
-from planner.schemas import Plan, PlanRequest, SolverOptions
-from planner.solve import solve
+from hydraplan.planner.check import check_plan
+from hydraplan.planner.schemas import Plan, PlanRequest, SolverOptions
+from hydraplan.planner.solve import solve
 
 PROFILE = synthetic_profile(max_gpus=16)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from api.cli import main
-from cost_models.profile_io import load_profile
+from hydraplan.api.cli import main
+from hydraplan.cost_models.profile_io import load_profile
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "cli_help.txt"
 # Small and quick: the tiny model on one node, a 20K-token batch, a short budget.
@@ -432,7 +432,7 @@ def test_profile_needs_analytic(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_serve_without_the_service_extra(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "api.server", None)  # makes `import api.server` fail
+    monkeypatch.setitem(sys.modules, "hydraplan.api.server", None)  # makes `import hydraplan.api.server` fail
     code, _, err = run(capsys, "serve", "--port", "8123")
     message = assert_one_line_error(code, err)
     assert "the service extra is not installed: pip install 'hydraplan[service]'" in message
@@ -443,14 +443,14 @@ def test_serve_passes_host_port_and_workers(
 ) -> None:
     calls: list[tuple[str, int, int]] = []
     fake_server = types.SimpleNamespace(run=lambda *args: calls.append(args))
-    monkeypatch.setitem(sys.modules, "api.server", fake_server)
+    monkeypatch.setitem(sys.modules, "hydraplan.api.server", fake_server)
     code, _, err = run(capsys, "serve", "--host", "0.0.0.0", "--port", "9001", "--workers", "3")
     assert code == 0, err
     assert calls == [("0.0.0.0", 9001, 3)]
 
 
 def test_the_cli_does_not_import_fastapi() -> None:
-    probe = "import sys, api.cli; print('fastapi' in sys.modules, 'uvicorn' in sys.modules)"
+    probe = "import sys, hydraplan.api.cli; print('fastapi' in sys.modules, 'uvicorn' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False False"
 
@@ -488,7 +488,7 @@ def test_installed_console_script() -> None:
 def test_a_closed_stdout_ends_quietly() -> None:
     """`hydraplan plan --json | head -1`: no traceback, no error line, exit 141 (SIGPIPE)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "plan", *TINY, "--json"],
+        [sys.executable, "-m", "hydraplan.api.cli", "plan", *TINY, "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from api.datasets import (
+from hydraplan.api.datasets import (
     DATASETS,
     LengthsError,
     draw_wikipedia_sample,

@@ -1,4 +1,8 @@
-"""Imports flow one way: planner <- cost_models <- api; runtime depends only on the plan schema."""
+"""Imports flow one way: planner <- cost_models <- api; runtime depends only on the plan schema.
+
+Every layer imports the others through the one namespace, `hydraplan.<layer>`; a bare `planner` or
+`api` import would only work from the repository root and is an error here.
+"""
 
 from __future__ import annotations
 
@@ -17,15 +21,37 @@ ALLOWED = {
 PROJECT = set(ALLOWED) | {"benchmarks", "tests"}
 
 
-def imported_project_packages(path: Path) -> set[str]:
+def imported_modules(path: Path) -> list[str]:
+    """Absolute module names a file imports (relative imports are not used in this project)."""
     tree = ast.parse(path.read_text())
-    names = set()
+    names = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
-    return names & PROJECT
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import"
+            names.append(node.module)
+    return names
+
+
+def imported_project_packages(path: Path) -> set[str]:
+    """The layers a file imports: `hydraplan.planner.solve` -> `planner`."""
+    layers = set()
+    for name in imported_modules(path):
+        parts = name.split(".")
+        if parts[0] == "hydraplan" and len(parts) > 1:
+            layers.add(parts[1])
+    return layers & PROJECT
+
+
+def test_layers_are_imported_only_through_the_namespace():
+    offenders = []
+    for folder in [*ALLOWED, "benchmarks", "tests", "hydraplan"]:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            bare = {name for name in imported_modules(path) if name.split(".")[0] in ALLOWED}
+            if bare:
+                offenders.append(f"{path.relative_to(ROOT)} imports {sorted(bare)}")
+    assert offenders == []
 
 
 def test_packages_import_only_downstream_layers():
@@ -42,13 +68,14 @@ def test_runtime_uses_only_the_plan_schema_from_planner():
     for path in (ROOT / "runtime").rglob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("planner"):
-                assert node.module in {"planner.schemas", "planner.scheme"}, f"{path}: {node.module}"
+            if isinstance(node, ast.ImportFrom) and node.module.startswith("hydraplan.planner"):
+                allowed = {"hydraplan.planner.schemas", "hydraplan.planner.scheme"}
+                assert node.module in allowed, f"{path}: {node.module}"
 
 
 def test_importing_the_planner_pulls_no_service_or_torch():
     code = (
-        "import sys, planner, planner.solve, planner.check, cost_models.analytic;"
+        "import sys, hydraplan, hydraplan.planner.solve, hydraplan.planner.check, hydraplan.cost_models.analytic;"
         "bad = [m for m in ('fastapi', 'uvicorn', 'torch', 'starlette') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from planner.errors import PlanningError
-from planner.items import prepare_items
-from planner.schemas import OversizePolicy
+from hydraplan.planner.errors import PlanningError
+from hydraplan.planner.items import prepare_items
+from hydraplan.planner.schemas import OversizePolicy
 
 
 def test_fitting_batch_is_passed_through():

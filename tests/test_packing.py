@@ -10,9 +10,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from planner import packing
-from planner.cost import ProfileCostModel, SchemeCoefficients
-from planner.packing import (
+from hydraplan.planner import packing
+from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
+from hydraplan.planner.packing import (
     PackedPipeline,
     balance_lpt,
     balance_to_targets,
@@ -21,11 +21,11 @@ from planner.packing import (
     pack_pipeline,
     pyramid_order,
 )
-from planner.refine import polish_packings
-from planner.schemas import CostProfile, SchemeCost
-from planner.search import solve_strategy
-from planner.simulate import simulate_1f1b
-from planner.strategies import parse_strategy
+from hydraplan.planner.refine import polish_packings
+from hydraplan.planner.schemas import CostProfile, SchemeCost
+from hydraplan.planner.search import solve_strategy
+from hydraplan.planner.simulate import simulate_1f1b
+from hydraplan.planner.strategies import parse_strategy
 
 
 def _coef(pp: int) -> SchemeCoefficients:
@@ -103,7 +103,7 @@ def test_pyramid_order_rises_to_the_largest_then_falls():
         order = pyramid_order(descending, ratio)
         assert sorted(order) == descending
         peak = order.index(0)
-        assert order[:peak + 1] == sorted(order[:peak + 1], reverse=True)  # sizes rise
+        assert order[: peak + 1] == sorted(order[: peak + 1], reverse=True)  # sizes rise
         assert order[peak:] == sorted(order[peak:])  # then fall
         rising, falling = peak, len(order) - 1 - peak
         assert abs(rising - ratio * falling) <= ratio + 1, (ratio, order)

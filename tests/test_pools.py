@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from synthetic import synthetic_profile, wikipedia_like_batch
 
-from planner.errors import PlanningError
-from planner.pools import _facility_location, propose_pool
-from planner.schemas import PlanRequest, SolverOptions
+from hydraplan.planner.errors import PlanningError
+from hydraplan.planner.pools import _facility_location, propose_pool
+from hydraplan.planner.schemas import PlanRequest, SolverOptions
 
 
 def test_facility_location_picks_the_rows_that_cover_the_columns():

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from cost_models.analytic import build_profile
-from cost_models.catalog import get_gpu, get_model
-from cost_models.profile_io import ProfileError, load_profile, save_profile
-from planner.cost import ProfileCostModel
-from planner.schemas import PROFILE_SCHEMA
-from planner.scheme import ParallelScheme
+from hydraplan.cost_models.analytic import build_profile
+from hydraplan.cost_models.catalog import get_gpu, get_model
+from hydraplan.cost_models.profile_io import ProfileError, load_profile, save_profile
+from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner.schemas import PROFILE_SCHEMA
+from hydraplan.planner.scheme import ParallelScheme
 
 
 def _user_profile() -> dict[str, Any]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from planner.render import format_ranks, render_plan, render_schemes
-from planner.schemas import (
+from hydraplan.planner.render import format_ranks, render_plan, render_schemes
+from hydraplan.planner.schemas import (
     BaselineResult,
     CostProfile,
     MicroBatch,
@@ -23,9 +23,7 @@ def profile(user_profile_data: dict) -> CostProfile:
     )
 
 
-def _pipeline(
-    index: int, tp: int, pp: int, cp: int, first_rank: int, batches: list[list[int]]
-) -> PipelinePlan:
+def _pipeline(index: int, tp: int, pp: int, cp: int, first_rank: int, batches: list[list[int]]) -> PipelinePlan:
     num_gpus = tp * pp * cp
     ranks = list(range(first_rank, first_rank + num_gpus))
     micro_batches = []
@@ -138,23 +136,17 @@ def test_switch_cost_is_shown_with_a_previous_strategy(profile: CostProfile) -> 
 
 def test_dropped_ids_are_listed_up_to_a_limit(profile: CostProfile) -> None:
     assert "2 sequences (ids 3, 5)" in render_plan(_plan(profile, dropped=[3, 5]))
-    assert "(ids 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ...)" in render_plan(
-        _plan(profile, dropped=list(range(12)))
-    )
+    assert "(ids 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ...)" in render_plan(_plan(profile, dropped=list(range(12))))
 
 
-def test_a_plan_without_model_names_still_renders(
-    profile: CostProfile, user_profile_data: dict
-) -> None:
+def test_a_plan_without_model_names_still_renders(profile: CostProfile, user_profile_data: dict) -> None:
     unnamed = CostProfile.model_validate(user_profile_data)
     plan = _plan(profile).model_copy(update={"cost_profile": unnamed})
     assert "unnamed model on unnamed GPU (user profile)" in render_plan(plan)
 
 
 def test_sub_10_ms_times_keep_three_significant_digits(profile: CostProfile) -> None:
-    plan = _plan(profile).model_copy(
-        update={"step_time_s": 0.000412, "grad_sync_s": 0.0, "objective_s": 0.000412}
-    )
+    plan = _plan(profile).model_copy(update={"step_time_s": 0.000412, "grad_sync_s": 0.0, "objective_s": 0.000412})
     assert "step time    0.412 ms" in render_plan(plan)
     assert "grad sync 0 ms" in render_plan(plan)
 
@@ -175,9 +167,7 @@ def test_format_ranks(ranks: list[int], text: str) -> None:
 
 def test_scheme_table_converts_to_seconds_and_derives_capacities(profile: CostProfile) -> None:
     text = render_schemes(profile)
-    assert text.startswith(
-        "cost profile: analytic, llama3-8b on h100-sxm-80gb, 32 layers, 4 schemes"
-    )
+    assert text.startswith("cost profile: analytic, llama3-8b on h100-sxm-80gb, 32 layers, 4 schemes")
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("<")}
     assert list(rows) == ["<1,1,1>", "<2,1,1>", "<4,2,1>", "<8,1,2>"]  # by GPUs per pipeline
     # time_unit ms -> seconds: a = 2e-6 ms = 2e-9 s, b = 0.12 ms = 1.2e-4 s, c = 1 ms.

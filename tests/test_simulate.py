@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.simulate import approximate_1f1b_s, simulate_1f1b, stage_operations
+from hydraplan.planner.simulate import approximate_1f1b_s, simulate_1f1b, stage_operations
 
 
 def reference_1f1b(times: list[float], num_stages: int, fwd_fraction: float) -> float:

@@ -7,12 +7,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from synthetic import synthetic_profile, wikipedia_like_batch
 
-from planner.baselines import megatron, run_baseline
-from planner.check import check_plan
-from planner.errors import PlanningError
-from planner.schemas import CostProfile, Plan, PlanRequest, SchemeCost, SolverOptions, SolveStatus
-from planner.solve import evaluate_strategy, solve
-from planner.strategies import parse_strategy
+from hydraplan.planner.baselines import megatron, run_baseline
+from hydraplan.planner.check import check_plan
+from hydraplan.planner.errors import PlanningError
+from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SchemeCost, SolverOptions, SolveStatus
+from hydraplan.planner.solve import evaluate_strategy, solve
+from hydraplan.planner.strategies import parse_strategy
 
 PROFILE = synthetic_profile(max_gpus=16)
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from synthetic import synthetic_profile, wikipedia_like_batch
 
-from planner.check import check_plan
-from planner.errors import PlanningError
-from planner.schemas import CostProfile, PlanRequest, SchemeCost, SolverOptions, SolveStatus
-from planner.solve import evaluate_strategy, solve
-from planner.strategies import parse_strategy
+from hydraplan.planner.check import check_plan
+from hydraplan.planner.errors import PlanningError
+from hydraplan.planner.schemas import CostProfile, PlanRequest, SchemeCost, SolverOptions, SolveStatus
+from hydraplan.planner.solve import evaluate_strategy, solve
+from hydraplan.planner.strategies import parse_strategy
 
 TINY_PROFILE = CostProfile(
     num_layers=4,
@@ -174,9 +174,9 @@ def test_joint_milp_cannot_leave_a_pipeline_empty(backend):
     """Regression (seen in the quality benchmark): the joint model let a micro-batch slot count as
     used with no item in it, so a pipeline could come back empty. Here only one of the two
     pipelines can hold the single item: the model must be infeasible, not decode an empty one."""
-    from planner.cost import ProfileCostModel
-    from planner.milp import solve_milp
-    from planner.scheme import ParallelScheme
+    from hydraplan.planner.cost import ProfileCostModel
+    from hydraplan.planner.milp import solve_milp
+    from hydraplan.planner.scheme import ParallelScheme
 
     cost = ProfileCostModel(TINY_PROFILE)
     coefs = [cost.coefficients(ParallelScheme(2, 1, 1)), cost.coefficients(ParallelScheme(1, 1, 1))]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from planner.scheme import ParallelScheme
-from planner.strategies import Strategy, count_vectors, parse_strategy, place_pipelines
+from hydraplan.planner.scheme import ParallelScheme
+from hydraplan.planner.strategies import Strategy, count_vectors, parse_strategy, place_pipelines
 
 
 def test_scheme_is_validated_and_derives_gpu_counts():

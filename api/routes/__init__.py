@@ -1,6 +1,6 @@
 """One router per resource; `ROUTERS` is what `create_app` mounts, in this order."""
 
-from api.routes import catalog, estimate, health, jobs, plans, profiles, sessions
+from hydraplan.api.routes import catalog, estimate, health, jobs, plans, profiles, sessions
 
 ROUTERS = (
     plans.router,

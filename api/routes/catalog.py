@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.dependencies import ServicesDep
-from api.problems import unprocessable
-from api.schemas import GpuList, ModelList, SchemeInfo, SchemeList
-from planner.cost import ProfileCostModel
-from planner.scheme import ParallelScheme
+from hydraplan.api.dependencies import ServicesDep
+from hydraplan.api.problems import unprocessable
+from hydraplan.api.schemas import GpuList, ModelList, SchemeInfo, SchemeList
+from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner.scheme import ParallelScheme
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 

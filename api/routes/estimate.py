@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.dependencies import Services, ServicesDep
-from api.planning import Cancel, pipeline_estimates
-from api.schemas import EstimateBody, EstimateResult
+from hydraplan.api.dependencies import Services, ServicesDep
+from hydraplan.api.planning import Cancel, pipeline_estimates
+from hydraplan.api.schemas import EstimateBody, EstimateResult
 
 router = APIRouter(prefix="/v1", tags=["plans"])
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from api.dependencies import ServicesDep
-from api.schemas import Health, Readiness
+from hydraplan.api.dependencies import ServicesDep
+from hydraplan.api.schemas import Health, Readiness
 
 router = APIRouter(tags=["operations"])
 

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Response
 
-from api.dependencies import ServicesDep
-from api.jobs import job_location
-from api.schemas import JOB_EXAMPLES, JobAccepted, JobBody, JobView
+from hydraplan.api.dependencies import ServicesDep
+from hydraplan.api.jobs import job_location
+from hydraplan.api.schemas import JOB_EXAMPLES, JobAccepted, JobBody, JobView
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 

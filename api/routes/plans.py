@@ -5,12 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from api.dependencies import Services, ServicesDep
-from api.planning import Cancel, server_timing_header, start_solve_timing
-from api.problems import unprocessable
-from api.schemas import CheckBody, CheckResult, PlanBody
-from planner.check import check_plan
-from planner.schemas import Plan
+from hydraplan.api.dependencies import Services, ServicesDep
+from hydraplan.api.planning import Cancel, server_timing_header, start_solve_timing
+from hydraplan.api.problems import unprocessable
+from hydraplan.api.schemas import CheckBody, CheckResult, PlanBody
+from hydraplan.planner.check import check_plan
+from hydraplan.planner.schemas import Plan
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"])
 
@@ -18,9 +18,7 @@ router = APIRouter(prefix="/v1/plans", tags=["plans"])
 def plan_response(plan: Plan, timings: list[float]) -> Response:
     """The plan JSON exactly as `hydraplan plan --json` prints it (serialised once, by pydantic),
     with the planner's own time in a Server-Timing header."""
-    return Response(
-        plan.model_dump_json(), media_type="application/json", headers=server_timing_header(timings)
-    )
+    return Response(plan.model_dump_json(), media_type="application/json", headers=server_timing_header(timings))
 
 
 @router.post(
@@ -67,9 +65,7 @@ def _check(services: Services, body: CheckBody, cancel: Cancel) -> CheckResult:
     try:
         violations += check_plan(plan, profile)
     except (ArithmeticError, IndexError, KeyError, ValueError) as exc:
-        raise unprocessable(
-            f"plan is inconsistent and cannot be checked: {exc}", ("body", "plan")
-        ) from None
+        raise unprocessable(f"plan is inconsistent and cannot be checked: {exc}", ("body", "plan")) from None
     return CheckResult(plan_id=plan.plan_id, valid=not violations, violations=violations)
 
 
@@ -79,21 +75,15 @@ def _request_mismatches(body: CheckBody) -> list[str]:
     found = []
     if body.lengths is not None and body.lengths != plan.input_lengths:
         if len(body.lengths) != len(plan.input_lengths):
-            found.append(
-                f"plan covers {len(plan.input_lengths)} sequences, "
-                f"the request has {len(body.lengths)}"
-            )
+            found.append(f"plan covers {len(plan.input_lengths)} sequences, the request has {len(body.lengths)}")
         else:
             pairs = zip(body.lengths, plan.input_lengths, strict=True)
             index = next(i for i, (asked, planned) in enumerate(pairs) if asked != planned)
             found.append(
-                f"sequence {index}: the plan has length {plan.input_lengths[index]}, "
-                f"the request {body.lengths[index]}"
+                f"sequence {index}: the plan has length {plan.input_lengths[index]}, the request {body.lengths[index]}"
             )
     if body.num_gpus is not None and body.num_gpus != plan.num_gpus:
         found.append(f"plan uses {plan.num_gpus} GPUs, the request has {body.num_gpus}")
     if body.gpus_per_node is not None and body.gpus_per_node != plan.gpus_per_node:
-        found.append(
-            f"plan assumes {plan.gpus_per_node} GPUs per node, the request {body.gpus_per_node}"
-        )
+        found.append(f"plan assumes {plan.gpus_per_node} GPUs per node, the request {body.gpus_per_node}")
     return found

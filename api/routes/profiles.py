@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from api.dependencies import ServicesDep
-from api.schemas import ProfileCreated
-from planner.schemas import CostProfile
+from hydraplan.api.dependencies import ServicesDep
+from hydraplan.api.schemas import ProfileCreated
+from hydraplan.planner.schemas import CostProfile
 
 router = APIRouter(prefix="/v1/profiles", tags=["profiles"])
 
@@ -21,9 +21,7 @@ router = APIRouter(prefix="/v1/profiles", tags=["profiles"])
         "in later requests. Uploading the same profile again returns the same id."
     ),
 )
-def upload_profile(
-    profile: CostProfile, services: ServicesDep, response: Response
-) -> ProfileCreated:
+def upload_profile(profile: CostProfile, services: ServicesDep, response: Response) -> ProfileCreated:
     profile_id = services.planning.save_profile(profile)
     response.headers["Location"] = f"/v1/profiles/{profile_id}"
     return ProfileCreated(

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from api.dependencies import Services, ServicesDep
-from api.planning import Cancel, server_timing_header, start_solve_timing
-from api.problems import too_large, unprocessable
-from api.routes.plans import plan_response
-from api.schemas import SessionBody, SessionPlans, SessionPlansBody, SessionView
-from api.sessions import session_location
-from planner.schemas import Plan
+from hydraplan.api.dependencies import Services, ServicesDep
+from hydraplan.api.planning import Cancel, server_timing_header, start_solve_timing
+from hydraplan.api.problems import too_large, unprocessable
+from hydraplan.api.routes.plans import plan_response
+from hydraplan.api.schemas import SessionBody, SessionPlans, SessionPlansBody, SessionView
+from hydraplan.api.sessions import session_location
+from hydraplan.planner.schemas import Plan
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -63,16 +63,12 @@ async def plan_in_session(
     settings = services.settings
     if len(batches) > settings.max_session_batches:
         raise unprocessable(
-            f"batches: {len(batches)} batches exceed this server's limit of "
-            f"{settings.max_session_batches} per call",
+            f"batches: {len(batches)} batches exceed this server's limit of {settings.max_session_batches} per call",
             ("body", "batches"),
         )
     num_sequences = sum(len(batch) for batch in batches)
     if num_sequences > settings.max_sequences:
-        raise too_large(
-            f"{num_sequences} sequences exceed this server's limit of "
-            f"{settings.max_sequences} per request"
-        )
+        raise too_large(f"{num_sequences} sequences exceed this server's limit of {settings.max_sequences} per request")
     timings = start_solve_timing()
     plans = await services.solver.run(_plan, services, session_id, batches)
     if body.lengths is not None:
@@ -84,7 +80,5 @@ async def plan_in_session(
     )
 
 
-def _plan(
-    services: Services, session_id: str, batches: list[list[int]], cancel: Cancel
-) -> list[Plan]:
+def _plan(services: Services, session_id: str, batches: list[list[int]], cancel: Cancel) -> list[Plan]:
     return services.sessions.plan(session_id, batches, cancel)
