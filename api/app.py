@@ -15,6 +15,7 @@ from importlib import metadata
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
+from hydraplan.api.auth import unguarded_routes
 from hydraplan.api.dependencies import Services
 from hydraplan.api.middleware import RequestContextMiddleware, RequestGuardMiddleware, route_resolver
 from hydraplan.api.observability import configure_logging
@@ -34,7 +35,8 @@ previous plan is taken into account. Long work (large clusters, what-if sweeps) 
 Every error is an RFC 9457 `application/problem+json` document whose `detail` names the offending
 field or value; validation errors list every field in `errors`. When the server is saturated it
 answers 503 with `Retry-After` instead of queueing. When the server sets `HYDRAPLAN_API_TOKEN`,
-every `/v1` call needs `Authorization: Bearer <token>`.
+every call except /healthz, /readyz, /metrics and the OpenAPI document needs
+`Authorization: Bearer <token>`.
 """
 TAGS = [
     {"name": "plans", "description": "Solve, check and estimate plans."},
@@ -75,8 +77,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.services = services
+    app.state.api_token = settings.api_token.encode() if settings.api_token else None
     for router in ROUTERS:
         app.include_router(router)
+    unguarded = unguarded_routes(ROUTERS)
+    assert not unguarded, f"routes without the token dependency: {unguarded}"
     install_handlers(app)
     app.add_exception_handler(StoreUnavailable, _store_unavailable)
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]

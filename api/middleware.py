@@ -1,10 +1,10 @@
 """Pure ASGI middleware: request context (id, log line, metrics, last-resort 500) and the guard
-(bearer token, body size, content type) that runs before any route reads the body.
+(bearer token, body size, content type) that runs before any route reads the body. The token is
+also required by a dependency on every /v1 router (`api.auth`).
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hydraplan.api.auth import needs_token, refusal
 from hydraplan.api.metrics import Metrics
 from hydraplan.api.observability import (
     REQUEST_ID_HEADER,
@@ -24,7 +25,6 @@ from hydraplan.api.problems import problem_response
 from hydraplan.api.settings import Settings
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-OPEN_PATHS_PREFIX = "/v1"
 UNMATCHED_ROUTE = "<unmatched>"
 logger = logging.getLogger("hydraplan.errors")
 
@@ -118,7 +118,8 @@ def route_resolver(routes: Sequence[BaseRoute]) -> Callable[[Scope], str]:
 
 
 class RequestGuardMiddleware:
-    """Rejects, before any parsing: a missing or wrong bearer token on /v1 (401), a body over
+    """Rejects, before any parsing: a missing or wrong bearer token outside the open operations
+    paths (401, deny by default, relative to the root path), a body over
     `max_body_bytes` by Content-Length or by streamed count (413), a non-JSON body (415)."""
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
@@ -131,10 +132,10 @@ class RequestGuardMiddleware:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        if self.token is not None and path.startswith(OPEN_PATHS_PREFIX):
-            refusal = self._refuse_auth(scope)
-            if refusal is not None:
-                await refusal(scope, receive, send)
+        if self.token is not None and needs_token(scope):
+            refused = refusal(scope, _header(scope, b"authorization"), self.token)
+            if refused is not None:
+                await refused(scope, receive, send)
                 return
         if scope["method"] not in BODY_METHODS:
             await self.app(scope, receive, send)
@@ -158,22 +159,6 @@ class RequestGuardMiddleware:
             await response(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
-
-    def _refuse_auth(self, scope: Scope):
-        assert self.token is not None
-        header = _header(scope, b"authorization")
-        scheme, _, credentials = (header or "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), self.token):
-            return None
-        if header is None:
-            detail, challenge = (
-                "Authorization header is missing: send 'Bearer <token>'",
-                'Bearer realm="hydraplan"',
-            )
-        else:
-            detail = "Authorization bearer token is invalid"
-            challenge = 'Bearer realm="hydraplan", error="invalid_token"'
-        return problem_response(scope["path"], 401, detail, headers={"WWW-Authenticate": challenge})
 
     def _too_large(self, path: str, size: str):
         return problem_response(path, 413, f"body: {size} exceed this server's limit of {self.max_body_bytes} bytes")

@@ -3,18 +3,17 @@
 Everything here is synchronous and CPU-bound or store-bound: the routes call it through the
 bounded solver pool (`api.solving`) or FastAPI's thread pool, never on the event loop.
 Analytic profiles are deterministic in (model, gpu, num_gpus, gpus_per_node), and uploaded
-profiles are immutable (their id is their content hash), so both are kept parsed in a small LRU.
+profiles are immutable (their id is their content hash), so both are kept parsed in an LRU bounded
+by bytes (`profile_cache_bytes`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from hydraplan.api.metrics import Metrics
 from hydraplan.api.problems import not_found, too_large, unprocessable
@@ -24,6 +23,7 @@ from hydraplan.api.store import Store
 from hydraplan.cost_models.analytic import build_profile
 from hydraplan.cost_models.catalog import load_gpus, load_models
 from hydraplan.cost_models.profile_io import ProfileError, load_profile
+from hydraplan.planner.cache import WeightedLru
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, Plan, PlanRequest, SolverOptions
 from hydraplan.planner.scheme import ParallelScheme
@@ -47,34 +47,9 @@ def server_timing_header(timings: list[float]) -> dict[str, str]:
     return {"Server-Timing": f"solve;dur={sum(timings) * 1e3:.3f}"}
 
 
-KeyT = TypeVar("KeyT", bound=Hashable)
-ValueT = TypeVar("ValueT")
-
-
-class LruCache(Generic[KeyT, ValueT]):
-    """A thread-safe least-recently-used cache of at most `max_entries` values."""
-
-    def __init__(self, max_entries: int) -> None:
-        self._max_entries = max_entries
-        self._entries: OrderedDict[KeyT, ValueT] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get_or_make(self, key: KeyT, make: Callable[[], ValueT]) -> ValueT:
-        with self._lock:
-            if key in self._entries:
-                self._entries.move_to_end(key)
-                self.hits += 1
-                return self._entries[key]
-            self.misses += 1
-        value = make()  # outside the lock: two threads may both build it, both get equal values
-        with self._lock:
-            self._entries[key] = value
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._max_entries:
-                self._entries.popitem(last=False)
-        return value
+def profile_bytes(profile: CostProfile) -> int:
+    """Memory a parsed profile holds, roughly: ~1 KB per scheme entry plus its notes."""
+    return 1024 * (1 + len(profile.schemes)) + len(profile.notes)
 
 
 def profile_key(profile_id: str) -> str:
@@ -96,8 +71,9 @@ class Planning:
         self.metrics = metrics
         self.models: dict[str, ModelSpec] = load_models()
         self.gpus: dict[str, GpuSpec] = load_gpus()
-        self._analytic: LruCache[tuple[str, str, int, int], CostProfile] = LruCache(settings.profile_cache_size)
-        self._uploaded: LruCache[str, CostProfile] = LruCache(settings.profile_cache_size)
+        budget = settings.profile_cache_bytes // 2
+        self._analytic: WeightedLru[tuple[str, str, int, int], CostProfile] = WeightedLru(budget, profile_bytes)
+        self._uploaded: WeightedLru[str, CostProfile] = WeightedLru(budget, profile_bytes)
 
     # -- cost sources ---------------------------------------------------------------------------
 

@@ -11,9 +11,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from hydraplan.api.problems import Problem
+from hydraplan.planner import limits
 from hydraplan.planner.schemas import (
     CostProfile,
     GpuSpec,
@@ -22,18 +23,26 @@ from hydraplan.planner.schemas import (
     PlanRequest,
     SchemeModel,
     SolverOptions,
+    StrategyText,
+    TokenCount,
+    previous_strategy_fits,
 )
+from hydraplan.planner.schemas import GpusPerNode as PlannerGpusPerNode
+from hydraplan.planner.schemas import NumGpus as PlannerNumGpus
+from hydraplan.planner.strategies import check_strategy_fits
 
-# Longest sequence the API accepts (tokens); keeps every length inside int32 arithmetic.
-MAX_SEQUENCE_TOKENS = 2**31 - 1
-
-SequenceLength = Annotated[int, Field(ge=1, le=MAX_SEQUENCE_TOKENS)]
+# The planner's bounds (planner/limits.py) apply as the body is parsed; the server's settings may
+# lower some of them (checked by api.planning.Planning.check_limits).
 Lengths = Annotated[
-    list[SequenceLength],
-    Field(min_length=1, description="Token length of every sequence of the global batch."),
+    list[TokenCount],
+    Field(
+        min_length=1,
+        max_length=limits.MAX_SEQUENCES,
+        description="Token length of every sequence of the global batch (JSON integers).",
+    ),
 ]
-NumGpus = Annotated[int, Field(ge=1, description="GPUs in the cluster (N).")]
-GpusPerNode = Annotated[int, Field(ge=1, description="GPUs per node; TP groups stay inside one.")]
+NumGpus = Annotated[PlannerNumGpus, Field(description="GPUs in the cluster (N).")]
+GpusPerNode = Annotated[PlannerGpusPerNode, Field(description="GPUs per node; TP groups stay inside one.")]
 ModelRef = Annotated[
     str | ModelSpec | None,
     Field(description="Catalog model name (GET /v1/models) or an inline ModelSpec; needs gpu."),
@@ -116,12 +125,21 @@ class PlanBody(SourceMixin, ApiModel):
     previous_plan: Plan | None = Field(
         None, description="The plan of the previous step: a strategy switch is then costed."
     )
-    previous_strategy: str | None = Field(
+    previous_strategy: StrategyText | None = Field(
         None,
-        max_length=1000,
-        description="Instead of previous_plan, just its strategy (e.g. '2x<4,1,1>').",
+        description="Instead of previous_plan, just its strategy (e.g. '2x<4,1,1>'); it must run on the cluster.",
     )
     baselines: Baselines = []
+
+    _previous_strategy_fits = field_validator("previous_strategy")(previous_strategy_fits)
+
+    @field_validator("previous_plan")
+    @classmethod
+    def _previous_plan_fits(cls, plan: Plan | None, info: ValidationInfo) -> Plan | None:
+        num_gpus, gpus_per_node = info.data.get("num_gpus"), info.data.get("gpus_per_node")
+        if plan is not None and num_gpus is not None and gpus_per_node is not None:
+            check_strategy_fits(plan.strategy, num_gpus, gpus_per_node, "previous_plan.strategy")
+        return plan
 
     @model_validator(mode="after")
     def _one_source(self) -> PlanBody:

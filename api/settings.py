@@ -59,8 +59,8 @@ class Settings(BaseModel):
     profile_ttl_s: float | None = Field(
         None, gt=0, description="How long an uploaded profile is kept (unset: forever)."
     )
-    profile_cache_size: int = Field(
-        128, ge=1, description="Analytic profiles and uploaded profiles kept parsed in memory."
+    profile_cache_bytes: int = Field(
+        64 * MIB, ge=MIB, description="Memory for analytic and uploaded profiles kept parsed (half each)."
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Level of the JSON logs.")
 

@@ -10,13 +10,28 @@ import math
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator, model_validator
+
+from hydraplan.planner import limits
+from hydraplan.planner.strategies import check_strategy_fits
 
 PLAN_SCHEMA = "hydraplan.plan/1"
 PROFILE_SCHEMA = "hydraplan.profile/1"
 
 PositiveInt = Annotated[int, Field(ge=1)]
+# Only finite numbers cross the boundary; upper bounds keep every product the planner forms finite.
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Bytes = Annotated[float, Field(ge=0, le=limits.MAX_BYTES, allow_inf_nan=False)]
+PositiveBytes = Annotated[float, Field(gt=0, le=limits.MAX_BYTES, allow_inf_nan=False)]
+Rate = Annotated[float, Field(gt=0, le=limits.MAX_RATE, allow_inf_nan=False)]
+# A sequence's token count: a JSON integer (no `true`, no "5", no 5.0), inside int32.
+TokenCount = Annotated[StrictInt, Field(ge=1, le=limits.MAX_SEQUENCE_TOKENS)]
+NumGpus = Annotated[int, Field(ge=1, le=limits.MAX_NUM_GPUS)]
+GpusPerNode = Annotated[int, Field(ge=1, le=limits.MAX_GPUS_PER_NODE)]
+Degree = Annotated[int, Field(ge=1, le=limits.MAX_NUM_GPUS)]
+Stages = Annotated[int, Field(ge=1, le=limits.MAX_LAYERS)]
+StrategyText = Annotated[str, Field(min_length=1, max_length=16 * limits.MAX_STRATEGY_TERMS)]
 
 
 class Frozen(BaseModel):
@@ -34,12 +49,14 @@ class ModelSpec(Frozen):
     """A decoder-only Transformer (Llama-style: RMSNorm, rotary, optional gated MLP, GQA)."""
 
     name: str = Field(description="Catalog name, e.g. llama3-8b.")
-    num_layers: PositiveInt = Field(description="Transformer layers.")
-    hidden_size: PositiveInt = Field(description="Model width h.")
-    ffn_hidden_size: PositiveInt = Field(description="MLP inner width f.")
-    num_heads: PositiveInt = Field(description="Attention (query) heads.")
-    num_kv_heads: PositiveInt = Field(description="Key/value heads (GQA); equals num_heads for MHA.")
-    vocab_size: PositiveInt = Field(description="Vocabulary size V.")
+    num_layers: Stages = Field(description="Transformer layers.")
+    # Widths up to 16-64x the largest published dense models (Llama 3 405B: h 16,384, f 53,248,
+    # 128 heads, vocabulary 128K): the analytic model's products stay finite.
+    hidden_size: int = Field(ge=1, le=2**20, description="Model width h.")
+    ffn_hidden_size: int = Field(ge=1, le=2**22, description="MLP inner width f.")
+    num_heads: int = Field(ge=1, le=2**14, description="Attention (query) heads.")
+    num_kv_heads: int = Field(ge=1, le=2**14, description="Key/value heads (GQA); equals num_heads for MHA.")
+    vocab_size: int = Field(ge=1, le=2**24, description="Vocabulary size V.")
     gated_mlp: bool = Field(True, description="SwiGLU-style MLP with three weight matrices.")
     tied_embeddings: bool = Field(False, description="Input embedding shared with the LM head.")
     source: str = Field("", description="Where the numbers come from.")
@@ -83,15 +100,13 @@ class GpuSpec(Frozen):
     """One GPU model with the vendor numbers the analytic cost model needs."""
 
     name: str = Field(description="Catalog name, e.g. h100-sxm-80gb.")
-    memory_bytes: float = Field(gt=0, description="HBM capacity in bytes.")
-    peak_bf16_flops: float = Field(gt=0, description="Dense BF16 tensor-core peak, FLOP/s.")
-    hbm_bandwidth_bytes_per_s: float = Field(gt=0, description="HBM bandwidth, bytes/s.")
-    intra_node_bandwidth_bytes_per_s: float = Field(
-        gt=0, description="Per-GPU unidirectional NVLink bandwidth inside a node, bytes/s."
+    memory_bytes: PositiveBytes = Field(description="HBM capacity in bytes.")
+    peak_bf16_flops: Rate = Field(description="Dense BF16 tensor-core peak, FLOP/s.")
+    hbm_bandwidth_bytes_per_s: Rate = Field(description="HBM bandwidth, bytes/s.")
+    intra_node_bandwidth_bytes_per_s: Rate = Field(
+        description="Per-GPU unidirectional NVLink bandwidth inside a node, bytes/s."
     )
-    inter_node_bandwidth_bytes_per_s: float = Field(
-        gt=0, description="Per-GPU network bandwidth between nodes, bytes/s."
-    )
+    inter_node_bandwidth_bytes_per_s: Rate = Field(description="Per-GPU network bandwidth between nodes, bytes/s.")
     source: str = Field("", description="Vendor datasheet the numbers come from.")
 
 
@@ -107,31 +122,36 @@ class SchemeCost(Frozen):
     and the profile has `gpu_memory_bytes`; it is then derived.
     """
 
-    tp: PositiveInt = Field(description="Tensor-parallel degree.")
-    pp: PositiveInt = Field(description="Pipeline-parallel degree (stages).")
-    cp: PositiveInt = Field(1, description="Context-parallel degree.")
-    a: NonNegativeFloat = Field(description="Stage time per squared token (time_unit / token^2).")
-    b: NonNegativeFloat = Field(description="Stage time per token (time_unit / token).")
-    c: NonNegativeFloat = Field(0.0, description="Stage time per micro-batch (time_unit).")
+    tp: Degree = Field(description="Tensor-parallel degree.")
+    pp: Stages = Field(description="Pipeline-parallel degree (stages).")
+    cp: Degree = Field(1, description="Context-parallel degree.")
+    a: float = Field(
+        ge=0,
+        le=limits.MAX_COST_A,
+        allow_inf_nan=False,
+        description="Stage time per squared token (time_unit / token^2).",
+    )
+    b: float = Field(
+        ge=0, le=limits.MAX_COST_B, allow_inf_nan=False, description="Stage time per token (time_unit / token)."
+    )
+    c: float = Field(
+        0.0, ge=0, le=limits.MAX_COST_C, allow_inf_nan=False, description="Stage time per micro-batch (time_unit)."
+    )
     fwd_fraction: float = Field(1 / 3, gt=0, lt=1, description="Share of the stage time spent in the forward pass.")
     capacity_tokens: PositiveInt | None = Field(
         None, description="Most tokens one micro-batch may hold without running out of memory."
     )
-    static_bytes: NonNegativeFloat | None = Field(
-        None, description="Weights, gradients and optimizer shard per GPU, bytes."
-    )
-    activation_bytes_per_token: NonNegativeFloat | None = Field(
+    static_bytes: Bytes | None = Field(None, description="Weights, gradients and optimizer shard per GPU, bytes.")
+    activation_bytes_per_token: Bytes | None = Field(
         None, description="Activation bytes per GPU per token of one in-flight micro-batch (m1)."
     )
-    activation_bytes_per_token_sq: NonNegativeFloat = Field(
+    activation_bytes_per_token_sq: Bytes = Field(
         0.0, description="Activation bytes per GPU per squared token (m2, eager attention only)."
     )
-    in_flight_micro_batches: PositiveInt | None = Field(
+    in_flight_micro_batches: Stages | None = Field(
         None, description="Micro-batches alive at the memory peak (1F1B stage 0: pp)."
     )
-    grad_bytes_per_gpu: NonNegativeFloat = Field(
-        0.0, description="Gradient bytes each GPU of this scheme synchronises per step."
-    )
+    grad_bytes_per_gpu: Bytes = Field(0.0, description="Gradient bytes each GPU of this scheme synchronises per step.")
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -146,18 +166,24 @@ class CostProfile(Frozen):
     model: str | None = Field(None, description="Model name the profile is for.")
     gpu: str | None = Field(None, description="GPU name the profile is for.")
     time_unit: Literal["s", "ms"] = Field("s", description="Unit of a, b, c and grad_sync_s.")
-    num_layers: PositiveInt = Field(description="Transformer layers of the model.")
-    gpu_memory_bytes: float | None = Field(None, gt=0, description="Usable HBM per GPU, bytes.")
-    memory_reserve_bytes: NonNegativeFloat = Field(
+    num_layers: Stages = Field(description="Transformer layers of the model.")
+    gpu_memory_bytes: PositiveBytes | None = Field(None, description="Usable HBM per GPU, bytes.")
+    memory_reserve_bytes: Bytes = Field(
         0.0, description="Bytes per GPU kept free (allocator fragmentation, workspace)."
     )
-    grad_sync_s: NonNegativeFloat | None = Field(
-        None, description="Fixed gradient synchronisation time per step (time_unit)."
+    grad_sync_s: float | None = Field(
+        None,
+        ge=0,
+        le=limits.MAX_TIME_S,
+        allow_inf_nan=False,
+        description="Fixed gradient synchronisation time per step (time_unit).",
     )
-    grad_sync_bandwidth_bytes_per_s: float | None = Field(
-        None, gt=0, description="Slowest-link bandwidth used to model gradient synchronisation."
+    grad_sync_bandwidth_bytes_per_s: Rate | None = Field(
+        None, description="Slowest-link bandwidth used to model gradient synchronisation."
     )
-    schemes: list[SchemeCost] = Field(min_length=1, description="One entry per runnable scheme.")
+    schemes: list[SchemeCost] = Field(
+        min_length=1, max_length=limits.MAX_NUM_GPUS, description="One entry per runnable scheme."
+    )
     notes: str = Field("", description="Free text: assumptions, calibration error, provenance.")
 
     @model_validator(mode="after")
@@ -166,6 +192,8 @@ class CostProfile(Frozen):
         for index, scheme in enumerate(self.schemes):
             if scheme.key in seen:
                 raise ValueError(f"schemes[{index}]: duplicate scheme {scheme.key}")
+            if scheme.pp > self.num_layers:
+                raise ValueError(f"schemes[{index}]: pp {scheme.pp} exceeds num_layers {self.num_layers}")
             seen.add(scheme.key)
             if scheme.capacity_tokens is not None:
                 continue
@@ -238,13 +266,16 @@ class SolverOptions(Frozen):
 
     solver: SolverBackend = Field(SolverBackend.AUTO, description="Solver backend.")
 
-    time_limit_s: float = Field(2.0, gt=0, le=600, description="Hard planning-time budget.")
+    time_limit_s: float = Field(2.0, gt=0, le=600, allow_inf_nan=False, description="Hard planning-time budget.")
     max_schemes: int = Field(3, ge=1, le=8, description="Most distinct schemes in a strategy (K).")
-    seed: int = Field(0, ge=0, description="Seed for every randomised choice.")
+    # CP-SAT's random_seed is an int32.
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed for every randomised choice.")
     oversize: OversizePolicy = Field(
         OversizePolicy.ERROR, description="Policy for sequences longer than every capacity."
     )
-    gap_tolerance: float = Field(0.01, ge=0, le=1, description="Relative gap at or below which a plan is 'optimal'.")
+    gap_tolerance: float = Field(
+        0.01, ge=0, le=1, allow_inf_nan=False, description="Relative gap at or below which a plan is 'optimal'."
+    )
     max_strategies_solved: int = Field(
         16,
         ge=1,
@@ -252,21 +283,35 @@ class SolverOptions(Frozen):
         description="Deterministic work limit: most strategies given a full solve. With a time "
         "limit that is not reached, the same request and seed give the same plan.",
     )
-    strategy_pool: list[str] | None = Field(
+    strategy_pool: list[StrategyText] | None = Field(
         None,
+        max_length=limits.MAX_POOL_STRATEGIES,
         description="Restrict the search to these strategies (e.g. '1x<8,1,2> + 6x<4,2,1>'); "
         "the lower bound then covers only the pool.",
     )
 
 
+def previous_strategy_fits(text: str | None, info: ValidationInfo) -> str | None:
+    """Field validator: a previous strategy must run on the cluster of the fields before it
+    (`num_gpus`, `gpus_per_node`), checked before any work (a pool is checked by `solve`)."""
+    num_gpus, gpus_per_node = info.data.get("num_gpus"), info.data.get("gpus_per_node", 8)
+    if text is not None and num_gpus is not None and gpus_per_node is not None:
+        check_strategy_fits(text, num_gpus, gpus_per_node, "previous_strategy")
+    return text
+
+
 class PlanRequest(Frozen):
     """One global batch to plan on one cluster."""
 
-    lengths: list[int] = Field(min_length=1, description="Token length of every sequence of the global batch.")
-    num_gpus: PositiveInt = Field(description="GPUs in the cluster (N).")
-    gpus_per_node: PositiveInt = Field(8, description="GPUs per node; TP groups stay inside one.")
+    lengths: list[StrictInt] = Field(
+        min_length=1,
+        max_length=limits.MAX_SEQUENCES,
+        description="Token length of every sequence of the global batch.",
+    )
+    num_gpus: NumGpus = Field(description="GPUs in the cluster (N).")
+    gpus_per_node: GpusPerNode = Field(8, description="GPUs per node; TP groups stay inside one.")
     options: SolverOptions = Field(default_factory=SolverOptions)
-    previous_strategy: str | None = Field(
+    previous_strategy: StrategyText | None = Field(
         None,
         description="Strategy of the previous step (e.g. from its plan): changing it costs the "
         "re-sharding of the weights, and the planner switches only when the gain exceeds that.",
@@ -274,10 +319,18 @@ class PlanRequest(Frozen):
 
     @field_validator("lengths")
     @classmethod
-    def _positive_lengths(cls, lengths: list[int]) -> list[int]:
-        for index, length in enumerate(lengths):
-            if length < 1:
-                raise ValueError(f"lengths[{index}] = {length}: every length must be >= 1")
+    def _bounded_lengths(cls, lengths: list[int]) -> list[int]:
+        if min(lengths) < 1 or max(lengths) > limits.MAX_SEQUENCE_TOKENS:
+            for index, length in enumerate(lengths):
+                if length < 1:
+                    raise ValueError(f"lengths[{index}] = {length}: every length must be >= 1")
+                if length > limits.MAX_SEQUENCE_TOKENS:
+                    raise ValueError(
+                        f"lengths[{index}] = {length}: longer than the limit of {limits.MAX_SEQUENCE_TOKENS}"
+                    )
+        total = sum(lengths)
+        if total > limits.MAX_BATCH_TOKENS:
+            raise ValueError(f"the batch has {total} tokens, more than the limit of {limits.MAX_BATCH_TOKENS}")
         return lengths
 
     @model_validator(mode="after")
@@ -285,6 +338,8 @@ class PlanRequest(Frozen):
         if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
             raise ValueError(f"num_gpus {self.num_gpus} is not a multiple of gpus_per_node {self.gpus_per_node}")
         return self
+
+    _previous_strategy_fits = field_validator("previous_strategy")(previous_strategy_fits)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,19 +354,23 @@ class SolveStatus(StrEnum):
 
 
 class SchemeModel(Frozen):
-    tp: PositiveInt
-    pp: PositiveInt
-    cp: PositiveInt
+    tp: Degree
+    pp: Stages
+    cp: Degree
 
 
 class MicroBatch(Frozen):
     """Sequences (or chunks of them) packed into one token stream, in execution order."""
 
-    sequence_ids: list[int] = Field(description="0-based indices into the input lengths.")
-    lengths: list[int] = Field(description="Tokens of each entry (a chunk's length when split).")
-    offsets: list[int] = Field(description="Token offset of each entry in its input sequence.")
+    sequence_ids: list[int] = Field(max_length=limits.MAX_ITEMS, description="0-based indices into the input lengths.")
+    lengths: list[int] = Field(
+        max_length=limits.MAX_ITEMS, description="Tokens of each entry (a chunk's length when split)."
+    )
+    offsets: list[int] = Field(
+        max_length=limits.MAX_ITEMS, description="Token offset of each entry in its input sequence."
+    )
     num_tokens: int = Field(description="Sum of lengths.")
-    stage_time_s: float = Field(description="Predicted forward+backward time on one PP stage.")
+    stage_time_s: FiniteFloat = Field(description="Predicted forward+backward time on one PP stage.")
 
 
 class PipelinePlan(Frozen):
@@ -319,13 +378,15 @@ class PipelinePlan(Frozen):
 
     index: int
     scheme: SchemeModel
-    ranks: list[int] = Field(description="Global ranks, stage-major, then CP, then TP.")
-    stage_ranks: list[list[int]] = Field(description="Ranks of each PP stage (TP x CP grid).")
+    ranks: list[int] = Field(max_length=limits.MAX_NUM_GPUS, description="Global ranks, stage-major, then CP, then TP.")
+    stage_ranks: list[Annotated[list[int], Field(max_length=limits.MAX_NUM_GPUS)]] = Field(
+        max_length=limits.MAX_LAYERS, description="Ranks of each PP stage (TP x CP grid)."
+    )
     capacity_tokens: int = Field(description="Most tokens per micro-batch for this scheme.")
     num_sequences: int
     num_tokens: int
-    time_s: float = Field(description="Simulated 1F1B time of this pipeline.")
-    micro_batches: list[MicroBatch]
+    time_s: FiniteFloat = Field(description="Simulated 1F1B time of this pipeline.")
+    micro_batches: list[MicroBatch] = Field(max_length=limits.MAX_ITEMS)
 
 
 class SolverStats(Frozen):
@@ -350,23 +411,38 @@ class Plan(Frozen):
     schema_version: Literal["hydraplan.plan/1"] = PLAN_SCHEMA
     plan_id: str = Field(description="Content hash of the canonical request and profile.")
     status: SolveStatus
-    strategy: str = Field(description="E.g. '1x<8,1,2> + 6x<4,2,1>'.")
-    num_gpus: int
-    gpus_per_node: int
-    step_time_s: float = Field(description="Slowest pipeline time plus gradient sync.")
-    grad_sync_s: float
-    previous_strategy: str | None = Field(None, description="Strategy of the previous step, if given.")
-    switch_cost_s: float = Field(0.0, description="Re-sharding time to move from previous_strategy.")
-    objective_s: float = Field(description="What the planner minimises: step_time_s + switch_cost_s.")
-    lower_bound_s: float = Field(description="Valid lower bound on the optimal objective_s.")
-    gap: float = Field(description="(objective_s - lower_bound_s) / objective_s.")
-    input_lengths: list[int] = Field(description="The request's lengths, indexed by sequence id.")
-    dropped_sequence_ids: list[int] = Field(default_factory=list)
-    split_sequence_ids: list[int] = Field(default_factory=list)
-    pipelines: list[PipelinePlan]
+    strategy: StrategyText = Field(description="E.g. '1x<8,1,2> + 6x<4,2,1>'.")
+    num_gpus: NumGpus
+    gpus_per_node: GpusPerNode
+    step_time_s: FiniteFloat = Field(description="Slowest pipeline time plus gradient sync.")
+    grad_sync_s: FiniteFloat
+    previous_strategy: StrategyText | None = Field(None, description="Strategy of the previous step, if given.")
+    switch_cost_s: FiniteFloat = Field(0.0, description="Re-sharding time to move from previous_strategy.")
+    objective_s: FiniteFloat = Field(description="What the planner minimises: step_time_s + switch_cost_s.")
+    lower_bound_s: FiniteFloat = Field(description="Valid lower bound on the optimal objective_s.")
+    gap: FiniteFloat = Field(description="(objective_s - lower_bound_s) / objective_s.")
+    input_lengths: list[TokenCount] = Field(
+        max_length=limits.MAX_SEQUENCES, description="The request's lengths, indexed by sequence id."
+    )
+    dropped_sequence_ids: list[int] = Field(default_factory=list, max_length=limits.MAX_SEQUENCES)
+    split_sequence_ids: list[int] = Field(default_factory=list, max_length=limits.MAX_SEQUENCES)
+    pipelines: list[PipelinePlan] = Field(max_length=limits.MAX_NUM_GPUS)
     cost_profile: CostProfile = Field(description="Costs of the schemes used (for re-checking).")
     solver: SolverStats
-    baselines: list[BaselineResult] = Field(default_factory=list)
+    baselines: list[BaselineResult] = Field(default_factory=list, max_length=16)
+
+    @model_validator(mode="after")
+    def _bounded_schedule(self) -> Plan:
+        """A plan to check or estimate is simulated: its 1F1B operations are bounded up front."""
+        operations = sum(
+            limits.schedule_operations(pipeline.scheme.pp, len(pipeline.micro_batches)) for pipeline in self.pipelines
+        )
+        if operations > limits.MAX_SCHEDULE_OPERATIONS:
+            raise ValueError(
+                f"the plan's pipelines have {operations} 1F1B operations (2 x stages x micro-batches), "
+                f"more than the limit of {limits.MAX_SCHEDULE_OPERATIONS}"
+            )
+        return self
 
     @property
     def num_sequences(self) -> int:

@@ -11,7 +11,8 @@ every stage. Point-to-point transfer time is inside the stage-time coefficient `
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import lru_cache
+
+from hydraplan.planner.cache import WeightedLru
 
 
 def stage_operations(stage: int, num_stages: int, num_micro_batches: int) -> list[tuple[bool, int]]:
@@ -25,8 +26,24 @@ def stage_operations(stage: int, num_stages: int, num_micro_batches: int) -> lis
     return operations
 
 
-@lru_cache(maxsize=512)
+# Bytes one cached operation costs: a 4-tuple (88 bytes) of ints (28 bytes each past 256) plus
+# its slot in the outer tuple.
+_BYTES_PER_OPERATION = 8 + 88 + 4 * 28
+# The orders of the (pp, m) pairs a solve uses are reused thousands of times; 64 MB holds ~300K
+# operations, e.g. every pp <= 16 with m <= 100. Larger orders are rebuilt (linear) on each call.
+_ORDERS: WeightedLru[tuple[int, int], tuple[tuple[int, int, int, int], ...]] = WeightedLru(
+    64 << 20, lambda order: _BYTES_PER_OPERATION * len(order)
+)
+
+
 def dependency_order(num_stages: int, num_micro_batches: int) -> tuple[tuple[int, int, int, int], ...]:
+    """`_dependency_order`, kept in a cache bounded by bytes."""
+    return _ORDERS.get_or_make(
+        (num_stages, num_micro_batches), lambda: _dependency_order(num_stages, num_micro_batches)
+    )
+
+
+def _dependency_order(num_stages: int, num_micro_batches: int) -> tuple[tuple[int, int, int, int], ...]:
     """Every operation of the schedule as (op, previous op on its stage, op it waits for, duration
     slot), in an order where both predecessors come first.
 

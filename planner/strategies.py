@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from hydraplan.planner.limits import MAX_NUM_GPUS, MAX_STRATEGY_TERMS
 from hydraplan.planner.scheme import ParallelScheme
 
 
@@ -48,18 +49,43 @@ class Strategy:
         return " + ".join(f"{count}x{scheme}" for scheme, count in self.counts)
 
 
-_TERM = re.compile(r"^\s*(\d+)\s*[x*]\s*(<[^>]*>)\s*$")
+_TERM = re.compile(r"^\s*(\d{1,9})\s*[x*]\s*(<[^>]{0,40}>)\s*$")
 
 
 def parse_strategy(text: str) -> Strategy:
-    """Parse `1x<8,1,2> + 6x<4,2,1>`."""
+    """Parse `1x<8,1,2> + 6x<4,2,1>`; no term, count or degree beyond the planner's limits."""
+    terms = text.split("+")
+    if len(terms) > MAX_STRATEGY_TERMS:
+        raise ValueError(f"strategy has {len(terms)} terms, more than the limit of {MAX_STRATEGY_TERMS}")
     counts = []
-    for term in text.split("+"):
+    for term in terms:
         match = _TERM.match(term)
         if not match:
-            raise ValueError(f"strategy term {term.strip()!r} is not of the form COUNTx<tp,pp,cp>")
-        counts.append((ParallelScheme.parse(match.group(2)), int(match.group(1))))
+            raise ValueError(f"strategy term {term.strip()[:60]!r} is not of the form COUNTx<tp,pp,cp>")
+        scheme, count = ParallelScheme.parse(match.group(2)), int(match.group(1))
+        if count > MAX_NUM_GPUS or scheme.num_gpus > MAX_NUM_GPUS:
+            raise ValueError(f"strategy term {term.strip()!r} uses more than the limit of {MAX_NUM_GPUS} GPUs")
+        counts.append((scheme, count))
     return Strategy.of(counts)
+
+
+def check_strategy_fits(text: str, num_gpus: int, gpus_per_node: int, field: str) -> Strategy:
+    """The strategy `text` names, if it can run on the cluster: exactly its GPUs, TP inside a node.
+
+    Raises ValueError naming `field` otherwise; the work is linear in the text, never in the
+    pipelines it describes.
+    """
+    try:
+        strategy = parse_strategy(text)
+    except ValueError as error:
+        raise ValueError(f"{field}: {error}") from None
+    if strategy.num_gpus != num_gpus:
+        raise ValueError(f"{field} {strategy} uses {strategy.num_gpus} GPUs, the cluster has {num_gpus}")
+    node = min(num_gpus, gpus_per_node)
+    for scheme in strategy.schemes:
+        if scheme.tp > node:
+            raise ValueError(f"{field} {strategy}: scheme {scheme} has tp {scheme.tp} > {node} GPUs per node")
+    return strategy
 
 
 def placement_key(scheme: ParallelScheme) -> tuple[int, int, int, int, int]:

@@ -121,7 +121,8 @@ def test_planner_value_errors_are_422(client) -> None:
     options = {"time_limit_s": 0.3, "strategy_pool": ["2x<4,1,1>"]}
     assert_problem(client.post("/v1/plans", json=plan_body(options=options)), 422, "<4,1,1>")
     problem = assert_problem(client.post("/v1/plans", json=plan_body(previous_strategy="garbage")), 422, "garbage")
-    assert problem["errors"][0]["type"] == "planning_error"
+    # checked as the body is parsed (planner.schemas.previous_strategy_fits), before any work
+    assert problem["errors"][0]["loc"] == ["body", "previous_strategy"]
 
 
 def test_unknown_model_gpu_and_baseline(client) -> None:

@@ -6,13 +6,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from hydraplan.api.auth import TOKEN_REQUIRED
 from hydraplan.api.dependencies import ServicesDep
 from hydraplan.api.problems import unprocessable
 from hydraplan.api.schemas import GpuList, ModelList, SchemeInfo, SchemeList
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.scheme import ParallelScheme
 
-router = APIRouter(prefix="/v1", tags=["catalog"])
+router = APIRouter(prefix="/v1", tags=["catalog"], dependencies=TOKEN_REQUIRED)
 
 
 @router.get("/models", response_model=ModelList, summary="Catalog models")

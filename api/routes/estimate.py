@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from hydraplan.api.auth import TOKEN_REQUIRED
 from hydraplan.api.dependencies import Services, ServicesDep
 from hydraplan.api.planning import Cancel, pipeline_estimates
 from hydraplan.api.schemas import EstimateBody, EstimateResult
 
-router = APIRouter(prefix="/v1", tags=["plans"])
+router = APIRouter(prefix="/v1", tags=["plans"], dependencies=TOKEN_REQUIRED)
 
 
 @router.post(

@@ -6,11 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Response
 
+from hydraplan.api.auth import TOKEN_REQUIRED
 from hydraplan.api.dependencies import ServicesDep
 from hydraplan.api.jobs import job_location
 from hydraplan.api.schemas import JOB_EXAMPLES, JobAccepted, JobBody, JobView
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=TOKEN_REQUIRED)
 
 
 @router.post(

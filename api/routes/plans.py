@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
+from hydraplan.api.auth import TOKEN_REQUIRED
 from hydraplan.api.dependencies import Services, ServicesDep
 from hydraplan.api.planning import Cancel, server_timing_header, start_solve_timing
 from hydraplan.api.problems import unprocessable
@@ -12,7 +13,7 @@ from hydraplan.api.schemas import CheckBody, CheckResult, PlanBody
 from hydraplan.planner.check import check_plan
 from hydraplan.planner.schemas import Plan
 
-router = APIRouter(prefix="/v1/plans", tags=["plans"])
+router = APIRouter(prefix="/v1/plans", tags=["plans"], dependencies=TOKEN_REQUIRED)
 
 
 def plan_response(plan: Plan, timings: list[float]) -> Response:

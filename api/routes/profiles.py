@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from hydraplan.api.auth import TOKEN_REQUIRED
 from hydraplan.api.dependencies import ServicesDep
 from hydraplan.api.schemas import ProfileCreated
 from hydraplan.planner.schemas import CostProfile
 
-router = APIRouter(prefix="/v1/profiles", tags=["profiles"])
+router = APIRouter(prefix="/v1/profiles", tags=["profiles"], dependencies=TOKEN_REQUIRED)
 
 
 @router.post(

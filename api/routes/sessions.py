@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from hydraplan.api.auth import TOKEN_REQUIRED
 from hydraplan.api.dependencies import Services, ServicesDep
 from hydraplan.api.planning import Cancel, server_timing_header, start_solve_timing
 from hydraplan.api.problems import too_large, unprocessable
@@ -12,7 +13,7 @@ from hydraplan.api.schemas import SessionBody, SessionPlans, SessionPlansBody, S
 from hydraplan.api.sessions import session_location
 from hydraplan.planner.schemas import Plan
 
-router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"], dependencies=TOKEN_REQUIRED)
 
 
 @router.post(
