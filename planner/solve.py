@@ -189,11 +189,16 @@ def _finish(plan: Plan, request: PlanRequest, profile: CostProfile, baselines: S
     if violations:
         raise AssertionError("planner produced an invalid plan: " + "; ".join(violations[:5]))
     if baselines:
-        from hydraplan.planner.baselines import run_baseline
+        from hydraplan.planner.baselines import BASELINES, run_baseline
 
         results = []
         for name in baselines:
-            baseline = run_baseline(name, request, profile)
+            try:
+                baseline = run_baseline(name, request, profile)
+            except ValueError:  # PlanningError & co: this baseline cannot plan the batch, the plan stands
+                if name not in BASELINES:
+                    raise
+                continue
             results.append(
                 BaselineResult(
                     name=name,
