@@ -219,7 +219,7 @@ def test_previous_strategy_is_planned_against(capsys: pytest.CaptureFixture[str]
     assert plan["previous_strategy"] == "1x<2,4,1>"
     assert plan["objective_s"] == pytest.approx(plan["step_time_s"] + plan["switch_cost_s"])
     code, _, err = run(capsys, "plan", *TINY, "--previous-strategy", "garbage")
-    assert "previous_strategy" in assert_one_line_error(code, err)
+    assert assert_one_line_error(code, err).startswith("--previous-strategy garbage: ")
 
 
 @pytest.mark.parametrize("policy", ["split", "drop"])
@@ -259,7 +259,7 @@ BAD_PROFILE = {
         ("too-big", "does not fit"),
         ("malformed-profile", "schemes[0].a"),
         ("profile-not-json", "not valid JSON"),
-        ("uneven-cluster", "num_gpus 12 is not a multiple of gpus_per_node 8"),
+        ("uneven-cluster", "--num-gpus 12: not a multiple of --gpus-per-node 8"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(
@@ -459,7 +459,7 @@ def test_the_cli_does_not_import_fastapi() -> None:
 # The CLI surface (snapshot) and the installed script
 # ---------------------------------------------------------------------------------------------
 
-HELP_COMMANDS = [[], ["plan"], ["strategies"], ["check"], ["schemes"], ["profile"], ["serve"]]
+HELP_COMMANDS = [[], ["plan"], ["strategies"], ["check"], ["schemes"], ["profile"], ["models"], ["gpus"], ["serve"]]
 
 
 def test_cli_help_snapshot(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

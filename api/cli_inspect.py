@@ -1,0 +1,196 @@
+"""`hydraplan check`, `schemes`, `profile`, `models` and `gpus`: commands that read or write
+files and catalogs without planning."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from hydraplan.api.cli_args import add_catalog_file_option, add_cluster_options, add_json_option, add_profile_option
+from hydraplan.api.cli_inputs import analytic_profile, cluster_profile, read_gpus, read_models, read_plan, read_profile
+from hydraplan.api.cli_progress import PROG
+
+EXIT_OK, EXIT_INVALID_PLAN = 0, 1
+
+
+# ---------------------------------------------------------------------------------------------
+# check
+# ---------------------------------------------------------------------------------------------
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """0 when the plan is valid, 1 listing violations, 2 (an `InputError`) if unreadable."""
+    from hydraplan.planner.check import check_plan
+
+    plan = read_plan(args.plan)
+    profile = read_profile(args.profile) if args.profile else None
+    violations = check_plan(plan, profile)
+    if violations:
+        print(f"plan INVALID: {args.plan}: {len(violations)} violation(s)")
+        for violation in violations:
+            print(f"  - {violation}")
+        return EXIT_INVALID_PLAN
+    print(
+        f"plan OK: {args.plan}: {plan.strategy}, {len(plan.input_lengths)} sequences on "
+        f"{plan.num_gpus} GPUs, step time {plan.step_time_s * 1e3:,.1f} ms"
+    )
+    return EXIT_OK
+
+
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `hydraplan check`."""
+    parser.description = (
+        "Check a plan independently: every sequence placed once, capacities, ranks, recomputed step "
+        "time. Exit 0 when valid, 1 listing violations, 2 when unreadable (or not a plan)."
+    )
+    parser.add_argument("plan", metavar="PLAN.json", help="plan written by `hydraplan plan --out`")
+    parser.add_argument("--profile", metavar="FILE", help="re-check costs against this profile (default: the plan's)")
+    parser.set_defaults(handler=run_check)
+
+
+# ---------------------------------------------------------------------------------------------
+# schemes and profile
+# ---------------------------------------------------------------------------------------------
+
+
+def run_schemes(args: argparse.Namespace) -> int:
+    """The table of runnable schemes and their costs."""
+    from hydraplan.planner.render import render_schemes
+
+    print(render_schemes(cluster_profile(args)), end="")
+    return EXIT_OK
+
+
+def add_schemes_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `hydraplan schemes`."""
+    parser.description = (
+        "List the runnable <TP,PP,CP> schemes: stage-time coefficients a, b, c (seconds) and capacity in tokens."
+    )
+    add_cluster_options(parser)
+    add_profile_option(parser)
+    parser.set_defaults(handler=run_schemes)
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    """Write (or print) the analytic cost profile as JSON."""
+    from hydraplan.cost_models.profile_io import save_profile
+
+    profile = analytic_profile(args)
+    if args.out:
+        save_profile(profile, args.out)
+        print(
+            f"{PROG}: wrote {profile.source} profile of {len(profile.schemes)} schemes "
+            f"({profile.model} on {profile.gpu}) to {args.out}",
+            file=sys.stderr,
+        )
+    else:
+        print(profile.model_dump_json(indent=2))
+    return EXIT_OK
+
+
+def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `hydraplan profile`."""
+    parser.description = "Write the cost profile of --model on --gpu for the cluster."
+    add_cluster_options(parser)
+    parser.add_argument(
+        "--analytic", action="store_true", required=True, help="build the profile from hardware specs and formulas"
+    )
+    parser.add_argument("--out", metavar="FILE", help="write to FILE (default: standard output)")
+    parser.set_defaults(handler=run_profile)
+
+
+# ---------------------------------------------------------------------------------------------
+# models and gpus: the catalogs
+# ---------------------------------------------------------------------------------------------
+
+
+def run_models(args: argparse.Namespace) -> int:
+    """The model catalog: name, shape and parameter count (or the JSON list)."""
+    models = list(read_models(args.models_file).values())
+    if args.json:
+        print(json.dumps([model.model_dump(mode="json") for model in models], indent=2))
+        return EXIT_OK
+    headers = ["model", "layers", "hidden", "ffn", "heads", "kv heads", "vocab", "params"]
+    rows = [
+        [
+            model.name,
+            f"{model.num_layers}",
+            f"{model.hidden_size:,}",
+            f"{model.ffn_hidden_size:,}",
+            f"{model.num_heads}",
+            f"{model.num_kv_heads}",
+            f"{model.vocab_size:,}",
+            _parameter_count(model.num_params),
+        ]
+        for model in models
+    ]
+    print(f"{len(models)} models\n\n{table(headers, rows)}")
+    return EXIT_OK
+
+
+def _parameter_count(num_params: int) -> str:
+    """`8.03 B`, `6.2 M`."""
+    return f"{num_params / 1e9:,.2f} B" if num_params >= 1e9 else f"{num_params / 1e6:,.1f} M"
+
+
+def run_gpus(args: argparse.Namespace) -> int:
+    """The GPU catalog: memory, BF16 peak and bandwidths (or the JSON list)."""
+    gpus = list(read_gpus(args.gpus_file).values())
+    if args.json:
+        print(json.dumps([gpu.model_dump(mode="json") for gpu in gpus], indent=2))
+        return EXIT_OK
+    headers = ["gpu", "memory (GB)", "bf16 (TFLOP/s)", "HBM (GB/s)", "intra-node (GB/s)", "inter-node (GB/s)"]
+    rows = [
+        [
+            gpu.name,
+            f"{gpu.memory_bytes / 1e9:,.0f}",
+            f"{gpu.peak_bf16_flops / 1e12:,.0f}",
+            f"{gpu.hbm_bandwidth_bytes_per_s / 1e9:,.0f}",
+            f"{gpu.intra_node_bandwidth_bytes_per_s / 1e9:,.0f}",
+            f"{gpu.inter_node_bandwidth_bytes_per_s / 1e9:,.1f}",
+        ]
+        for gpu in gpus
+    ]
+    print(f"{len(gpus)} GPUs (bandwidths per GPU, one direction)\n\n{table(headers, rows)}")
+    return EXIT_OK
+
+
+def add_models_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `hydraplan models`."""
+    parser.description = "List the catalog models (--model): the bundled ones and those of --models-file."
+    add_catalog_file_option(parser, "model")
+    add_json_option(parser, "print the entries as a JSON list instead of the table")
+    parser.set_defaults(handler=run_models)
+
+
+def add_gpus_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `hydraplan gpus`."""
+    parser.description = "List the catalog GPUs (--gpu): the bundled ones and those of --gpus-file."
+    add_catalog_file_option(parser, "GPU")
+    add_json_option(parser, "print the entries as a JSON list instead of the table")
+    parser.set_defaults(handler=run_gpus)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Fixed-width columns: the first left-aligned (names), the others right-aligned (numbers)."""
+    widths = [max(len(row[column]) for row in [headers, *rows]) for column in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        aligned = [
+            cell.ljust(width) if column == 0 else cell.rjust(width)
+            for column, (cell, width) in enumerate(zip(cells, widths))
+        ]
+        return "  ".join(aligned).rstrip()
+
+    return "\n".join([line(headers), "  ".join("-" * width for width in widths), *(line(row) for row in rows)])
+
+
+ADD_ARGUMENTS = {
+    "check": add_check_arguments,
+    "schemes": add_schemes_arguments,
+    "profile": add_profile_arguments,
+    "models": add_models_arguments,
+    "gpus": add_gpus_arguments,
+}
