@@ -48,21 +48,17 @@ def prepare_items(lengths: list[int], max_capacity_tokens: int, policy: Oversize
             f"{max_capacity_tokens} tokens (longest: id {longest}, {int(as_array[longest])} tokens); "
             "use oversize policy 'split' or 'drop'"
         )
-    sequence_ids: list[int] = []
-    offsets: list[int] = []
-    item_lengths: list[int] = []
-    oversize_set = set(oversize.tolist())
-    for sequence_id, length in enumerate(as_array.tolist()):
-        if sequence_id not in oversize_set:
-            sequence_ids.append(sequence_id)
-            offsets.append(0)
-            item_lengths.append(length)
-        elif policy == OversizePolicy.SPLIT:
-            for offset in range(0, length, max_capacity_tokens):
-                sequence_ids.append(sequence_id)
-                offsets.append(offset)
-                item_lengths.append(min(max_capacity_tokens, length - offset))
-    if not item_lengths:
+    # vectorised (a batch may hold millions of sequences): each sequence becomes ceil(l / cap)
+    # pieces under `split`, none under `drop` for the oversize ones, and itself otherwise
+    if policy == OversizePolicy.SPLIT:
+        pieces = np.where(as_array > max_capacity_tokens, -(-as_array // max_capacity_tokens), 1)
+    else:
+        pieces = np.where(as_array > max_capacity_tokens, 0, 1)
+    sequence_ids = np.repeat(np.arange(len(as_array), dtype=np.int64), pieces)
+    first_piece = np.cumsum(pieces) - pieces  # index of each sequence's first piece
+    offsets = (np.arange(len(sequence_ids), dtype=np.int64) - first_piece[sequence_ids]) * max_capacity_tokens
+    item_lengths = np.minimum(as_array[sequence_ids] - offsets, max_capacity_tokens)
+    if len(item_lengths) == 0:
         raise PlanningError(
             f"all {len(as_array)} sequences exceed the largest capacity {max_capacity_tokens} "
             "tokens and were dropped: nothing left to plan"
@@ -70,9 +66,9 @@ def prepare_items(lengths: list[int], max_capacity_tokens: int, policy: Oversize
     dropped = tuple(oversize.tolist()) if policy == OversizePolicy.DROP else ()
     split = tuple(oversize.tolist()) if policy == OversizePolicy.SPLIT else ()
     return Items(
-        np.asarray(sequence_ids, dtype=np.int64),
-        np.asarray(offsets, dtype=np.int64),
-        np.asarray(item_lengths, dtype=np.int64),
+        sequence_ids,
+        offsets,
+        item_lengths.astype(np.int64),
         dropped_sequence_ids=dropped,
         split_sequence_ids=split,
     )
