@@ -50,32 +50,42 @@ def greedy_dispatch(lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) ->
     groups: dict[SchemeCoefficients, list[tuple[float, int]]] = {}
     for index, coef in enumerate(coefs):
         groups.setdefault(coef, []).append((0.0, index))
+    # per scheme: its heap and the constants of `_estimate_s`, which the loop inlines (the same
+    # arithmetic: ~2x faster over the millions of (item, scheme) pairs of a large batch)
+    kinds = [(heap, coef.a, coef.b, coef.c, coef.capacity_tokens, coef.scheme.pp - 1) for coef, heap in groups.items()]
     order = np.lexsort((np.arange(len(lengths)), -lengths)).tolist()
     as_float = lengths.astype(np.float64).tolist()
+    ceil, sqrt = math.ceil, math.sqrt
     for item in order:
         length = as_float[item]
         best_after = math.inf
         best = None
-        for coef, heap in groups.items():
-            if length > coef.capacity_tokens:
+        for heap, a, b, c, capacity, bubbles in kinds:
+            if length > capacity:
                 continue
             pipeline = heap[0][1]
             load = loads[pipeline]
-            work_s = coef.a * length * length + coef.b * length
-            after = _estimate_s(
-                coef, load.work_s + work_s, load.num_tokens + length, max(load.max_item_s, work_s), load.num_items + 1
-            )
+            work_s = a * length * length + b * length
+            total_s = load.work_s + work_s
+            minimum = max(1, ceil((load.num_tokens + length) / capacity))
+            if bubbles == 0:
+                after = total_s + minimum * c
+            else:
+                num_items = load.num_items + 1
+                ideal = sqrt(bubbles * total_s / c) if c > 0 else num_items
+                count = min(max(minimum, num_items), max(minimum, round(ideal)))
+                after = total_s + count * c + bubbles * (max(total_s / count, load.max_item_s, work_s) + c)
             if after < best_after or (after == best_after and best is not None and pipeline < best[0]):
-                best_after, best = after, (pipeline, coef, work_s)
+                best_after, best = after, (pipeline, heap, work_s)
         assert best is not None, "item fits no pipeline"
-        pipeline, coef, work_s = best
+        pipeline, heap, work_s = best
         load = loads[pipeline]
         load.work_s += work_s
         load.num_tokens += length
         load.max_item_s = max(load.max_item_s, work_s)
         load.num_items += 1
         load.items.append(item)
-        heapq.heapreplace(groups[coef], (best_after, pipeline))
+        heapq.heapreplace(heap, (best_after, pipeline))
     if not _give_every_pipeline_work(loads, lengths, coefs):
         return None
     return [np.asarray(sorted(load.items), dtype=np.int64) for load in loads]
