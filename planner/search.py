@@ -38,13 +38,13 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
 from hydraplan.planner.bounds import BoundTables, SyncFloors
 from hydraplan.planner.candidate import Candidate
 from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
+from hydraplan.planner.counts import capped_count_vectors, fillable, near_ideal
 from hydraplan.planner.dispatch import greedy_dispatch
 from hydraplan.planner.few_items import MAX_ITEMS as FEW_ITEMS
 from hydraplan.planner.few_items import few_items_bound
@@ -53,7 +53,7 @@ from hydraplan.planner.milp import solve_milp
 from hydraplan.planner.packing import PackedPipeline, best_order, pack_pipeline
 from hydraplan.planner.refine import polish_packings, refine
 from hydraplan.planner.schemas import SolverBackend
-from hydraplan.planner.strategies import Strategy, count_vectors
+from hydraplan.planner.strategies import Strategy, placement_key
 from hydraplan.planner.switching import pipeline_blocks, switch_cost_s
 
 MAX_STRATEGIES_PER_SET = 4000
@@ -61,7 +61,6 @@ ESTIMATE_RESOLUTION = 6  # simplex grid of the strategy estimates (bounds use th
 # set bounds over more distinct lengths than this use coarsened tables (rows of lengths within 2%):
 # ~0.6 s of the 2 s budget went to seeding 4,390 sets over 2,500 lengths at 70B / 256 GPUs
 EXACT_SET_BOUND_MAX_LENGTHS = 1024
-NEAR_IDEAL_PER_LARGE_SET = 12
 NUM_POLISHED = 4
 NUM_POLISHED_BRIEF = 2  # under budgets below THOROUGH_MIN_BUDGET_S (e.g. a service's 0.1 s)
 NUM_RUNNERS_UP = 8
@@ -85,6 +84,7 @@ BOUND_RESERVE_SHARE = 0.15  # of the time limit, kept from the packing local sea
 MIN_EXPANSIONS = 24  # scheme sets expanded whatever the clock says
 MAX_EXPANSIONS = 200
 EXPANSION_SHARE = 0.6  # of the time limit, for expanding scheme sets
+SEEDING_SHARE = 0.2  # of the time limit, kept for the set bounds when screening the first strategies
 SEARCH_TIME_SHARE = {SolverBackend.GREEDY: 0.95, SolverBackend.LP: 0.8, SolverBackend.AUTO: 0.7}
 
 
@@ -146,9 +146,16 @@ def _candidate(strategy, coefs, assignment, lengths, cost, previous, packed=None
         coefs=tuple(coefs),
         assignment=tuple(np.asarray(items, dtype=np.int64) for items in assignment),
         packed=tuple(packed),
-        grad_sync_s=cost.grad_sync_s(strategy.pipeline_schemes()),
+        grad_sync_s=strategy_sync_s(cost, strategy),
         switch_cost_s=switch_cost_s(previous, pipeline_blocks(strategy), cost) if previous else 0.0,
     )
+
+
+def strategy_sync_s(cost: ProfileCostModel, strategy: Strategy) -> float:
+    """`cost.grad_sync_s(strategy.pipeline_schemes())` from the counts alone: one weight replica
+    per CP rank of every pipeline, over the strategy's schemes (no list of thousands of pipelines)."""
+    replicas = sum(scheme.cp * count for scheme, count in strategy.counts)
+    return cost.grad_sync_for_replicas_s(replicas, strategy.schemes)
 
 
 def runnable_schemes(cost: ProfileCostModel, num_gpus: int, keep: Sequence = ()) -> list[SchemeCoefficients]:
@@ -220,8 +227,12 @@ class Frontier:
             columns = [self.column_of[scheme] for scheme in schemes]
             counts = np.array([[count for _, count in strategy.counts] for strategy in group])
             # the switch cost (>= 0) is left out: the bound stays valid and stays cheap; solving a
-            # strategy charges it
-            syncs = np.array([self.cost.grad_sync_s(strategy.pipeline_schemes()) for strategy in group])
+            # strategy charges it. The sync depends on the replica count alone within a group.
+            replicas = counts @ np.array([scheme.cp for scheme in schemes])
+            sync_of = {
+                int(count): self.cost.grad_sync_for_replicas_s(int(count), schemes) for count in np.unique(replicas)
+            }
+            syncs = np.array([sync_of[count] for count in replicas.tolist()])
             _, bounds = self.tables.count_bounds(columns, counts, cutoff_s=self.incumbent_s - syncs)
             # estimates only rank strategies: a coarser grid of multipliers will do
             fluid, estimates = self.tables.count_bounds(
@@ -238,11 +249,16 @@ class Frontier:
         nearest the fluid optimum with the set's bound kept as a floor for the rest)."""
         set_bound_s, _, columns = heapq.heappop(self.sets)
         combo = [self.tables.coefs[column].scheme for column in columns]
-        vectors = list(itertools.islice(count_vectors(combo, self.num_gpus), MAX_STRATEGIES_PER_SET + 1))
-        if len(vectors) > MAX_STRATEGIES_PER_SET:
+        vectors = capped_count_vectors(combo, self.num_gpus, MAX_STRATEGIES_PER_SET)
+        if vectors is None:
             self.floor_s = min(self.floor_s, set_bound_s)
-            vectors = _near_ideal(self.tables.ideal_counts(columns, self.num_gpus), combo, self.num_gpus)
-        self.push_strategies([Strategy.of(list(zip(combo, counts))) for counts in vectors], set_bound_s)
+            vectors = near_ideal(self.tables.ideal_counts(columns, self.num_gpus), combo, self.num_gpus)
+        # `Strategy.of` of each, without its checks: the schemes differ and every count is >= 1
+        order = sorted(range(len(combo)), key=lambda index: placement_key(combo[index]))
+        canonical = [combo[index] for index in order]
+        self.push_strategies(
+            [Strategy(tuple(zip(canonical, [counts[index] for index in order]))) for counts in vectors], set_bound_s
+        )
 
     def next_set_bound_s(self) -> float:
         return self.sets[0][0] if self.sets else math.inf
@@ -297,7 +313,8 @@ def search(
         # homogeneous strategies have high set bounds (one scheme prices every sequence) yet are
         # often near the best: always enumerate them and solve the most promising first
         frontier.push_strategies(_homogeneous(coefs, num_gpus))
-    share = SEARCH_TIME_SHARE.get(settings.backend, 0.6)
+    # the time kept after the search proper for the polish (and, beyond the clock, the plan check)
+    polish_reserve_s = time_limit_s * (1 - SEARCH_TIME_SHARE.get(settings.backend, 0.6))
     expansion_reserve_s = time_limit_s * (1 - EXPANSION_SHARE)
     slowest_solve_s = 0.0
 
@@ -308,17 +325,30 @@ def search(
         slowest_solve_s = max(slowest_solve_s, before - clock.remaining_s())
         return candidate
 
-    solved, done = _initial_incumbents(frontier, pinned, first_solution, settings, clock)
+    def search_time_up(reserve_s: float = 0.0) -> bool:
+        # no solve may start that would eat into the polish's share (the first one always runs)
+        return clock.stop(reserve_s=max(polish_reserve_s, slowest_solve_s) + reserve_s)
+
+    # after the first incumbent, the set bounds come before more screening when time is short:
+    # without them the global bound falls back to a much looser floor
+    seeding_reserve_s = time_limit_s * SEEDING_SHARE if settings.pool is None else 0.0
+    solved, done, timed_out = _initial_incumbents(
+        frontier, pinned, first_solution, settings, lambda: search_time_up(seeding_reserve_s)
+    )
     if settings.pool is None:
-        _seed_sets(frontier, coefs, cost, num_gpus, settings.max_schemes, solved[0].objective_s if solved else math.inf)
+        incumbent_s = solved[0].objective_s if solved else math.inf
+        # the set bounds hold the global bound: they may take the polish's share, not the plan check's
+        stop_seeding = clock.stop if solved else (lambda: False)
+        timed_out |= _seed_sets(frontier, coefs, cost, num_gpus, settings.max_schemes, incumbent_s, stop_seeding)
     attempts = len(done)
     queue: list[tuple[float, float, str, int]] = []  # unsolved strategies by estimate
     queued = 0
     expansions = 0
-    timed_out = False
     while True:
         incumbent_s = frontier.incumbent_s = solved[0].objective_s if solved else math.inf
         while frontier.sets and frontier.next_set_bound_s() < incumbent_s and expansions < MAX_EXPANSIONS:
+            if solved and clock.stop(reserve_s=polish_reserve_s):
+                break  # even below MIN_EXPANSIONS: the time limit is hard (the loop below says timed out)
             if expansions >= MIN_EXPANSIONS and clock.stop(reserve_s=expansion_reserve_s):
                 break
             if expansions >= MIN_EXPANSIONS and queue and frontier.next_set_bound_s() >= queue[0][0]:
@@ -334,7 +364,7 @@ def search(
             heapq.heappop(queue)
         if not queue or (solved and attempts >= settings.max_strategies_solved):
             break
-        if solved and clock.stop(reserve_s=time_limit_s * (1 - share)):
+        if solved and search_time_up():
             timed_out = True
             break
         entry = frontier.strategies[heapq.heappop(queue)[3]]
@@ -367,10 +397,11 @@ def _initial_incumbents(
     pinned: list[Strategy],
     first_solution: Callable[[Strategy], Candidate | None],
     settings: SearchSettings,
-    clock: Clock,
-) -> tuple[list[Candidate], set[Strategy]]:
-    """Solve the previous strategy and the most promising homogeneous ones (see module docstring).
-    Returns the solved candidates, best first, and the strategies tried."""
+    time_up: Callable[[], bool],
+) -> tuple[list[Candidate], set[Strategy], bool]:
+    """Solve the previous strategy and the most promising homogeneous ones (see module docstring)
+    until `time_up()` once one is solved. Returns the solved candidates, best first, the
+    strategies tried and whether the clock cut the list short."""
     first: list[Strategy] = []
     if settings.pool is None:
         homogeneous = [entry for entry in frontier.strategies if len(entry.strategy.counts) == 1]
@@ -381,13 +412,13 @@ def _initial_incumbents(
     solved: list[Candidate] = []
     tried: set[Strategy] = set()
     for strategy in dict.fromkeys(first):
-        if solved and clock.stop():
+        if solved and time_up():
             break
         tried.add(strategy)
         candidate = first_solution(strategy)
         solved += [candidate] if candidate is not None else []
     solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
-    return solved, tried
+    return solved, tried, len(tried) < len(dict.fromkeys(first))
 
 
 def _homogeneous(coefs: Sequence[SchemeCoefficients], num_gpus: int) -> list[Strategy]:
@@ -409,10 +440,22 @@ def solve_fixed(
     return _polish([candidate], lengths, cost, settings, clock)[0]
 
 
-def _seed_sets(frontier: Frontier, coefs, cost, num_gpus: int, max_schemes: int, incumbent_s: float) -> None:
+def _seed_sets(
+    frontier: Frontier,
+    coefs,
+    cost,
+    num_gpus: int,
+    max_schemes: int,
+    incumbent_s: float,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> bool:
     """Queue every fillable scheme set with its bound. Items are priced with the bubble floors
     valid for pipelines that finish within the incumbent's step time: a plan of the set is either
-    no better than the incumbent or obeys that pricing, so min(incumbent, bound) is valid."""
+    no better than the incumbent or obeys that pricing, so min(incumbent, bound) is valid.
+
+    When `should_stop()` says so between blocks of sets, the sets not listed yet are left out and
+    the frontier's floor takes the bound of all schemes together, which no set's bound is below:
+    the global bound stays valid, only looser. Returns whether that happened."""
     sizes = [coef.scheme.num_gpus for coef in coefs]
     tables = frontier.tables
     if len(tables.lengths) > EXACT_SET_BOUND_MAX_LENGTHS:
@@ -422,17 +465,22 @@ def _seed_sets(frontier: Frontier, coefs, cost, num_gpus: int, max_schemes: int,
     # a set that cannot beat the incumbent with the least sync of any set never matters
     cutoff_s = incumbent_s - sync_floors.least()
     sizes_array = np.array(sizes)
+    frontier.set_pricing = (priced, sync_floors, incumbent_s)
     for prefix, children, bounds in priced.set_bound_blocks(max_schemes, num_gpus, cutoff_s):
+        if should_stop():
+            every = priced.pipeline_time_bound_s(range(len(coefs)), num_gpus) + sync_floors.least()
+            frontier.floor_s = min(frontier.floor_s, incumbent_s, every)
+            return True
         prefix_sizes = [sizes[column] for column in prefix]
         child_sizes = sizes_array[children]
-        fillable = {size: _fillable(tuple(sorted([*prefix_sizes, size])), num_gpus) for size in set(child_sizes)}
-        keep = np.array([fillable[size] for size in child_sizes.tolist()], dtype=bool)
+        fits = {size: fillable(tuple(sorted([*prefix_sizes, size])), num_gpus) for size in set(child_sizes.tolist())}
+        keep = np.array([fits[size] for size in child_sizes.tolist()], dtype=bool)
         if not keep.any():
             continue
         totals = np.minimum(bounds[keep] + sync_floors.extended(prefix, children[keep]), incumbent_s)
         for child, total in zip(children[keep].tolist(), totals.tolist()):
             frontier.push_set((*prefix, child), total)
-    frontier.set_pricing = (priced, sync_floors, incumbent_s)
+    return False
 
 
 def _tighten_bounds(
@@ -528,10 +576,7 @@ def _pack_bound_batch(
     for schemes, indices in by_schemes.items():
         if clock.stop():
             break
-        sync = {
-            index: frontier.cost.grad_sync_s(frontier.strategies[index].strategy.pipeline_schemes())
-            for index in indices
-        }
+        sync = {index: strategy_sync_s(frontier.cost, frontier.strategies[index].strategy) for index in indices}
         raised: dict[int, float] = {}
         for index in indices if few else ():
             strategy = frontier.strategies[index].strategy
@@ -654,35 +699,3 @@ def milp_candidate(backend, strategy, lengths, cost, settings: SearchSettings, c
 def _packed_from_batches(batches: list[np.ndarray], lengths: np.ndarray, coef: SchemeCoefficients) -> PackedPipeline:
     times = [coef.micro_batch_time_s(lengths[b]) for b in batches]
     return best_order(batches, times, coef)
-
-
-@lru_cache(maxsize=4096)
-def _fillable(sizes: tuple[int, ...], num_gpus: int) -> bool:
-    """Whether at least one pipeline of each size can use exactly `num_gpus` GPUs."""
-    remainder = num_gpus - sum(sizes)
-    if remainder < 0 or remainder % math.gcd(*sizes):
-        return False
-    reachable = [True] + [False] * remainder
-    for value in range(1, remainder + 1):
-        reachable[value] = any(size <= value and reachable[value - size] for size in sizes)
-    return reachable[remainder]
-
-
-def _near_ideal(ideal: Sequence[float], combo, num_gpus: int) -> list[tuple[int, ...]]:
-    """Integer count vectors within two pipelines of the ideal on every scheme but the smallest."""
-    sizes = [scheme.num_gpus for scheme in combo]
-    filler = int(np.argmin(sizes))
-    ranges = []
-    for index, want in enumerate(ideal):
-        base = int(math.floor(want))
-        ranges.append([0] if index == filler else sorted({max(1, base + delta) for delta in (-1, 0, 1, 2)}))
-    vectors = []
-    for choice in itertools.product(*ranges):
-        rest = num_gpus - sum(count * size for index, (count, size) in enumerate(zip(choice, sizes)) if index != filler)
-        if rest >= sizes[filler] and rest % sizes[filler] == 0:
-            vectors.append(
-                tuple(rest // sizes[filler] if index == filler else count for index, count in enumerate(choice))
-            )
-    return sorted(vectors, key=lambda counts: sum(abs(c - w) * s for c, w, s in zip(counts, ideal, sizes)))[
-        :NEAR_IDEAL_PER_LARGE_SET
-    ]
