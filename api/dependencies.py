@@ -50,8 +50,11 @@ class Services:
         )
 
     def close(self) -> None:
+        """Graceful shutdown: solves stop with their incumbents, running jobs record their state
+        (bounded by `shutdown_grace_s`), and only then is the store closed."""
         self.solver.shutdown()
         self.jobs.shutdown()
+        self.sessions.close()
         self.store.close()
 
 

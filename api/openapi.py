@@ -15,6 +15,7 @@ REF_TEMPLATE = "#/components/schemas/{model}"
 SECURITY_SCHEME = "bearerToken"
 BODY_METHODS = {"post", "put", "patch"}
 CONFLICT_OPERATIONS = {("post", "/v1/sessions/{session_id}/plans"), ("delete", "/v1/jobs/{job_id}")}
+STORAGE_OPERATIONS = {("post", "/v1/sessions"), ("post", "/v1/profiles"), ("post", "/v1/jobs")}
 
 ERROR_DESCRIPTIONS = {
     "400": "The body is not valid JSON.",
@@ -26,6 +27,7 @@ ERROR_DESCRIPTIONS = {
     "422": "A field is invalid or the request cannot be planned; `errors` lists the fields.",
     "500": "An internal error (reported in the server log with the request id).",
     "503": "Saturated (retry after Retry-After seconds) or the store is unavailable.",
+    "507": "The server keeps as many sessions, profiles or jobs as it is configured to.",
 }
 ERROR_HEADERS = {
     "401": {"WWW-Authenticate": "Bearer challenge."},
@@ -82,6 +84,8 @@ def _document_errors(path: str, method: str, operation: dict[str, Any]) -> None:
         statuses |= {"400", "413", "415"}
     if (method, path) in CONFLICT_OPERATIONS:
         statuses.add("409")
+    if (method, path) in STORAGE_OPERATIONS:
+        statuses.add("507")
     for status in sorted(statuses):
         responses[status] = _problem_response(status)
 

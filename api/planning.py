@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from hydraplan.api.metrics import Metrics
-from hydraplan.api.problems import not_found, too_large, unprocessable
+from hydraplan.api.problems import not_found, storage_full, too_large, unprocessable
 from hydraplan.api.schemas import PipelineEstimate, PlanBody, StrategyPart
 from hydraplan.api.settings import Settings
 from hydraplan.api.store import Store
@@ -50,6 +50,9 @@ def server_timing_header(timings: list[float]) -> dict[str, str]:
 def profile_bytes(profile: CostProfile) -> int:
     """Memory a parsed profile holds, roughly: ~1 KB per scheme entry plus its notes."""
     return 1024 * (1 + len(profile.schemes)) + len(profile.notes)
+
+
+PROFILES_REGISTRY = "profiles"
 
 
 def profile_key(profile_id: str) -> str:
@@ -112,8 +115,19 @@ class Planning:
             profile = load_profile(profile.model_dump(mode="json"))
         except ProfileError as exc:
             raise unprocessable(" ".join(str(exc).split()), ("body",)) from None
+        text = profile.model_dump_json()
+        settings = self.settings
+        if len(text) > settings.max_profile_bytes:
+            raise too_large(
+                f"the profile is {len(text)} bytes of JSON, over this server's limit of {settings.max_profile_bytes}"
+            )
         profile_id = profile_id_of(profile)
-        self.store.set(profile_key(profile_id), profile.model_dump_json(), self.settings.profile_ttl_s)
+        if not self.store.admit(PROFILES_REGISTRY, profile_id, settings.profile_ttl_s, settings.max_profiles):
+            raise storage_full(
+                f"this server keeps at most {settings.max_profiles} uploaded profiles (each for "
+                f"{settings.profile_ttl_s:g} s); send the profile inline instead, or retry later"
+            )
+        self.store.set(profile_key(profile_id), text, settings.profile_ttl_s)
         return profile_id
 
     def profile_for(self, body: Any, num_gpus: int, gpus_per_node: int) -> CostProfile:

@@ -97,6 +97,11 @@ def too_large(detail: str) -> ProblemError:
     return ProblemError(413, detail, slug="too-large")
 
 
+def storage_full(detail: str) -> ProblemError:
+    """507: the server keeps as many sessions, profiles or jobs as it is configured to."""
+    return ProblemError(507, detail, slug="storage-full")
+
+
 def conflict(detail: str) -> ProblemError:
     return ProblemError(409, detail, slug="conflict")
 

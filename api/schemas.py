@@ -186,10 +186,10 @@ class CheckResult(ApiModel):
 class StrategyPart(ApiModel):
     """`num_pipelines` pipelines running the scheme <tp, pp, cp>."""
 
-    tp: int = Field(ge=1, description="Tensor-parallel degree.")
-    pp: int = Field(ge=1, description="Pipeline-parallel degree.")
-    cp: int = Field(1, ge=1, description="Context-parallel degree.")
-    num_pipelines: int = Field(ge=1, description="Pipelines with this scheme.")
+    tp: int = Field(ge=1, le=limits.MAX_GPUS_PER_NODE, description="Tensor-parallel degree.")
+    pp: int = Field(ge=1, le=limits.MAX_LAYERS, description="Pipeline-parallel degree.")
+    cp: int = Field(1, ge=1, le=limits.MAX_NUM_GPUS, description="Context-parallel degree.")
+    num_pipelines: int = Field(ge=1, le=limits.MAX_NUM_GPUS, description="Pipelines with this scheme.")
 
 
 class EstimateBody(SourceMixin, ApiModel):
@@ -222,6 +222,9 @@ class EstimateBody(SourceMixin, ApiModel):
         check_source(self, required=True)
         if (self.strategy is None) == (self.baseline is None):
             raise ValueError("give exactly one of strategy or baseline")
+        if self.strategy is not None:
+            text = " + ".join(f"{part.num_pipelines}x<{part.tp},{part.pp},{part.cp}>" for part in self.strategy)
+            check_strategy_fits(text, self.num_gpus, self.gpus_per_node, "strategy")
         return self
 
     def plan_request(self) -> PlanRequest:
@@ -341,7 +344,8 @@ class SessionRecord(ApiModel):
     last_used_at: datetime
     config: SessionBody
     num_plans: int = 0
-    last_plan: Plan | None = None
+    last_plan_id: str | None = None
+    last_strategy: str | None = Field(None, description="The next plan's previous_strategy.")
 
 
 class SessionPlansBody(ApiModel):

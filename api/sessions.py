@@ -1,9 +1,11 @@
 """Planning sessions of a training job: fixed cluster, costs and options; one call per step.
 
-A session remembers its last plan, which the planner receives as `previous_plan` to cost a
-strategy switch. The record lives in the store with an idle TTL that every request on the session
-restarts. A per-session lock in the store (set-if-absent) makes concurrent plan calls on one
-session a 409 instead of a race on "the previous plan".
+A session remembers its last plan's id and strategy; the strategy is the planner's
+`previous_strategy`, so a strategy switch is costed. The record lives in the store with an idle
+TTL that every request on the session restarts, and in the `sessions` registry that caps how many
+are live (507 when full). A per-session lock (a lease, `api.leases`) makes concurrent plan calls
+on one session a 409 instead of a race on "the previous plan"; it lives as long as its request,
+plus at most `lease_ttl_s` if the worker holding it dies.
 """
 
 from __future__ import annotations
@@ -11,16 +13,16 @@ from __future__ import annotations
 import secrets
 from datetime import UTC, datetime
 
+from hydraplan.api.leases import Heartbeat
 from hydraplan.api.planning import Cancel, Planning
-from hydraplan.api.problems import conflict, not_found, unprocessable
+from hydraplan.api.problems import conflict, not_found, storage_full, unprocessable
 from hydraplan.api.schemas import SessionBody, SessionRecord, SessionView
 from hydraplan.api.settings import Settings
 from hydraplan.api.store import Store
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.schemas import Plan, PlanRequest
 
-# A lock outlives its call by this much at most if the worker holding it dies.
-LOCK_MARGIN_S = 60.0
+SESSIONS_REGISTRY = "sessions"
 
 
 def session_key(session_id: str) -> str:
@@ -42,6 +44,7 @@ class Sessions:
         self._settings = settings
         self._store = store
         self._planning = planning
+        self._locks = Heartbeat(store, settings.lease_ttl_s, "hydraplan-session-locks")
 
     def create(self, body: SessionBody) -> SessionRecord:
         """Validate the configuration (the cost source resolves now: 404/422) and store it."""
@@ -57,6 +60,13 @@ class Sessions:
         planning.profile_for(body, body.num_gpus, body.gpus_per_node)
         now = datetime.now(UTC)
         record = SessionRecord(session_id="ses-" + secrets.token_hex(12), created_at=now, last_used_at=now, config=body)
+        if not self._store.admit(
+            SESSIONS_REGISTRY, record.session_id, self._settings.session_idle_timeout_s, self._settings.max_sessions
+        ):
+            raise storage_full(
+                f"this server keeps at most {self._settings.max_sessions} live sessions; "
+                "delete finished ones (DELETE /v1/sessions/{id}) or wait for idle ones to expire"
+            )
         self._save(record)
         return record
 
@@ -65,33 +75,37 @@ class Sessions:
         text = self._store.get(session_key(session_id))
         if text is None:
             raise not_found(f"session {session_id!r} is unknown or expired")
-        self._store.expire(session_key(session_id), self._settings.session_idle_timeout_s)
+        idle_s = self._settings.session_idle_timeout_s
+        self._store.expire(session_key(session_id), idle_s)
+        self._store.admit(SESSIONS_REGISTRY, session_id, idle_s, self._settings.max_sessions)
         return SessionRecord.model_validate_json(text)
 
     def delete(self, session_id: str) -> None:
+        self._store.forget(SESSIONS_REGISTRY, session_id)
         if not self._store.delete(session_key(session_id)):
             raise not_found(f"session {session_id!r} is unknown or expired")
 
+    def close(self) -> None:
+        """Stop renewing session locks (a request still running keeps its lock for lease_ttl_s)."""
+        self._locks.stop()
+
     def view(self, record: SessionRecord) -> SessionView:
-        last = record.last_plan
         return SessionView(
             session_id=record.session_id,
             created_at=record.created_at,
             last_used_at=record.last_used_at,
             idle_timeout_s=self._settings.session_idle_timeout_s,
             num_plans=record.num_plans,
-            last_plan_id=last.plan_id if last else None,
-            last_strategy=last.strategy if last else None,
+            last_plan_id=record.last_plan_id,
+            last_strategy=record.last_strategy,
             config=record.config,
         )
 
     def plan(self, session_id: str, batches: list[list[int]], cancel: Cancel | None = None) -> list[Plan]:
         """Plan `batches` in order, each with the previous plan as context; store the last."""
-        record = self.get(session_id)
-        config = record.config
-        lock_ttl_s = config.options.time_limit_s * len(batches) + LOCK_MARGIN_S
-        lock_key, owner = session_lock_key(session_id), secrets.token_hex(8)
-        if not self._store.set(lock_key, owner, lock_ttl_s, only_if_absent=True):
+        self.get(session_id)
+        lock_key = session_lock_key(session_id)
+        if self._locks.acquire(lock_key) is None:
             raise conflict(f"session {session_id!r} is already planning a batch; retry when it returns")
         try:
             record = self.get(session_id)  # re-read under the lock: the previous plan is current
@@ -100,19 +114,20 @@ class Sessions:
                 record.model_copy(
                     update={
                         "num_plans": record.num_plans + len(plans),
-                        "last_plan": plans[-1],
+                        "last_plan_id": plans[-1].plan_id,
+                        "last_strategy": plans[-1].strategy,
                         "last_used_at": datetime.now(UTC),
                     }
                 )
             )
             return plans
         finally:
-            self._store.delete_if_equal(lock_key, owner)
+            self._locks.release(lock_key)
 
     def _plan_batches(self, record: SessionRecord, batches: list[list[int]], cancel: Cancel | None) -> list[Plan]:
         config = record.config
         profile = self._planning.profile_for(config, config.num_gpus, config.gpus_per_node)
-        previous = record.last_plan
+        previous = record.last_strategy
         plans: list[Plan] = []
         for index, lengths in enumerate(batches):
             request = PlanRequest(
@@ -120,14 +135,16 @@ class Sessions:
                 num_gpus=config.num_gpus,
                 gpus_per_node=config.gpus_per_node,
                 options=config.options,
+                previous_strategy=previous,
             )
             try:
-                previous = self._planning.solve(request, profile, config.baselines, previous, cancel, origin="session")
+                plan = self._planning.solve(request, profile, config.baselines, cancel=cancel, origin="session")
             except PlanningError as exc:
                 where = ("body", "batches", index) if len(batches) > 1 else ("body", "lengths")
                 prefix = f"batches[{index}]: " if len(batches) > 1 else ""
                 raise unprocessable(prefix + " ".join(str(exc).split()), where) from None
-            plans.append(previous)
+            plans.append(plan)
+            previous = plan.strategy
         return plans
 
     def _save(self, record: SessionRecord) -> None:

@@ -54,10 +54,25 @@ class Settings(BaseModel):
     max_pending_jobs: int = Field(
         64, ge=1, description="Queued plus running jobs of one process before new ones get 503."
     )
-    max_sweep_items: int = Field(64, ge=1, description="Most plans one sweep job may ask for.")
+    max_sweep_items: int = Field(64, ge=1, description="Most plans one sweep job may ask for (422).")
+    max_sweep_sequences: int = Field(
+        400_000, ge=1, description="Most sequences over all the items of one sweep (413), so its results stay small."
+    )
     job_ttl_s: float = Field(86_400.0, gt=0, description="How long a job and its result are kept.")
-    profile_ttl_s: float | None = Field(
-        None, gt=0, description="How long an uploaded profile is kept (unset: forever)."
+    profile_ttl_s: float = Field(7 * 86_400.0, gt=0, description="How long an uploaded profile is kept.")
+    max_profiles: int = Field(128, ge=1, description="Uploaded profiles kept at once (507 when full).")
+    max_profile_bytes: int = Field(4 * MIB, ge=1024, description="Largest uploaded profile, as stored JSON (413).")
+    max_sessions: int = Field(1024, ge=1, description="Live sessions at once (507 when full).")
+    max_jobs: int = Field(256, ge=1, description="Jobs kept at once, finished ones until job_ttl_s (507 when full).")
+    max_job_bytes: int = Field(
+        32 * MIB, ge=1024, description="Largest stored job value (a plan or a sweep item); larger results fail the item."
+    )
+    lease_ttl_s: float = Field(
+        10.0, gt=0, description="A dead worker's session locks and running jobs are released after this long."
+    )
+    store_retry_s: float = Field(5.0, ge=0, description="How long a job retries a store write before giving up.")
+    shutdown_grace_s: float = Field(
+        10.0, ge=0, description="How long a graceful shutdown waits for running jobs to record their state."
     )
     profile_cache_bytes: int = Field(
         64 * MIB, ge=MIB, description="Memory for analytic and uploaded profiles kept parsed (half each)."

@@ -4,7 +4,8 @@ Values are JSON text (the API's own pydantic models), keys are namespaced (`sess
 `profile:<id>`, `job:<id>`, ...). `MemoryStore` keeps them in this process; `RedisStore` keeps
 them in a Redis server so that several workers or replicas share them. Both expire keys given a
 TTL, and both offer the two atomic operations the service needs: set-if-absent (locks, creation)
-and delete-if-equal (releasing one's own lock).
+and delete-if-equal (releasing one's own lock), plus renew-if-equal (a lease's heartbeat) and
+counted registries (`admit`: at most N live members of a kind, for the state caps).
 """
 
 from __future__ import annotations
@@ -12,11 +13,29 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 # Deletes KEYS[1] only while it still holds ARGV[1]: releases a lock only by its owner.
 _DELETE_IF_EQUAL_LUA = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
+"""
+# Restarts the TTL of KEYS[1] (ARGV[2] ms) only while it holds ARGV[1]: a lease's heartbeat.
+_RENEW_IF_EQUAL_LUA = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
+return 0
+"""
+# A registry KEYS[1] (sorted set: member -> expiry in ms): drops expired members, then admits
+# ARGV[1] until ARGV[2] (ms) unless it is new and ARGV[4] members are already live (now: ARGV[3]).
+_ADMIT_LUA = """
+redis.call('zremrangebyscore', KEYS[1], '-inf', ARGV[3])
+if not redis.call('zscore', KEYS[1], ARGV[1]) and redis.call('zcard', KEYS[1]) >= tonumber(ARGV[4]) then
+  return 0
+end
+redis.call('zadd', KEYS[1], ARGV[2], ARGV[1])
+local newest = redis.call('zrange', KEYS[1], -1, -1, 'withscores')
+redis.call('pexpireat', KEYS[1], newest[2])
+return 1
 """
 
 
@@ -51,6 +70,19 @@ class Store(ABC):
         """Restart the TTL of `key`; False when absent."""
 
     @abstractmethod
+    def renew_if_equal(self, key: str, value: str, ttl_s: float) -> bool:
+        """Restart the TTL of `key` only while it holds `value` (atomically)."""
+
+    @abstractmethod
+    def admit(self, registry: str, member: str, ttl_s: float, max_members: int) -> bool:
+        """Register `member` of `registry` until `ttl_s` from now; False (nothing changes) when it
+        is new and `max_members` live members are registered already. A known member is renewed."""
+
+    @abstractmethod
+    def forget(self, registry: str, member: str) -> None:
+        """Remove `member` from `registry`."""
+
+    @abstractmethod
     def ping(self) -> None:
         """Raise `StoreUnavailable` when the store cannot serve requests."""
 
@@ -63,10 +95,11 @@ class MemoryStore(Store):
 
     backend = "memory"
 
-    def __init__(self, clock=time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._values: dict[str, tuple[str, float | None]] = {}
+        self._registries: dict[str, dict[str, float]] = {}
         self._next_sweep = 0.0
 
     def get(self, key: str) -> str | None:
@@ -101,6 +134,28 @@ class MemoryStore(Store):
                 return False
             self._values[key] = (current, self._deadline(ttl_s))
             return True
+
+    def renew_if_equal(self, key: str, value: str, ttl_s: float) -> bool:
+        with self._lock:
+            if self._live(key) != value:
+                return False
+            self._values[key] = (value, self._deadline(ttl_s))
+            return True
+
+    def admit(self, registry: str, member: str, ttl_s: float, max_members: int) -> bool:
+        with self._lock:
+            now = self._clock()
+            members = self._registries.setdefault(registry, {})
+            for expired in [name for name, deadline in members.items() if deadline <= now]:
+                del members[expired]
+            if member not in members and len(members) >= max_members:
+                return False
+            members[member] = now + ttl_s
+            return True
+
+    def forget(self, registry: str, member: str) -> None:
+        with self._lock:
+            self._registries.get(registry, {}).pop(member, None)
 
     def ping(self) -> None:
         return None
@@ -148,6 +203,8 @@ class RedisStore(Store):
             health_check_interval=30,
         )
         self._delete_if_equal = self._client.register_script(_DELETE_IF_EQUAL_LUA)
+        self._renew_if_equal = self._client.register_script(_RENEW_IF_EQUAL_LUA)
+        self._admit = self._client.register_script(_ADMIT_LUA)
 
     def get(self, key: str) -> str | None:
         return self._call(self._client.get, self._prefix + key)
@@ -165,6 +222,18 @@ class RedisStore(Store):
 
     def expire(self, key: str, ttl_s: float) -> bool:
         return bool(self._call(self._client.pexpire, self._prefix + key, max(1, int(ttl_s * 1000))))
+
+    def renew_if_equal(self, key: str, value: str, ttl_s: float) -> bool:
+        expiry_ms = max(1, int(ttl_s * 1000))
+        return bool(self._call(self._renew_if_equal, keys=[self._prefix + key], args=[value, expiry_ms]))
+
+    def admit(self, registry: str, member: str, ttl_s: float, max_members: int) -> bool:
+        now_ms = int(time.time() * 1000)  # wall clock: shared by every replica
+        args = [member, now_ms + max(1, int(ttl_s * 1000)), now_ms, max_members]
+        return bool(self._call(self._admit, keys=[self._prefix + registry], args=args))
+
+    def forget(self, registry: str, member: str) -> None:
+        self._call(self._client.zrem, self._prefix + registry, member)
 
     def ping(self) -> None:
         self._call(self._client.ping)

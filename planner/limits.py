@@ -44,8 +44,9 @@ MAX_POOL_STRATEGIES = 256
 MAX_LAYERS = 4096
 
 # 1F1B operations of a plan to check or estimate: two per (stage, micro-batch) of every pipeline,
-# summed. A 4096-GPU plan of 64M tokens has ~10^5; 4M keeps a check under a few seconds.
-MAX_SCHEDULE_OPERATIONS = 4_000_000
+# summed. A 4096-GPU plan of 64M tokens has ~10^5 (16 stages x 4K micro-batches: 1.3 x 10^5); 1M
+# keeps the simulation of a plan to check near a second on one core.
+MAX_SCHEDULE_OPERATIONS = 1_000_000
 
 # Cost coefficients and hardware numbers, in the profile's time unit or in bytes (FLOP/s, bytes/s).
 # Seven or more orders of magnitude above real devices (an 8B model on an H100 has a ~ 1e-10 s per

@@ -53,33 +53,43 @@ def _dependency_order(num_stages: int, num_micro_batches: int) -> tuple[tuple[in
     """
     num_micro = num_micro_batches
     sentinel = 2 * num_stages * num_micro
-
-    def op_id(stage: int, is_forward: bool, index: int) -> int:
-        return ((0 if is_forward else num_stages) + stage) * num_micro + index
-
-    schedules = [stage_operations(stage, num_stages, num_micro) for stage in range(num_stages)]
+    per_stage = [_stage_entries(stage, num_stages, num_micro) for stage in range(num_stages)]
     cursor = [0] * num_stages
-    done = [False] * (sentinel + 1)
-    done[sentinel] = True
-    order = []
+    done = bytearray(sentinel + 1)
+    done[sentinel] = 1
+    order: list[tuple[int, int, int, int]] = []
     while len(order) < sentinel:
-        for stage, schedule in enumerate(schedules):
-            while cursor[stage] < len(schedule):
-                is_forward, index = schedule[cursor[stage]]
-                if is_forward:
-                    waits_for = sentinel if stage == 0 else op_id(stage - 1, True, index)
-                elif stage == num_stages - 1:
-                    waits_for = op_id(stage, True, index)
-                else:
-                    waits_for = op_id(stage + 1, False, index)
-                if not done[waits_for]:
+        for stage, entries in enumerate(per_stage):
+            position, end = cursor[stage], len(entries)
+            while position < end:
+                entry = entries[position]
+                if not done[entry[2]]:
                     break
-                previous = sentinel if cursor[stage] == 0 else op_id(stage, *schedule[cursor[stage] - 1])
-                op = op_id(stage, is_forward, index)
-                order.append((op, previous, waits_for, index if is_forward else num_micro + index))
-                done[op] = True
-                cursor[stage] += 1
+                order.append(entry)
+                done[entry[0]] = 1
+                position += 1
+            cursor[stage] = position
     return tuple(order)
+
+
+def _stage_entries(stage: int, num_stages: int, num_micro: int) -> list[tuple[int, int, int, int]]:
+    """(op, previous op on the stage, op it waits for, duration slot) of one stage, in 1F1B order."""
+    sentinel = 2 * num_stages * num_micro
+    entries = []
+    previous = sentinel
+    for is_forward, index in stage_operations(stage, num_stages, num_micro):
+        if is_forward:
+            op = stage * num_micro + index
+            waits_for = sentinel if stage == 0 else op - num_micro  # forward of the stage before
+            slot = index
+        else:
+            op = (num_stages + stage) * num_micro + index
+            # the last stage's backward follows its own forward, the others the next stage's backward
+            waits_for = stage * num_micro + index if stage == num_stages - 1 else op + num_micro
+            slot = num_micro + index
+        entries.append((op, previous, waits_for, slot))
+        previous = op
+    return entries
 
 
 def simulate_1f1b(stage_times_s: Sequence[float], num_stages: int, fwd_fraction: float) -> float:

@@ -157,7 +157,8 @@ def test_saturated_solver_answers_503_with_retry_after(monkeypatch: pytest.Monke
         worker = threading.Thread(target=lambda: statuses.append(busy.post("/v1/plans", json=plan_body()).status_code))
         worker.start()
         assert started.wait(10)
-        assert busy.get("/readyz").json()["solves_running"] == 1
+        # every slot and queue place taken: not ready, so a balancer sends work elsewhere
+        assert_problem(busy.get("/readyz"), 503, "1 solver slots")
         refused = busy.post("/v1/plans", json=plan_body())
         assert_problem(refused, 503, "retry in 2 s")
         assert refused.headers["retry-after"] == "2"
@@ -166,6 +167,7 @@ def test_saturated_solver_answers_503_with_retry_after(monkeypatch: pytest.Monke
         worker.join(10)
         assert statuses == [200]
         assert busy.post("/v1/plans", json=plan_body()).status_code == 200
+        assert busy.get("/readyz").json()["solves_running"] == 0
         assert 'hydraplan_rejections_total{pool="solve"} 2.0' in busy.get("/metrics").text
 
 

@@ -40,12 +40,14 @@ def test_session_plans_step_by_step(client) -> None:
 
 
 def test_session_passes_the_previous_plan(client, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each solve after the first receives the plan before it (strategy-switch context)."""
+    """Each solve after the first receives the strategy of the plan before it (strategy-switch
+    context: the planner uses nothing else of the previous plan)."""
     seen: list[str | None] = []
     real_solve = hydraplan.api.planning.solve
 
     def recording_solve(request, profile, baselines=(), previous_plan=None, cancel=None):
-        seen.append(previous_plan.plan_id if previous_plan else None)
+        assert previous_plan is None
+        seen.append(request.previous_strategy)
         return real_solve(request, profile, baselines=baselines, cancel=cancel)
 
     monkeypatch.setattr(hydraplan.api.planning, "solve", recording_solve)
@@ -55,10 +57,12 @@ def test_session_passes_the_previous_plan(client, monkeypatch: pytest.MonkeyPatc
     assert response.status_code == 200, response.text
     plans = response.json()["plans"]
     assert [plan["input_lengths"] for plan in plans] == batches
-    assert seen == [None, plans[0]["plan_id"], plans[1]["plan_id"]]
+    assert seen == [None, plans[0]["strategy"], plans[1]["strategy"]]
+    view = client.get(f"/v1/sessions/{session_id}").json()
+    assert (view["last_plan_id"], view["last_strategy"]) == (plans[2]["plan_id"], plans[2]["strategy"])
 
     client.post(f"/v1/sessions/{session_id}/plans", json={"lengths": TINY_LENGTHS[:20]})
-    assert seen[-1] == plans[2]["plan_id"]
+    assert seen[-1] == plans[2]["strategy"]
 
 
 def test_session_validates_its_configuration(client) -> None:

@@ -56,6 +56,27 @@ def test_ttl_and_expire(store: Store) -> None:
     store.ping()
 
 
+def test_renew_if_equal_is_a_lease_heartbeat(store: Store) -> None:
+    assert store.set("lease", "owner", ttl_s=0.3)
+    assert not store.renew_if_equal("lease", "intruder", 5)
+    assert store.renew_if_equal("lease", "owner", 5)
+    time.sleep(0.5)
+    assert store.get("lease") == "owner"  # renewed past its first TTL
+    assert not store.renew_if_equal("missing", "owner", 5)
+
+
+def test_admit_caps_live_members(store: Store) -> None:
+    assert store.admit("reg", "a", 0.3, max_members=2)
+    assert store.admit("reg", "b", 30, max_members=2)
+    assert not store.admit("reg", "c", 30, max_members=2)  # full
+    assert store.admit("reg", "b", 30, max_members=2)  # a known member renews
+    wait_for(lambda: store.admit("reg", "c", 30, max_members=2), timeout_s=5)  # "a" expired
+    assert not store.admit("reg", "d", 30, max_members=2)
+    store.forget("reg", "b")
+    assert store.admit("reg", "d", 30, max_members=2)
+    assert store.admit("other", "x", 30, max_members=1)  # registries are separate
+
+
 def test_open_store_picks_the_backend(redis_url: str) -> None:
     assert isinstance(open_store(None), MemoryStore)
     redis_store = open_store(redis_url)

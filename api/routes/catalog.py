@@ -8,9 +8,12 @@ from fastapi import APIRouter, Query
 
 from hydraplan.api.auth import TOKEN_REQUIRED
 from hydraplan.api.dependencies import ServicesDep
+from hydraplan.api.planning import Cancel, Planning
 from hydraplan.api.problems import unprocessable
 from hydraplan.api.schemas import GpuList, ModelList, SchemeInfo, SchemeList
+from hydraplan.planner import limits
 from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner.schemas import GpuSpec, ModelSpec
 from hydraplan.planner.scheme import ParallelScheme
 
 router = APIRouter(prefix="/v1", tags=["catalog"], dependencies=TOKEN_REQUIRED)
@@ -32,13 +35,14 @@ def list_gpus(services: ServicesDep) -> GpuList:
     summary="Runnable schemes of a model on a cluster",
     description="Every <tp,pp,cp> the analytic cost model finds runnable, with its costs.",
 )
-def list_schemes(
+async def list_schemes(
     services: ServicesDep,
-    model: Annotated[str, Query(description="Catalog model name.", examples=["tiny"])],
-    gpu: Annotated[str, Query(description="Catalog GPU name.", examples=["h100-sxm-80gb"])],
-    num_gpus: Annotated[int, Query(ge=1, description="GPUs in the cluster.", examples=[8])],
-    gpus_per_node: Annotated[int, Query(ge=1, description="GPUs per node.")] = 8,
+    model: Annotated[str, Query(max_length=128, description="Catalog model name.", examples=["tiny"])],
+    gpu: Annotated[str, Query(max_length=128, description="Catalog GPU name.", examples=["h100-sxm-80gb"])],
+    num_gpus: Annotated[int, Query(ge=1, le=limits.MAX_NUM_GPUS, description="GPUs in the cluster.", examples=[8])],
+    gpus_per_node: Annotated[int, Query(ge=1, le=limits.MAX_GPUS_PER_NODE, description="GPUs per node.")] = 8,
 ) -> SchemeList:
+    """Building the profile is CPU work: it runs in the solver pool (503 when saturated)."""
     planning = services.planning
     if num_gpus > services.settings.max_num_gpus:
         raise unprocessable(
@@ -51,6 +55,12 @@ def list_schemes(
             ("query", "num_gpus"),
         )
     spec, gpu_spec = planning.model(model), planning.gpu(gpu)
+    return await services.solver.run(_schemes, planning, spec, gpu_spec, num_gpus, gpus_per_node)
+
+
+def _schemes(
+    planning: Planning, spec: ModelSpec, gpu_spec: GpuSpec, num_gpus: int, gpus_per_node: int, cancel: Cancel
+) -> SchemeList:
     profile = planning.analytic_profile(spec, gpu_spec, num_gpus, gpus_per_node)
     cost = ProfileCostModel(profile)
     unit = profile.seconds_per_unit

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from hydraplan.api.dependencies import ServicesDep
+from hydraplan.api.problems import saturated
 from hydraplan.api.schemas import Health, Readiness
 
 router = APIRouter(tags=["operations"])
@@ -19,10 +20,16 @@ async def healthz() -> Health:
     "/readyz",
     response_model=Readiness,
     summary="Readiness",
-    description="Ready when the store answers; 503 otherwise.",
+    description="Ready when the store answers and the solver pool admits work; 503 otherwise.",
 )
 def readyz(services: ServicesDep) -> Readiness:
     services.store.ping()
+    solver = services.solver
+    if solver.admitted >= solver.max_admitted:
+        raise saturated(
+            f"not ready: all {solver.max_running} solver slots and their queue are taken",
+            services.settings.retry_after_s,
+        )
     return Readiness(
         store=services.store.backend,
         solves_running=services.solver.running,

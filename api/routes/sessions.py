@@ -9,7 +9,7 @@ from hydraplan.api.dependencies import Services, ServicesDep
 from hydraplan.api.planning import Cancel, server_timing_header, start_solve_timing
 from hydraplan.api.problems import too_large, unprocessable
 from hydraplan.api.routes.plans import plan_response
-from hydraplan.api.schemas import SessionBody, SessionPlans, SessionPlansBody, SessionView
+from hydraplan.api.schemas import SessionBody, SessionPlans, SessionPlansBody, SessionRecord, SessionView
 from hydraplan.api.sessions import session_location
 from hydraplan.planner.schemas import Plan
 
@@ -26,11 +26,15 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"], dependencies=TOKEN_
         "expires after `idle_timeout_s` without a request."
     ),
 )
-def create_session(body: SessionBody, services: ServicesDep, response: Response) -> SessionView:
-    sessions = services.sessions
-    record = sessions.create(body)
+async def create_session(body: SessionBody, services: ServicesDep, response: Response) -> SessionView:
+    """Resolving the cost source is CPU work: it runs in the solver pool (503 when saturated)."""
+    record = await services.solver.run(_create, services, body)
     response.headers["Location"] = session_location(record.session_id)
-    return sessions.view(record)
+    return services.sessions.view(record)
+
+
+def _create(services: Services, body: SessionBody, cancel: Cancel) -> SessionRecord:
+    return services.sessions.create(body)
 
 
 @router.get("/{session_id}", response_model=SessionView, summary="Read a session")
