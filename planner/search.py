@@ -159,30 +159,30 @@ def strategy_sync_s(cost: ProfileCostModel, strategy: Strategy) -> float:
 
 
 def runnable_schemes(cost: ProfileCostModel, num_gpus: int, keep: Sequence = ()) -> list[SchemeCoefficients]:
-    """Schemes that fit the cluster, without those another scheme dominates (except `keep`)."""
+    """Schemes that fit the cluster, without those another scheme dominates (except `keep`):
+    one that uses the same GPUs and is no worse in every cost, capacity, bubble and sync term,
+    and better in one of them or first in scheme order. All pairs at once (~150 schemes at 64
+    GPUs: 20 ms as a Python double loop)."""
     fitting = [cost.coefficients(scheme) for scheme in cost.schemes() if scheme.num_gpus <= num_gpus]
-    return [
-        coef
-        for coef in fitting
-        if coef.scheme in keep or not any(_dominates(other, coef) for other in fitting if other is not coef)
-    ]
-
-
-def _dominates(better: SchemeCoefficients, worse: SchemeCoefficients) -> bool:
-    """Same GPUs and no worse in every cost, capacity, bubble and sync term."""
-    pairs = [
-        (better.a, worse.a),
-        (better.b, worse.b),
-        (better.c, worse.c),
-        (better.scheme.pp, worse.scheme.pp),
-        (better.scheme.cp, worse.scheme.cp),
-        (better.grad_bytes_per_gpu, worse.grad_bytes_per_gpu),
-        (-better.capacity_tokens, -worse.capacity_tokens),
-        (better.fwd_fraction, worse.fwd_fraction),
-    ]
-    no_worse = all(left <= right for left, right in pairs)
-    strictly = any(left < right for left, right in pairs) or better.scheme < worse.scheme
-    return better.scheme.num_gpus == worse.scheme.num_gpus and no_worse and strictly
+    if not fitting:
+        return []
+    terms = np.array(
+        [
+            (c.a, c.b, c.c, c.scheme.pp, c.scheme.cp, c.grad_bytes_per_gpu, -c.capacity_tokens, c.fwd_fraction)
+            for c in fitting
+        ],
+        dtype=np.float64,
+    )
+    gpus = np.array([coef.scheme.num_gpus for coef in fitting])
+    order = {coef.scheme: index for index, coef in enumerate(sorted(fitting, key=lambda c: c.scheme))}
+    rank = np.array([order[coef.scheme] for coef in fitting])
+    # [better, worse]: the better one no worse in every term, and strictly better somewhere
+    no_worse = (terms[:, None, :] <= terms[None, :, :]).all(axis=2)
+    strictly = (terms[:, None, :] < terms[None, :, :]).any(axis=2) | (rank[:, None] < rank[None, :])
+    dominates = no_worse & strictly & (gpus[:, None] == gpus[None, :])
+    np.fill_diagonal(dominates, False)
+    dominated = dominates.any(axis=0)
+    return [coef for coef, beaten in zip(fitting, dominated.tolist()) if coef.scheme in keep or not beaten]
 
 
 @dataclass(frozen=True)
