@@ -357,7 +357,10 @@ class SessionPlansBody(ApiModel):
 
     lengths: Lengths | None = None
     batches: list[Lengths] | None = Field(
-        None, min_length=1, description="Several batches, planned in order, each after the last."
+        None,
+        min_length=1,
+        max_length=1024,
+        description="Several batches, planned in order, each after the last (at most max_session_batches).",
     )
 
     @model_validator(mode="after")
@@ -374,19 +377,23 @@ class SessionPlans(ApiModel):
     plans: list[Plan] = Field(description="One plan per batch, in order.")
 
 
+MAX_AXIS_VALUES = 1024
+
+
 class SweepVary(ApiModel):
     """Values to sweep; the sweep plans every combination (cartesian product)."""
 
-    num_gpus: list[int] | None = Field(None, min_length=1, description="Cluster sizes.")
-    model: list[str | ModelSpec] | None = Field(None, min_length=1, description="Models.")
-    gpu: list[str | GpuSpec] | None = Field(None, min_length=1, description="GPUs.")
+    # Each axis is bounded as it is parsed; the server's max_sweep_items bounds their product.
+    num_gpus: list[PlannerNumGpus] | None = Field(
+        None, min_length=1, max_length=MAX_AXIS_VALUES, description="Cluster sizes."
+    )
+    model: list[str | ModelSpec] | None = Field(None, min_length=1, max_length=MAX_AXIS_VALUES, description="Models.")
+    gpu: list[str | GpuSpec] | None = Field(None, min_length=1, max_length=MAX_AXIS_VALUES, description="GPUs.")
 
     @model_validator(mode="after")
     def _something_varies(self) -> SweepVary:
         if self.num_gpus is None and self.model is None and self.gpu is None:
             raise ValueError("vary needs at least one of num_gpus, model or gpu")
-        if any(value < 1 for value in self.num_gpus or []):
-            raise ValueError("vary.num_gpus: every value must be >= 1")
         return self
 
 

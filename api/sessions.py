@@ -46,8 +46,9 @@ class Sessions:
         self._planning = planning
         self._locks = Heartbeat(store, settings.lease_ttl_s, "hydraplan-session-locks")
 
-    def create(self, body: SessionBody) -> SessionRecord:
-        """Validate the configuration (the cost source resolves now: 404/422) and store it."""
+    def check(self, body: SessionBody) -> None:
+        """Validate a new session's configuration: the cost source resolves now (404/422). CPU
+        work (an analytic profile), so the route runs it in the solver pool."""
         planning = self._planning
         planning.check_limits(0, body.num_gpus, body.options)
         planning.check_baselines(body.baselines)
@@ -58,6 +59,9 @@ class Sessions:
             options=body.options,
         )
         planning.profile_for(body, body.num_gpus, body.gpus_per_node)
+
+    def create(self, body: SessionBody) -> SessionRecord:
+        """Store a new session (configuration passed by `check`); 507 when `max_sessions` live."""
         now = datetime.now(UTC)
         record = SessionRecord(session_id="ses-" + secrets.token_hex(12), created_at=now, last_used_at=now, config=body)
         if not self._store.admit(

