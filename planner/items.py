@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hydraplan.planner.errors import PlanningError
+from hydraplan.planner.limits import MAX_ITEMS
 from hydraplan.planner.schemas import OversizePolicy
 
 
@@ -54,6 +55,12 @@ def prepare_items(lengths: list[int], max_capacity_tokens: int, policy: Oversize
         pieces = np.where(as_array > max_capacity_tokens, -(-as_array // max_capacity_tokens), 1)
     else:
         pieces = np.where(as_array > max_capacity_tokens, 0, 1)
+    num_items = int(pieces.sum())
+    if num_items > MAX_ITEMS:  # counted before any chunk is made
+        raise PlanningError(
+            f"splitting at the largest capacity, {max_capacity_tokens} tokens, makes {num_items} chunks, "
+            f"more than the limit of {MAX_ITEMS} items"
+        )
     sequence_ids = np.repeat(np.arange(len(as_array), dtype=np.int64), pieces)
     first_piece = np.cumsum(pieces) - pieces  # index of each sequence's first piece
     offsets = (np.arange(len(sequence_ids), dtype=np.int64) - first_piece[sequence_ids]) * max_capacity_tokens

@@ -160,3 +160,13 @@ def test_the_schedule_cache_holds_bounded_bytes() -> None:
     assert _ORDERS.weight <= _ORDERS.max_weight
     assert 0 < len(_ORDERS) < 18
     assert dependency_order(2, 3) == dependency_order(2, 3)
+
+
+def test_splitting_is_bounded_before_any_chunk_is_made() -> None:
+    """A 2^31-token sequence against a 100-token capacity would be 21M chunks (GBs of arrays)."""
+    profile = CostProfile.model_validate(profile_data(capacity_tokens=100))
+    request = PlanRequest(lengths=[2**31 - 1], num_gpus=1, options=SolverOptions(time_limit_s=0.2, oversize="split"))
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match="makes 21474837 chunks, more than the limit of 4000000"):
+        solve(request, profile)
+    assert time.perf_counter() - started < 1.0
