@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from hydraplan.planner import limits
 from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, SchemeCost
 from hydraplan.planner.scheme import ParallelScheme
 
@@ -462,6 +463,10 @@ def _check_cluster(num_gpus: int, gpus_per_node: int) -> None:
         raise ValueError(f"num_gpus ({num_gpus}) and gpus_per_node ({gpus_per_node}) must be >= 1")
     if num_gpus > gpus_per_node and num_gpus % gpus_per_node:
         raise ValueError(f"num_gpus {num_gpus} is not a multiple of gpus_per_node {gpus_per_node}")
+    if num_gpus > limits.MAX_NUM_GPUS:
+        raise ValueError(f"num_gpus {num_gpus} is more than the limit of {limits.MAX_NUM_GPUS}")
+    if gpus_per_node > limits.MAX_GPUS_PER_NODE:  # scheme enumeration walks the node's divisors
+        raise ValueError(f"gpus_per_node {gpus_per_node} is more than the limit of {limits.MAX_GPUS_PER_NODE}")
 
 
 def _does_not_fit(

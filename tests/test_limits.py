@@ -170,3 +170,13 @@ def test_splitting_is_bounded_before_any_chunk_is_made() -> None:
     with pytest.raises(ValueError, match="makes 21474837 chunks, more than the limit of 4000000"):
         solve(request, profile)
     assert time.perf_counter() - started < 1.0
+
+
+def test_analytic_profiles_refuse_absurd_clusters_at_once() -> None:
+    model, gpu = load_models()["tiny"], load_gpus()["h100-sxm-80gb"]
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match="gpus_per_node 1000000000 is more than the limit of 72"):
+        build_profile(model, gpu, 8, 10**9)
+    with pytest.raises(ValueError, match="num_gpus 131072 is more than the limit of 65536"):
+        build_profile(model, gpu, 2**17, 8)
+    assert time.perf_counter() - started < 0.5
