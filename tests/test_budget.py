@@ -18,7 +18,7 @@ import hydraplan.planner.search as search_module
 from hydraplan.planner.bounds import BoundTables
 from hydraplan.planner.check import check_plan
 from hydraplan.planner.cost import ProfileCostModel
-from hydraplan.planner.schemas import PlanRequest, SolverBackend, SolverOptions, SolveStatus
+from hydraplan.planner.schemas import CostProfile, PlanRequest, SchemeCost, SolverBackend, SolverOptions, SolveStatus
 from hydraplan.planner.search import (
     Clock,
     Frontier,
@@ -133,6 +133,19 @@ def test_a_tiny_budget_on_a_large_batch_binds(solver):
     assert time.perf_counter() - started < 10 * 0.2  # generous: the budget is hard, the machine noisy
     assert check_plan(plan, profile) == [] and plan.lower_bound_s <= plan.objective_s
     assert plan.status == SolveStatus.TIMEOUT_INCUMBENT
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "pulp"])
+def test_a_milp_too_large_to_build_in_time_is_skipped(solver):
+    """128 one-GPU pipelines and 3,000 sequences: a 384K-variable dispatch model, ~10 s to build
+    in Python, under a 0.3 s budget."""
+    scheme = SchemeCost(tp=1, pp=1, cp=1, a=1e-10, b=5e-5, c=1e-3, capacity_tokens=8192)
+    profile = CostProfile(source="user", model="m", gpu="g", num_layers=8, schemes=[scheme])
+    lengths = [200 + (97 * index) % 3000 for index in range(3000)]
+    started = time.perf_counter()
+    plan = solve(request(0.3, solver, lengths, 128), profile)
+    assert time.perf_counter() - started < 10 * 0.3
+    assert check_plan(plan, profile) == [] and plan.strategy == "128x<1,1,1>"
 
 
 class FakeTime:
