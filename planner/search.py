@@ -10,7 +10,15 @@ never negative, is left out of bounds and charged when a strategy is solved; see
 2. alternates: expand scheme sets in bound order while their bound beats the incumbent and the
    best queued estimate, then solve the queued strategy with the best *estimate* (the dual bound
    with 1F1B bubbles priced in), skipping strategies whose bound cannot beat the incumbent;
-3. stops at the work limits (deterministic) or at its share of the time limit (a safety net).
+3. stops at the work limits (deterministic) or at its share of the time limit.
+
+The time limit is hard at every scale: once the first strategy is solved (the first incumbent,
+always), every phase asks the clock before each unit of work and stops with the incumbent. When
+time is short the set bounds come before more screening (without them the global bound falls
+back to a floor over all schemes), screening and expansions stop at the search's share of the
+time, polishes start only if the time left covers what the last one took, and a MILP too large to
+build in the time left is not built. Stopping at the clock is status `timeout_incumbent`; the
+same request under the work limits alone gives the same plan.
 
 Scheme sets are seeded once the first incumbents are known: their bounds price the 1F1B bubble
 for pipelines that could still beat the incumbent (`planner.bounds`), and sets that cannot are
@@ -353,7 +361,8 @@ def search(
         incumbent_s = frontier.incumbent_s = solved[0].objective_s if solved else math.inf
         while frontier.sets and frontier.next_set_bound_s() < incumbent_s and expansions < MAX_EXPANSIONS:
             if solved and clock.stop(reserve_s=polish_reserve_s):
-                break  # even below MIN_EXPANSIONS: the time limit is hard (the loop below says timed out)
+                timed_out = True  # even below MIN_EXPANSIONS: the time limit is hard
+                break
             if expansions >= MIN_EXPANSIONS and clock.stop(reserve_s=expansion_reserve_s):
                 break
             if expansions >= MIN_EXPANSIONS and queue and frontier.next_set_bound_s() >= queue[0][0]:
