@@ -1,8 +1,11 @@
 """The independent plan checker: the specification every plan must meet.
 
 It recomputes everything from the plan's inputs and the cost profile, trusting nothing the solver
-reported: sequence coverage, capacities, rank layout, stage times, the 1F1B pipeline times, the
-gradient sync and the step time, the bound and the gap.
+reported and sharing none of its code: costs, capacities, the 1F1B simulation, the gradient sync
+and the switch cost come from `planner.reference`, written apart from the solver. It checks
+sequence coverage (every sequence placed exactly once, split only when longer than every
+capacity, dropped only then too), capacities, the rank layout, stage times, pipeline times, the
+gradient sync, the step time, the switch cost, the bound (at most the objective) and the gap.
 """
 
 from __future__ import annotations
@@ -10,12 +13,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner import reference
 from hydraplan.planner.schemas import CostProfile, PipelinePlan, Plan
-from hydraplan.planner.scheme import ParallelScheme
-from hydraplan.planner.simulate import simulate_1f1b
-from hydraplan.planner.strategies import Strategy, parse_strategy
-from hydraplan.planner.switching import switch_cost_s
 
 RELATIVE_TOLERANCE = 1e-6
 
@@ -26,29 +25,30 @@ def check_plan(plan: Plan, profile: CostProfile | None = None) -> list[str]:
     Costs are recomputed from `profile` when given (it must contain every scheme the plan uses),
     else from the profile embedded in the plan.
     """
-    violations: list[str] = []
-    try:
-        cost = ProfileCostModel(profile or plan.cost_profile)
-    except ValueError as error:
-        return [f"cost profile: {error}"]
-    violations += _check_ranks(plan)
-    violations += _check_coverage(plan)
+    profile = profile or plan.cost_profile
+    violations = _check_ranks(plan)
+    violations += _check_coverage(plan, profile)
     pipeline_times = []
     for pipeline in plan.pipelines:
-        pipeline_violations, time_s = _check_pipeline(pipeline, cost)
+        pipeline_violations, time_s = _check_pipeline(pipeline, profile)
         violations += pipeline_violations
         pipeline_times.append(time_s)
     if violations:
         return violations
-    return _check_totals(plan, cost, pipeline_times)
+    return _check_totals(plan, profile, pipeline_times)
 
 
 def _close(left: float, right: float) -> bool:
     return math.isclose(left, right, rel_tol=RELATIVE_TOLERANCE, abs_tol=1e-12)
 
 
-def _schemes(plan: Plan) -> list[ParallelScheme]:
-    return [ParallelScheme(p.scheme.tp, p.scheme.pp, p.scheme.cp) for p in plan.pipelines]
+def _scheme(pipeline: PipelinePlan) -> reference.Scheme:
+    return (pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp)
+
+
+def _label(pipeline: PipelinePlan) -> str:
+    tp, pp, cp = _scheme(pipeline)
+    return f"pipeline {pipeline.index} <{tp},{pp},{cp}>"
 
 
 def _check_ranks(plan: Plan) -> list[str]:
@@ -57,12 +57,12 @@ def _check_ranks(plan: Plan) -> list[str]:
         return ["plan has no pipelines"]
     seen: set[int] = set()
     for pipeline in plan.pipelines:
-        scheme = ParallelScheme(pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp)
-        label = f"pipeline {pipeline.index} {scheme}"
-        if len(pipeline.ranks) != scheme.num_gpus:
-            violations.append(f"{label}: {len(pipeline.ranks)} ranks, scheme needs {scheme.num_gpus}")
-        if len(pipeline.stage_ranks) != scheme.pp or any(len(s) != scheme.gpus_per_stage for s in pipeline.stage_ranks):
-            violations.append(f"{label}: stage_ranks must be {scheme.pp} lists of {scheme.gpus_per_stage} ranks")
+        tp, pp, cp = _scheme(pipeline)
+        label = _label(pipeline)
+        if len(pipeline.ranks) != tp * pp * cp:
+            violations.append(f"{label}: {len(pipeline.ranks)} ranks, scheme needs {tp * pp * cp}")
+        if len(pipeline.stage_ranks) != pp or any(len(stage) != tp * cp for stage in pipeline.stage_ranks):
+            violations.append(f"{label}: stage_ranks must be {pp} lists of {tp * cp} ranks")
         elif [rank for stage in pipeline.stage_ranks for rank in stage] != pipeline.ranks:
             violations.append(f"{label}: stage_ranks do not flatten to ranks")
         overlap = seen.intersection(pipeline.ranks)
@@ -78,9 +78,11 @@ def _check_ranks(plan: Plan) -> list[str]:
     return violations
 
 
-def _check_coverage(plan: Plan) -> list[str]:
-    """Every input sequence tiled exactly once by its chunks, unless listed as dropped."""
+def _check_coverage(plan: Plan, profile: CostProfile) -> list[str]:
+    """Every input sequence tiled exactly once by its chunks, unless listed as dropped; only a
+    sequence longer than every scheme's capacity may be split or dropped (the oversize policy)."""
     violations = []
+    largest_capacity = max(reference.capacity_tokens(profile, entry) for entry in profile.schemes)
     chunks: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for pipeline in plan.pipelines:
         for batch in pipeline.micro_batches:
@@ -88,6 +90,17 @@ def _check_coverage(plan: Plan) -> list[str]:
                 chunks[sequence_id].append((offset, length))
     dropped = set(plan.dropped_sequence_ids)
     split = set(plan.split_sequence_ids)
+    for sequence_id in sorted(dropped | split):
+        if not 0 <= sequence_id < len(plan.input_lengths):
+            violations.append(f"sequence {sequence_id} is listed as dropped or split but is no input sequence")
+        elif plan.input_lengths[sequence_id] <= largest_capacity:
+            kind = "dropped" if sequence_id in dropped else "split"
+            violations.append(
+                f"sequence {sequence_id} ({plan.input_lengths[sequence_id]} tokens) is {kind} though it fits "
+                f"the largest capacity, {largest_capacity} tokens"
+            )
+    if dropped & split:
+        violations.append(f"sequences listed as both dropped and split: {sorted(dropped & split)[:5]}")
     for sequence_id, length in enumerate(plan.input_lengths):
         pieces = sorted(chunks.pop(sequence_id, []))
         if sequence_id in dropped:
@@ -113,20 +126,17 @@ def _check_coverage(plan: Plan) -> list[str]:
     return violations
 
 
-def _check_pipeline(pipeline: PipelinePlan, cost: ProfileCostModel) -> tuple[list[str], float]:
-    scheme = ParallelScheme(pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp)
-    label = f"pipeline {pipeline.index} {scheme}"
-    try:
-        coef = cost.coefficients(scheme)
-    except ValueError as error:
-        return [f"{label}: {error}"], 0.0
+def _check_pipeline(pipeline: PipelinePlan, profile: CostProfile) -> tuple[list[str], float]:
+    label = _label(pipeline)
+    entry = reference.scheme_entries(profile).get(_scheme(pipeline))
+    if entry is None:
+        return [f"{label}: scheme is not in the cost profile"], 0.0
+    capacity = reference.capacity_tokens(profile, entry)
     violations = []
     if not pipeline.micro_batches:
         violations.append(f"{label}: has no micro-batches (idle GPUs)")
-    if pipeline.capacity_tokens != coef.capacity_tokens:
-        violations.append(
-            f"{label}: capacity {pipeline.capacity_tokens} differs from the profile's {coef.capacity_tokens}"
-        )
+    if pipeline.capacity_tokens != capacity:
+        violations.append(f"{label}: capacity {pipeline.capacity_tokens} differs from the profile's {capacity}")
     stage_times = []
     for position, batch in enumerate(pipeline.micro_batches):
         where = f"{label} micro-batch {position}"
@@ -135,14 +145,13 @@ def _check_pipeline(pipeline: PipelinePlan, cost: ProfileCostModel) -> tuple[lis
             continue
         if sum(batch.lengths) != batch.num_tokens:
             violations.append(f"{where}: num_tokens {batch.num_tokens} != sum of lengths {sum(batch.lengths)}")
-        if batch.num_tokens > coef.capacity_tokens:
-            violations.append(f"{where}: {batch.num_tokens} tokens exceed capacity {coef.capacity_tokens}")
-        squares = float(sum(length * length for length in batch.lengths))
-        stage_time_s = coef.stage_time_s(squares, float(sum(batch.lengths)))
+        if sum(batch.lengths) > capacity:
+            violations.append(f"{where}: {sum(batch.lengths)} tokens exceed capacity {capacity}")
+        stage_time_s = reference.stage_time_s(profile, entry, batch.lengths)
         if not _close(stage_time_s, batch.stage_time_s):
             violations.append(f"{where}: stage time {batch.stage_time_s} != recomputed {stage_time_s}")
         stage_times.append(stage_time_s)
-    time_s = simulate_1f1b(stage_times, scheme.pp, coef.fwd_fraction)
+    time_s = reference.pipeline_time_s(stage_times, entry.pp, entry.fwd_fraction)
     if not _close(time_s, pipeline.time_s):
         violations.append(f"{label}: time {pipeline.time_s} != simulated 1F1B {time_s}")
     num_tokens = sum(batch.num_tokens for batch in pipeline.micro_batches)
@@ -154,28 +163,30 @@ def _check_pipeline(pipeline: PipelinePlan, cost: ProfileCostModel) -> tuple[lis
     return violations, time_s
 
 
-def _check_totals(plan: Plan, cost: ProfileCostModel, pipeline_times: list[float]) -> list[str]:
+def _check_totals(plan: Plan, profile: CostProfile, pipeline_times: list[float]) -> list[str]:
     violations = []
-    schemes = _schemes(plan)
-    strategy = str(Strategy.of([(scheme, 1) for scheme in schemes]))
+    schemes = [_scheme(pipeline) for pipeline in plan.pipelines]
+    strategy = reference.canonical_strategy(schemes)
     if plan.strategy != strategy:
         violations.append(f"strategy {plan.strategy!r} does not match the pipelines ({strategy!r})")
-    grad_sync_s = cost.grad_sync_s(schemes)
+    grad_sync_s = reference.grad_sync_s(profile, schemes)
     if not _close(grad_sync_s, plan.grad_sync_s):
         violations.append(f"grad_sync_s {plan.grad_sync_s} != recomputed {grad_sync_s}")
     step_time_s = max(pipeline_times) + grad_sync_s
     if not _close(step_time_s, plan.step_time_s):
         violations.append(f"step_time_s {plan.step_time_s} != recomputed {step_time_s}")
-    previous = parse_strategy(plan.previous_strategy) if plan.previous_strategy else None
-    pipelines = [(scheme, tuple(p.ranks)) for scheme, p in zip(schemes, plan.pipelines)]
-    switch_s = switch_cost_s(previous, pipelines, cost)
+    pipelines = [(scheme, pipeline.ranks) for scheme, pipeline in zip(schemes, plan.pipelines)]
+    try:
+        switch_s = reference.switch_cost_s(profile, plan.previous_strategy, pipelines)
+    except ValueError as error:
+        return [*violations, f"previous_strategy: {error}"]
     if not _close(switch_s, plan.switch_cost_s):
         violations.append(f"switch_cost_s {plan.switch_cost_s} != recomputed {switch_s}")
     objective_s = step_time_s + switch_s
     if not _close(objective_s, plan.objective_s):
         violations.append(f"objective_s {plan.objective_s} != step time + switch cost {objective_s}")
     if not 0 <= plan.lower_bound_s <= plan.objective_s * (1 + RELATIVE_TOLERANCE):
-        violations.append(f"lower_bound_s {plan.lower_bound_s} is not within [0, objective_s]")
+        violations.append(f"lower_bound_s {plan.lower_bound_s} is not within [0, objective_s {plan.objective_s}]")
     gap = (plan.objective_s - plan.lower_bound_s) / plan.objective_s if plan.objective_s > 0 else 0.0
     if not math.isclose(gap, plan.gap, abs_tol=1e-9):
         violations.append(f"gap {plan.gap} != (objective - bound) / objective = {gap}")

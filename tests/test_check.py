@@ -76,3 +76,130 @@ def test_checking_against_a_different_profile_recomputes_costs(plan):
     without_used = [s for s in PROFILE.schemes if (s.tp, s.pp, s.cp) != (used.tp, used.pp, used.cp)]
     violations = check_plan(plan, PROFILE.model_copy(update={"schemes": without_used}))
     assert any("not in the cost profile" in violation for violation in violations)
+
+
+# ---------------------------------------------------------------------------------------------
+# Each check on its own: a plan broken in exactly one way, and the message only that check gives
+# (a deleted or loosened check fails its test here).
+# ---------------------------------------------------------------------------------------------
+
+
+def messages(plan: Plan, profile=None) -> str:
+    return " | ".join(check_plan(plan, profile))
+
+
+def test_an_unknown_sequence_id_is_named(plan):
+    def add_stray(d):
+        batch = first_batch(d)
+        batch["sequence_ids"].append(10**6)
+        batch["offsets"].append(0)
+        batch["lengths"].append(1)
+
+    assert "unknown sequence ids placed: [1000000]" in messages(edited(plan, add_stray))
+
+
+def test_one_token_over_capacity_is_a_violation(plan):
+    """The profile given to the checker has exactly the plan's capacity, one token below the
+    largest micro-batch: only the capacity check can object."""
+    pipeline = plan.pipelines[0]
+    largest = max(batch.num_tokens for batch in pipeline.micro_batches)
+    key = (pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp)
+    schemes = [
+        entry.model_copy(update={"capacity_tokens": largest - 1}) if entry.key == key else entry
+        for entry in plan.cost_profile.schemes
+    ]
+    tight = plan.cost_profile.model_copy(update={"schemes": schemes})
+    smaller = edited(plan, lambda d: d["pipelines"][0].__setitem__("capacity_tokens", largest - 1))
+    found = check_plan(smaller, tight)
+    assert found and all("exceed capacity" in violation for violation in found), found
+    assert f"{largest} tokens exceed capacity {largest - 1}" in " | ".join(found)
+
+
+def remove_sequence(d, sequence_id: int) -> None:
+    for pipeline in d["pipelines"]:
+        for batch in pipeline["micro_batches"]:
+            while sequence_id in batch["sequence_ids"]:
+                at = batch["sequence_ids"].index(sequence_id)
+                for key in ("sequence_ids", "offsets", "lengths"):
+                    batch[key].pop(at)
+
+
+def test_dropping_a_sequence_that_fits_is_a_violation(plan):
+    victim = first_batch(plan.model_dump(mode="json"))["sequence_ids"][0]
+
+    def drop(d):
+        remove_sequence(d, victim)
+        d["dropped_sequence_ids"] = [victim]
+
+    found = messages(edited(plan, drop))
+    assert f"sequence {victim} ({plan.input_lengths[victim]} tokens) is dropped though it fits" in found
+
+
+def test_splitting_a_sequence_that_fits_is_a_violation(plan):
+    victim = max(range(plan.num_sequences), key=lambda i: plan.input_lengths[i])
+    assert plan.input_lengths[victim] >= 2
+
+    def split(d):
+        remove_sequence(d, victim)
+        half = plan.input_lengths[victim] // 2
+        batch = first_batch(d)
+        batch["sequence_ids"] += [victim, victim]
+        batch["offsets"] += [0, half]
+        batch["lengths"] += [half, plan.input_lengths[victim] - half]
+        d["split_sequence_ids"] = [victim]
+
+    assert f"sequence {victim} ({plan.input_lengths[victim]} tokens) is split though it fits" in messages(
+        edited(plan, split)
+    )
+
+
+def test_a_bubble_free_pipeline_time_is_caught(plan):
+    """The effect of a simulator that forgets the bubble of a 2-stage pipeline: its time is the
+    sum of its stage times, with the step and objective made consistent with that lie."""
+    index = next(i for i, p in enumerate(plan.pipelines) if p.scheme.pp == 2)
+
+    def bubble_free(d):
+        pipeline = d["pipelines"][index]
+        pipeline["time_s"] = sum(batch["stage_time_s"] for batch in pipeline["micro_batches"])
+        slowest = max(p["time_s"] for p in d["pipelines"])
+        d["step_time_s"] = slowest + d["grad_sync_s"]
+        d["objective_s"] = d["step_time_s"] + d["switch_cost_s"]
+        d["lower_bound_s"] = min(d["lower_bound_s"], d["objective_s"])
+        d["gap"] = (d["objective_s"] - d["lower_bound_s"]) / d["objective_s"]
+
+    assert f"pipeline {index} <4,2,1>: time" in messages(edited(plan, bubble_free))
+
+
+def test_a_bound_just_above_the_objective_is_a_violation(plan):
+    def inflate(d):
+        d["lower_bound_s"] = d["objective_s"] * (1 + 1e-4)
+        d["gap"] = (d["objective_s"] - d["lower_bound_s"]) / d["objective_s"]
+
+    assert "lower_bound_s" in messages(edited(plan, inflate))
+
+
+def test_the_solver_simulator_broken_is_caught_end_to_end(monkeypatch):
+    """A deliberate solver bug (2-stage pipelines priced bubble-free) makes `solve` refuse its
+    own plan: the checker does not share the simulator it checks."""
+    import hydraplan.planner.packing as packing
+    from hydraplan.planner.simulate import simulate_1f1b
+
+    def bubble_free(times, num_stages, fwd_fraction):
+        return float(sum(times)) if num_stages <= 2 else simulate_1f1b(times, num_stages, fwd_fraction)
+
+    monkeypatch.setattr(packing, "simulate_1f1b", bubble_free)
+    options = SolverOptions(time_limit_s=0.5, strategy_pool=["2x<4,2,1>"], solver="greedy")
+    with pytest.raises(AssertionError, match="invalid plan.*simulated 1F1B"):
+        solve(PlanRequest(lengths=wikipedia_like_batch(20_000, seed=1), num_gpus=16, options=options), PROFILE)
+
+
+def test_the_checker_imports_none_of_the_solver():
+    import ast
+    from pathlib import Path
+
+    for name in ("check.py", "reference.py"):
+        tree = ast.parse((Path(__file__).resolve().parents[1] / "planner" / name).read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        project = {module for module in imported if module.startswith("hydraplan")}
+        assert project <= {"hydraplan.planner", "hydraplan.planner.schemas", "hydraplan.planner.reference"}, project

@@ -1,0 +1,180 @@
+"""Reference costs for the independent checker: short, obviously correct, written apart from the
+solver.
+
+Nothing here imports the solver's cost model, simulator, strategy or switching code: every
+quantity a plan reports is recomputed from the plan's cost profile by the definitions of
+DESIGN.md, in the plainest form that a reader can verify by eye. It may be slower than the
+solver's code; `tests/test_check.py` compares the two on random inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from hydraplan.planner.schemas import CostProfile, SchemeCost
+
+Scheme = tuple[int, int, int]  # (tp, pp, cp)
+
+
+def scheme_entries(profile: CostProfile) -> dict[Scheme, SchemeCost]:
+    return {(entry.tp, entry.pp, entry.cp): entry for entry in profile.schemes}
+
+
+def stage_time_s(profile: CostProfile, entry: SchemeCost, lengths: Sequence[int]) -> float:
+    """DESIGN.md: `a * sum(l^2) + b * sum(l) + c`, in seconds."""
+    squares = sum(length * length for length in lengths)
+    return (entry.a * squares + entry.b * sum(lengths) + entry.c) * profile.seconds_per_unit
+
+
+def capacity_tokens(profile: CostProfile, entry: SchemeCost) -> int:
+    """The profile's capacity, or the largest T with `k * (m1 T + m2 T^2) <= free memory`, k the
+    micro-batches in flight at the peak (pp under 1F1B unless given)."""
+    if entry.capacity_tokens is not None:
+        return entry.capacity_tokens
+    free = (profile.gpu_memory_bytes or 0.0) - profile.memory_reserve_bytes - (entry.static_bytes or 0.0)
+    if free <= 0:
+        return 0
+    in_flight = entry.in_flight_micro_batches or entry.pp
+    per_token = in_flight * (entry.activation_bytes_per_token or 0.0)
+    per_square = in_flight * entry.activation_bytes_per_token_sq
+    if per_square > 0:  # the positive root of per_square T^2 + per_token T - free = 0
+        return math.floor((-per_token + math.sqrt(per_token**2 + 4 * per_square * free)) / (2 * per_square))
+    if per_token > 0:
+        return math.floor(free / per_token)
+    return 2**62
+
+
+def one_f_one_b_order(stage: int, num_stages: int, num_micro_batches: int) -> list[tuple[str, int]]:
+    """The 1F1B operations of one stage (Narayanan et al. 2021): `pp - stage - 1` warm-up
+    forwards (at most m), then one forward and one backward alternately, then the remaining
+    backwards."""
+    warmup = min(num_stages - stage - 1, num_micro_batches)
+    order = [("F", index) for index in range(warmup)]
+    for step in range(num_micro_batches - warmup):
+        order += [("F", warmup + step), ("B", step)]
+    order += [("B", index) for index in range(num_micro_batches - warmup, num_micro_batches)]
+    return order
+
+
+def pipeline_time_s(stage_times_s: Sequence[float], num_stages: int, fwd_fraction: float) -> float:
+    """End of the last backward of a 1F1B pipeline whose micro-batch i takes `stage_times_s[i]`
+    (forward share `fwd_fraction`) on every stage.
+
+    By definition an operation ends at max(end of the operation before it on its stage, end of
+    the operation it waits for) plus its duration, where a forward waits for the same forward on
+    the stage before, a backward for the same backward on the stage after, and the last stage's
+    backward for its own forward. The ends are evaluated by that recursion, memoised, with an
+    explicit stack.
+    """
+    num_micro = len(stage_times_s)
+    if num_micro == 0:
+        return 0.0
+    orders = [one_f_one_b_order(stage, num_stages, num_micro) for stage in range(num_stages)]
+    position = [{op: place for place, op in enumerate(order)} for order in orders]
+    duration = {"F": [fwd_fraction * t for t in stage_times_s], "B": [(1 - fwd_fraction) * t for t in stage_times_s]}
+    end: dict[str, list[list[float | None]]] = {
+        kind: [[None] * num_micro for _ in range(num_stages)] for kind in ("F", "B")
+    }
+
+    def predecessors(stage: int, kind: str, index: int) -> list[tuple[int, str, int]]:
+        before = []
+        place = position[stage][(kind, index)]
+        if place > 0:
+            before.append((stage, *orders[stage][place - 1]))
+        if kind == "F" and stage > 0:
+            before.append((stage - 1, "F", index))
+        elif kind == "B" and stage < num_stages - 1:
+            before.append((stage + 1, "B", index))
+        elif kind == "B":
+            before.append((stage, "F", index))
+        return before
+
+    stack = [(0, "B", num_micro - 1)]  # the last operation of the pipeline
+    while stack:
+        stage, kind, index = stack[-1]
+        if end[kind][stage][index] is not None:
+            stack.pop()
+            continue
+        before = predecessors(stage, kind, index)
+        waiting = [op for op in before if end[op[1]][op[0]][op[2]] is None]
+        if waiting:
+            stack.extend(waiting)
+            continue
+        start = max((end[op[1]][op[0]][op[2]] for op in before), default=0.0)
+        end[kind][stage][index] = start + duration[kind][index]
+        stack.pop()
+    return end["B"][0][num_micro - 1]
+
+
+def grad_sync_s(profile: CostProfile, pipeline_schemes: Sequence[Scheme]) -> float:
+    """The profile's fixed time, or a ring all-reduce (Patarasuk & Yuan 2009) of the largest
+    gradient shard among one replica per CP rank of every pipeline: `2 (n-1)/n * bytes / bw`."""
+    if profile.grad_sync_s is not None:
+        return profile.grad_sync_s * profile.seconds_per_unit
+    replicas = sum(cp for _, _, cp in pipeline_schemes)
+    bandwidth = profile.grad_sync_bandwidth_bytes_per_s
+    if bandwidth is None or replicas <= 1:
+        return 0.0
+    entries = scheme_entries(profile)
+    largest = max(entries[scheme].grad_bytes_per_gpu for scheme in pipeline_schemes)
+    return 2 * (replicas - 1) / replicas * largest / bandwidth
+
+
+def parse_strategy_text(text: str) -> list[tuple[Scheme, int]]:
+    """`2x<4,1,1> + 1x<8,1,2>` as [((4,1,1), 2), ((8,1,2), 1)]; ValueError when malformed."""
+    terms = []
+    for term in text.split("+"):
+        count, separator, scheme = term.strip().partition("x")
+        degrees = scheme.strip().removeprefix("<").removesuffix(">").split(",")
+        if not separator or not count.strip().isdigit() or len(degrees) not in (2, 3):
+            raise ValueError(f"strategy term {term.strip()!r} is not COUNTx<tp,pp,cp>")
+        tp, pp, cp = (int(degree) for degree in [*degrees, "1"][:3])
+        terms.append(((tp, pp, cp), int(count)))
+    return terms
+
+
+def placement_order(scheme: Scheme) -> tuple[int, ...]:
+    """The planner's placement order (DESIGN.md): larger TP*CP grids first, then larger
+    pipelines, larger TP, fewer stages, smaller CP."""
+    tp, pp, cp = scheme
+    return (-tp * cp, -tp * pp * cp, -tp, pp, cp)
+
+
+def canonical_strategy(schemes: Sequence[Scheme]) -> str:
+    """The strategy text of pipelines with these schemes, in placement order."""
+    counts: dict[Scheme, int] = {}
+    for scheme in schemes:
+        counts[scheme] = counts.get(scheme, 0) + 1
+    ordered = sorted(counts, key=placement_order)
+    return " + ".join(f"{counts[s]}x<{s[0]},{s[1]},{s[2]}>" for s in ordered)
+
+
+def placed_blocks(strategy_text: str) -> set[tuple[Scheme, tuple[int, ...]]]:
+    """(scheme, ranks) of every pipeline of a strategy: contiguous rank blocks in placement order."""
+    blocks = set()
+    first_rank = 0
+    terms = parse_strategy_text(strategy_text)
+    for scheme, count in sorted(terms, key=lambda term: placement_order(term[0])):
+        size = scheme[0] * scheme[1] * scheme[2]
+        for _ in range(count):
+            blocks.add((scheme, tuple(range(first_rank, first_rank + size))))
+            first_rank += size
+    return blocks
+
+
+def switch_cost_s(
+    profile: CostProfile, previous_strategy: str | None, pipelines: Sequence[tuple[Scheme, Sequence[int]]]
+) -> float:
+    """Re-sharding time from the previous strategy: every pipeline whose (scheme, ranks) block
+    is new loads its weight shard (`grad_bytes_per_gpu`: gradients have the weights' size and
+    dtype), all in parallel over the slowest link; 0 without a previous strategy or bandwidth."""
+    if previous_strategy is None:
+        return 0.0
+    kept = placed_blocks(previous_strategy)
+    moved = {scheme for scheme, ranks in pipelines if (scheme, tuple(ranks)) not in kept}
+    bandwidth = profile.grad_sync_bandwidth_bytes_per_s
+    if not moved or bandwidth is None:
+        return 0.0
+    entries = scheme_entries(profile)
+    return max(entries[scheme].grad_bytes_per_gpu for scheme in moved) / bandwidth
