@@ -45,7 +45,7 @@ MAX_LAYERS = 4096
 
 # 1F1B operations of a plan to check or estimate: two per (stage, micro-batch) of every pipeline,
 # summed. A 4096-GPU plan of 64M tokens has ~10^5 (16 stages x 4K micro-batches: 1.3 x 10^5); 1M
-# keeps the simulation of a plan to check near a second on one core.
+# keeps the checker's reference simulation (~3 us per operation) to a few seconds on one core.
 MAX_SCHEDULE_OPERATIONS = 1_000_000
 
 # Cost coefficients and hardware numbers, in the profile's time unit or in bytes (FLOP/s, bytes/s).
