@@ -92,3 +92,11 @@ def test_a_route_without_the_dependency_is_found() -> None:
 )
 def test_route_path_strips_only_the_root_path(path: str, root: str, expected: str) -> None:
     assert route_path({"path": path, "root_path": root}) == expected
+
+
+@pytest.mark.parametrize("sent", [TOKEN + "x", TOKEN[:-1], TOKEN.upper(), " " + TOKEN + "x", "", TOKEN + " extra"])
+def test_only_the_exact_token_passes(sent: str) -> None:
+    """A token that merely starts with the real one (or is a prefix of it) is refused."""
+    with TestClient(create_app(test_settings(api_token=TOKEN)), raise_server_exceptions=False) as client:
+        assert_problem(client.get("/v1/models", headers={"Authorization": f"Bearer {sent}"}), 401)
+        assert client.get("/v1/models", headers={"Authorization": f"bearer {TOKEN}"}).status_code == 200
