@@ -203,3 +203,25 @@ def test_the_checker_imports_none_of_the_solver():
         imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
         project = {module for module in imported if module.startswith("hydraplan")}
         assert project <= {"hydraplan.planner", "hydraplan.planner.schemas", "hydraplan.planner.reference"}, project
+
+
+def test_a_legitimate_drop_of_the_first_sequence_passes_and_bad_ids_do_not():
+    """Sequence 0 longer than every capacity, dropped under `drop`: valid; a dropped id outside
+    the input (negative or past the end) is named."""
+    lengths = [10**7, *wikipedia_like_batch(5_000, seed=2)]
+    options = SolverOptions(time_limit_s=0.3, oversize="drop", solver="greedy")
+    dropped = solve(PlanRequest(lengths=lengths, num_gpus=16, options=options), PROFILE)
+    assert dropped.dropped_sequence_ids == [0] and check_plan(dropped) == []
+    for bad in (-1, len(lengths)):
+        broken = edited(dropped, lambda d, bad=bad: d["dropped_sequence_ids"].append(bad))
+        assert f"sequence {bad} is listed as dropped or split but is no input sequence" in messages(broken)
+
+
+def test_a_plan_shorter_than_a_second_checks_its_gap():
+    """Objective below 1 s with a non-zero gap: the gap is recomputed, not taken as 0."""
+    small = solve(
+        PlanRequest(lengths=[300, 500, 800, 1200], num_gpus=4, options=SolverOptions(time_limit_s=0.3)), PROFILE
+    )
+    assert 0 < small.objective_s < 1 and small.gap > 0
+    assert check_plan(small) == []
+    assert "gap" in messages(edited(small, lambda d: d.__setitem__("gap", 0.0)))

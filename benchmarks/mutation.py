@@ -1,0 +1,171 @@
+"""Mutation testing of the guarantees: does the test suite notice when the checker, the 1F1B
+simulator, the bound code or the API's token guard is broken?
+
+    python benchmarks/mutation.py                       # every target (an hour or more on 2 cores)
+    python benchmarks/mutation.py --targets checker,auth
+
+Cosmic Ray (`pip install cosmic-ray`) mutates one file at a time *in place*, so the run happens in
+a throwaway copy of the committed tree (`git archive HEAD`), installed editable into its own
+virtual environment on top of this interpreter's packages; the checkout is never touched. Each
+mutant runs the focused tests of its target (first failure stops it). Binary-operator swaps to
+bitwise, shift, power and modulo operators are left out: they mostly make type errors that any
+test kills, at a large cost in run time. The survivors are listed in benchmarks/RESULTS.md; each
+one is killed by a new test or explained there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.report import command_line, markdown_table, write_section
+
+ROOT = Path(__file__).resolve().parents[1]
+COSMIC_RAY = "cosmic-ray==8.7.0"
+EXCLUDED_OPERATORS = [
+    "core/ReplaceBinaryOperator_.*_(BitOr|BitAnd|BitXor|LShift|RShift|Pow|Mod|FloorDiv)",
+    "core/ReplaceBinaryOperator_(BitOr|BitAnd|BitXor|LShift|RShift|Pow|Mod|FloorDiv)_.*",
+]
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    module_path: str
+    tests: tuple[str, ...]
+
+
+TARGETS = {
+    target.name: target
+    for target in (
+        Target("checker", "planner/check.py", ("tests/test_check.py",)),
+        Target("reference", "planner/reference.py", ("tests/test_check_reference.py", "tests/test_check.py")),
+        Target("simulate", "planner/simulate.py", ("tests/test_simulate.py", "tests/test_check_reference.py")),
+        Target("bubble-floor", "planner/bubble_floor.py", ("tests/test_bubble_floor.py", "tests/test_bounds.py")),
+        Target("auth", "api/auth.py", ("tests/test_api_auth.py",)),
+    )
+}
+
+
+def prepare(workdir: Path) -> Path:
+    """A copy of the committed tree with its own venv (this interpreter's packages + Cosmic Ray)."""
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(workdir)], input=archive, check=True)
+    venv = workdir / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([python, "-m", "pip", "install", "-q", COSMIC_RAY], check=True)
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(workdir)], check=True
+    )
+    return venv / "bin"
+
+
+def config_text(target: Target, python: Path, timeout_s: float) -> str:
+    tests = " ".join(target.tests)
+    excluded = ", ".join(json.dumps(pattern) for pattern in EXCLUDED_OPERATORS)
+    return f"""[cosmic-ray]
+module-path = "{target.module_path}"
+timeout = {timeout_s}
+excluded-modules = []
+test-command = "{python} -m pytest -x -q -p no:cacheprovider -p no:randomly {tests}"
+
+[cosmic-ray.distributor]
+name = "local"
+
+[cosmic-ray.filters.operators-filter]
+exclude-operators = [{excluded}]
+"""
+
+
+def run_target(target: Target, workdir: Path, bin_dir: Path, timeout_s: float) -> dict:
+    """Mutate one file; the counts and every surviving mutant (line, operator, the code mutated)."""
+    config, session = workdir / f"{target.name}.toml", workdir / f"{target.name}.sqlite"
+    config.write_text(config_text(target, bin_dir / "python", timeout_s))
+    started = time.perf_counter()
+    for command in (["cosmic-ray", "init"], ["cr-filter-operators"], ["cosmic-ray", "exec"]):
+        arguments = [str(session), str(config)] if command == ["cr-filter-operators"] else [str(config), str(session)]
+        subprocess.run([str(bin_dir / command[0]), *command[1:], *arguments], cwd=workdir, check=True)
+    dump = subprocess.run(
+        [str(bin_dir / "cosmic-ray"), "dump", str(session)], cwd=workdir, capture_output=True, text=True, check=True
+    )
+    source = (workdir / target.module_path).read_text().splitlines()
+    counts = {"killed": 0, "survived": 0, "incompetent": 0, "skipped": 0, "pending": 0}
+    survivors = []
+    for line in dump.stdout.splitlines():
+        job, result = json.loads(line)
+        result = result or {}
+        outcome = result.get("test_outcome") or result.get("worker_outcome") or "pending"
+        counts[outcome] = counts.get(outcome, 0) + 1
+        if outcome == "survived":
+            mutation = job["mutations"][0]
+            row = mutation["start_pos"][0]
+            survivors.append((row, mutation["operator_name"], source[row - 1].strip()))
+    return {"counts": counts, "survivors": sorted(survivors), "elapsed_s": time.perf_counter() - started}
+
+
+def report(results: dict[str, dict]) -> str:
+    rows = []
+    for name, result in results.items():
+        counts = result["counts"]
+        tested = counts["killed"] + counts["survived"]
+        score = f"{100 * counts['killed'] / tested:.1f}%" if tested else "-"
+        rows.append(
+            [
+                name,
+                TARGETS[name].module_path,
+                tested,
+                counts["killed"],
+                counts["survived"],
+                score,
+                f"{result['elapsed_s'] / 60:.0f} min",
+            ]
+        )
+    body = [
+        "Each target file is mutated by Cosmic Ray (every operator but binary swaps to bitwise, shift, "
+        "power and modulo operators); a mutant is killed when its target's focused tests fail.",
+        "",
+        markdown_table(["target", "file", "mutants run", "killed", "survived", "score", "time"], rows),
+    ]
+    for name, result in results.items():
+        if result["survivors"]:
+            body += ["", f"### Surviving mutants: {name}", ""]
+            body.append(
+                markdown_table(
+                    ["line", "operator", "code"],
+                    [[row, operator.removeprefix("core/"), f"`{code}`"] for row, operator, code in result["survivors"]],
+                )
+            )
+    return "\n".join(body)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated: " + ", ".join(TARGETS))
+    parser.add_argument("--timeout-s", type=float, default=300.0, help="per mutant (a hang counts as killed)")
+    args = parser.parse_args()
+    names = [name.strip() for name in args.targets.split(",") if name.strip()]
+    unknown = [name for name in names if name not in TARGETS]
+    if unknown:
+        parser.error(f"unknown targets {unknown}; valid: {', '.join(TARGETS)}")
+    with tempfile.TemporaryDirectory(prefix="hydraplan-mutation-") as temporary:
+        workdir = Path(temporary)
+        bin_dir = prepare(workdir)
+        results = {name: run_target(TARGETS[name], workdir, bin_dir, args.timeout_s) for name in names}
+    text = report(results)
+    print(text)
+    write_section("mutation", command_line(), text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
