@@ -339,15 +339,15 @@ def describe_request_error(
 
 
 @contextmanager
-def naming_flags(args: argparse.Namespace) -> Iterator[None]:
-    """A `PlanningError` whose message starts with a request field (`previous_strategy: ...`,
-    `strategy_pool[0] ...`) is re-raised prefixed with that field's flag and value, as the
-    validation errors of `describe_request_error` are."""
+def naming_flags(args: argparse.Namespace, refusals: tuple[type[ValueError], ...] = ()) -> Iterator[None]:
+    """A `PlanningError` (or one of `refusals`) whose message starts with a request field
+    (`previous_strategy: ...`, `strategy_pool[0] ...`, `num_gpus 12 is ...`) is re-raised prefixed
+    with that field's flag and value, as the validation errors of `describe_request_error` are."""
     from hydraplan.planner.errors import PlanningError
 
     try:
         yield
-    except PlanningError as exc:
+    except (PlanningError, *refusals) as exc:
         message = " ".join(str(exc).split())
         leading = re.match(r"[a-z][a-z0-9_]*", message)
         field = leading.group() if leading else None
@@ -445,4 +445,5 @@ def analytic_profile(args: argparse.Namespace) -> CostProfile:
 
     model = catalog_model(args.model, args.models_file)
     gpu = catalog_gpu(args.gpu, args.gpus_file)
-    return build_profile(model, gpu, args.num_gpus, args.gpus_per_node)
+    with naming_flags(args, (ValueError,)):  # its cluster checks name num_gpus, gpus_per_node
+        return build_profile(model, gpu, args.num_gpus, args.gpus_per_node)

@@ -38,6 +38,15 @@ def test_a_partial_node_is_a_cluster_but_more_must_be_whole_nodes(capsys: pytest
     assert code == 0, err
 
 
+@pytest.mark.parametrize("command", [["schemes"], ["profile", "--analytic"]])
+def test_commands_without_a_request_name_the_cluster_flags_too(
+    capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """`schemes` and `profile` check the cluster in the analytic cost model, not in PlanRequest."""
+    code, _, err = run(capsys, *command, "--model", "tiny", "--num-gpus", "12")
+    assert assert_one_line_error(code, err) == "--num-gpus 12: not a multiple of --gpus-per-node 8"
+
+
 @pytest.mark.parametrize(
     ("flags", "lead", "bound"),
     [
