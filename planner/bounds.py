@@ -526,6 +526,27 @@ class SyncFloors:
             widest = np.where(shard[children] > shard[prefix_widest], children, prefix_widest)
         return np.array([self.of(r, w) for r, w in zip(replicas.tolist(), widest.tolist())])
 
+    def extended_blocks(self, prefixes: Sequence[tuple[int, ...]], block_of: np.ndarray, children: np.ndarray):
+        """`extended(prefixes[block_of[k]], [children[k]])[0]` for every k at once (the same
+        values): the sets of many blocks of `BoundTables.set_bound_blocks` in one pass."""
+        cp_all, per_replica_all, shard = self._arrays
+        prefix_cp = np.array([sum(self._cp[column] for column in prefix) for prefix in prefixes], dtype=np.int64)
+        prefix_per_replica = np.array(
+            [max((self._gpus_per_replica[column] for column in prefix), default=0.0) for prefix in prefixes]
+        )
+        prefix_widest = np.array([self.widest(prefix) if prefix else -1 for prefix in prefixes], dtype=np.int64)
+        cp = cp_all[children] + prefix_cp[block_of]
+        per_replica = np.maximum(per_replica_all[children], prefix_per_replica[block_of])
+        replicas = np.maximum(cp, np.ceil(self.num_gpus / per_replica - 1e-9).astype(np.int64))
+        owner = prefix_widest[block_of]
+        owner_shard = np.where(owner >= 0, shard[np.maximum(owner, 0)], -np.inf)
+        widest = np.where(shard[children] > owner_shard, children, owner)
+        # few distinct (replicas, widest) pairs: one memoised floor each
+        width = len(self.coefs)
+        unique, inverse = np.unique(replicas * width + widest, return_inverse=True)
+        floors = np.array([self.of(int(key) // width, int(key) % width) for key in unique.tolist()])
+        return floors[inverse.reshape(-1)]
+
 
 class _ItemSizes:
     """Items of some scheme columns as the packing bounds see them: work per scheme, the least

@@ -228,6 +228,11 @@ class Frontier:
     def push_set(self, columns: tuple[int, ...], bound_s: float) -> None:
         heapq.heappush(self.sets, (bound_s, next(self._order), columns))
 
+    def push_sets(self, sets: Sequence[tuple[int, ...]], bounds_s: Sequence[float]) -> None:
+        """`push_set` of each in turn, in one heapify (the keys are unique: the same heap order)."""
+        self.sets.extend((bound_s, next(self._order), columns) for columns, bound_s in zip(sets, bounds_s))
+        heapq.heapify(self.sets)
+
     def push_strategies(self, strategies: Sequence[Strategy], floor_s: float = -math.inf) -> None:
         """Bound and estimate new strategies, grouped by scheme set for vectorised bounds; `floor_s`
         is a bound known to hold for all of them (their scheme set's)."""
@@ -478,23 +483,37 @@ def _seed_sets(
     sync_floors = SyncFloors(cost, coefs, num_gpus)
     # a set that cannot beat the incumbent with the least sync of any set never matters
     cutoff_s = incumbent_s - sync_floors.least()
-    sizes_array = np.array(sizes)
     frontier.set_pricing = (priced, sync_floors, incumbent_s)
-    for prefix, children, bounds in priced.set_bound_blocks(max_schemes, num_gpus, cutoff_s):
+    blocks: list[tuple[tuple[int, ...], np.ndarray, np.ndarray]] = []
+    cut = False
+    for block in priced.set_bound_blocks(max_schemes, num_gpus, cutoff_s):
         if should_stop():
             every = priced.pipeline_time_bound_s(range(len(coefs)), num_gpus) + sync_floors.least()
             frontier.floor_s = min(frontier.floor_s, incumbent_s, every)
-            return True
-        prefix_sizes = [sizes[column] for column in prefix]
-        child_sizes = sizes_array[children]
-        fits = {size: fillable(tuple(sorted([*prefix_sizes, size])), num_gpus) for size in set(child_sizes.tolist())}
-        keep = np.array([fits[size] for size in child_sizes.tolist()], dtype=bool)
-        if not keep.any():
-            continue
-        totals = np.minimum(bounds[keep] + sync_floors.extended(prefix, children[keep]), incumbent_s)
-        for child, total in zip(children[keep].tolist(), totals.tolist()):
-            frontier.push_set((*prefix, child), total)
-    return False
+            cut = True
+            break
+        blocks.append(block)
+    if not blocks:
+        return cut
+    # every listed set at once: whether it can fill the cluster (which depends on its prefix's
+    # sizes and the child's), its sync floor and its bound
+    fillable_children: dict[tuple[int, ...], np.ndarray] = {}
+    masks = []
+    for prefix, children, _ in blocks:
+        key = tuple(sorted(sizes[column] for column in prefix))
+        if key not in fillable_children:
+            fillable_children[key] = np.array([fillable(tuple(sorted([*key, size])), num_gpus) for size in sizes])
+        masks.append(fillable_children[key][children])
+    keep = np.concatenate(masks)
+    block_of = np.repeat(np.arange(len(blocks)), [len(children) for _, children, _ in blocks])[keep]
+    children = np.concatenate([children for _, children, _ in blocks])[keep]
+    bounds = np.concatenate([bounds for _, _, bounds in blocks])[keep]
+    prefixes = [prefix for prefix, _, _ in blocks]
+    totals = np.minimum(bounds + sync_floors.extended_blocks(prefixes, block_of, children), incumbent_s)
+    frontier.push_sets(
+        [(*prefixes[block], child) for block, child in zip(block_of.tolist(), children.tolist())], totals.tolist()
+    )
+    return cut
 
 
 def _tighten_bounds(

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from synthetic import synthetic_profile
 
+from hydraplan.planner.bounds import SyncFloors
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.counts import capped_count_vectors, fillable
 from hydraplan.planner.dispatch import _estimate_s, greedy_dispatch
@@ -126,3 +127,18 @@ def test_item_splitting_matches_its_definition(lengths, capacity, policy):
     oversize = tuple(index for index, length in enumerate(lengths) if length > capacity)
     assert (items.split_sequence_ids if policy == "split" else items.dropped_sequence_ids) == oversize
     assert math.isclose(items.num_tokens, sum(length for _, _, length in expected))
+
+
+def test_sync_floors_of_many_blocks_are_those_of_each():
+    cost = ProfileCostModel(synthetic_profile(max_gpus=64))
+    coefs = [cost.coefficients(scheme) for scheme in cost.schemes()]
+    floors = SyncFloors(cost, coefs, 64)
+    rng = np.random.default_rng(3)
+    prefixes = [()] + [
+        tuple(sorted(rng.choice(len(coefs), size=size, replace=False).tolist())) for size in (1, 2, 1, 2)
+    ]
+    block_of = rng.integers(0, len(prefixes), size=200)
+    children = rng.integers(0, len(coefs), size=200)
+    together = floors.extended_blocks(prefixes, block_of, children)
+    alone = [floors.extended(prefixes[block], np.array([child]))[0] for block, child in zip(block_of, children)]
+    assert together.tolist() == alone
