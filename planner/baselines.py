@@ -27,8 +27,11 @@ estimate `(v + pp - 1) * max(micro-batch time)`; the strategy is the best of a b
 fewer for batches of over 6K sequences) by that estimate, as its code chooses, and the plan reports
 the simulated time of what it chose.
 
-The pools of `flexsp` and `hydraulis` hold the strategies hydraplan's search meets first: scheme
-sets by their fluid lower bound (`planner.bounds`), pipeline counts nearest the fluid optimum.
+The pools of `flexsp` and `hydraulis` hold every homogeneous strategy of their schemes (one scheme
+on all GPUs: the strategy generators they imitate produce those, and hydraplan's own search always
+tries them), then the strategies hydraplan's search meets first: scheme sets by their fluid lower
+bound (`planner.bounds`), pipeline counts nearest the fluid optimum. Every baseline plan passes
+`planner.check` before it is returned, like hydraplan's own.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import numpy as np
 from hydraplan.planner.bounds import BoundTables, sync_lower_bound_s
 from hydraplan.planner.build import build_plan
 from hydraplan.planner.candidate import Candidate
+from hydraplan.planner.check import check_plan
 from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
 from hydraplan.planner.dispatch import greedy_dispatch
 from hydraplan.planner.errors import PlanningError
@@ -173,6 +177,7 @@ def flexsp(request: PlanRequest, profile: CostProfile) -> Plan:
         raise PlanningError(f"flexsp: no scheme of the profile with pp == 1 fits {request.num_gpus} GPUs")
     items = _items_for("flexsp", request, coefs)
     pool = strategy_pool(items.lengths, coefs, cost, request.num_gpus, request.options.max_schemes, FLEXSP_POOL_SIZE)
+    pool = with_homogeneous(pool, coefs, request.num_gpus)
     best: Candidate | None = None
     for strategy in pool:
         candidate = _greedy_candidate(strategy, items.lengths, cost)
@@ -215,6 +220,7 @@ def hydraulis(request: PlanRequest, profile: CostProfile) -> Plan:
     # dispatch costs ~30 us per sequence and strategy: big batches get fewer strategies
     size = min(HYDRAULIS_POOL_SIZE, max(HYDRAULIS_MIN_POOL_SIZE, HYDRAULIS_DISPATCH_BUDGET // len(items)))
     pool = strategy_pool(items.lengths, coefs, cost, request.num_gpus, request.options.max_schemes, size)
+    pool = with_homogeneous(pool, coefs, request.num_gpus)
     rng = np.random.default_rng(request.options.seed)
     shuffles = np.stack([rng.permutation(len(items)) for _ in range(HYDRAULIS_SHUFFLES)])
     best: HydraulisChoice | None = None
@@ -420,6 +426,17 @@ def strategy_pool(
     return pool
 
 
+def with_homogeneous(pool: Sequence[Strategy], coefs: Sequence[SchemeCoefficients], num_gpus: int) -> list[Strategy]:
+    """`pool` after every homogeneous strategy of `coefs` (each scheme whose size divides the
+    cluster, on all of it), without repeats."""
+    homogeneous = [
+        Strategy.of([(coef.scheme, num_gpus // coef.scheme.num_gpus)])
+        for coef in coefs
+        if num_gpus % coef.scheme.num_gpus == 0
+    ]
+    return list(dict.fromkeys([*homogeneous, *pool]))
+
+
 def _counts_near(ideal: Sequence[float], schemes: Sequence, num_gpus: int) -> list[tuple[int, ...]]:
     """Count vectors (>= 1 pipeline per scheme, exactly `num_gpus` GPUs) nearest to `ideal`.
 
@@ -567,9 +584,13 @@ BASELINES: dict[str, Callable[[PlanRequest, CostProfile], Plan]] = {
 
 
 def run_baseline(name: str, request: PlanRequest, profile: CostProfile) -> Plan:
-    """Plan the batch the way baseline `name` would."""
+    """Plan the batch the way baseline `name` would; the plan has passed `planner.check`."""
     try:
         baseline = BASELINES[name]
     except KeyError:
         raise PlanningError(f"unknown baseline {name!r}; valid: {', '.join(sorted(BASELINES))}") from None
-    return baseline(request, profile)
+    plan = baseline(request, profile)
+    violations = check_plan(plan)
+    if violations:
+        raise AssertionError(f"baseline {name} produced an invalid plan: " + "; ".join(violations[:5]))
+    return plan

@@ -172,3 +172,39 @@ def test_a_batch_no_baseline_can_hold_raises_planning_error(name):
         run_baseline(name, request([1000, 2000, 3000], num_gpus=8), tiny)
     with pytest.raises(PlanningError, match="exceed the largest capacity"):
         run_baseline(name, request([1000] * 20 + [10**6]), PROFILE)
+
+
+@pytest.mark.parametrize("name", ["hydraulis", "flexsp"])
+def test_heterogeneous_baselines_consider_every_homogeneous_strategy(name, monkeypatch):
+    """Fair baselines: the strategy generators they imitate produce homogeneous strategies, so
+    their pools hold each scheme of their space on the whole cluster, besides the mixed ones."""
+    import hydraplan.planner.baselines as baselines
+
+    seen: list = []
+    real = baselines._hydraulis_choice if name == "hydraulis" else baselines._greedy_candidate
+
+    def recording(strategy, *args):
+        seen.append(strategy)
+        return real(strategy, *args)
+
+    monkeypatch.setattr(baselines, "_hydraulis_choice" if name == "hydraulis" else "_greedy_candidate", recording)
+    lengths = wikipedia_like_batch(30_000, seed=3)
+    run_baseline(name, request(lengths), PROFILE)
+    pipelines = [strategy.counts for strategy in seen if len(strategy.counts) == 1]
+    schemes = {scheme for ((scheme, count),) in pipelines if scheme.num_gpus * count == 16}
+    cost = ProfileCostModel(PROFILE)
+    if name == "hydraulis":
+        expected = {s for s in cost.schemes() if s.cp == 1 and 16 % s.num_gpus == 0}
+    else:
+        tp = min(s.scheme.tp for s in baselines.flexsp_schemes(cost, 16, max(lengths)))
+        expected = {s for s in cost.schemes() if s.pp == 1 and s.tp == tp and 16 % s.num_gpus == 0}
+    assert expected and expected <= schemes
+    assert len(seen) == len(set(seen))  # no strategy evaluated twice
+
+
+def test_baseline_plans_are_checked_before_they_are_returned(monkeypatch):
+    import hydraplan.planner.baselines as baselines
+
+    monkeypatch.setattr(baselines, "check_plan", lambda plan: ["a planted violation"])
+    with pytest.raises(AssertionError, match="baseline megatron produced an invalid plan: a planted violation"):
+        run_baseline("megatron", request(wikipedia_like_batch(10_000, seed=1)), PROFILE)
