@@ -225,3 +225,34 @@ def test_a_plan_shorter_than_a_second_checks_its_gap():
     assert 0 < small.objective_s < 1 and small.gap > 0
     assert check_plan(small) == []
     assert "gap" in messages(edited(small, lambda d: d.__setitem__("gap", 0.0)))
+
+
+def test_a_short_stage_is_named_as_such(plan):
+    """One stage a rank short: the stage-size check speaks, not only the flattening one."""
+    assert "stage_ranks must be 1 lists of 8 ranks" in messages(
+        edited(plan, lambda d: d["pipelines"][0]["stage_ranks"][0].pop())
+    )
+
+
+def test_uncovered_ranks_are_listed_exactly(plan):
+    found = messages(edited(plan, lambda d: d.__setitem__("num_gpus", 24)))
+    assert "ranks do not cover 0..23 exactly (missing [16, 17, 18, 19, 20], outside [])" in found
+
+
+def test_ids_far_past_the_input_are_named(plan):
+    far = plan.num_sequences + 5
+    assert f"sequence {far} is listed as dropped or split but is no input sequence" in messages(
+        edited(plan, lambda d: d["split_sequence_ids"].append(far))
+    )
+
+
+def test_a_malformed_previous_strategy_is_a_violation_not_a_crash(plan):
+    found = check_plan(edited(plan, lambda d: d.__setitem__("previous_strategy", "garbage")))
+    assert any(violation.startswith("previous_strategy: strategy term 'garbage'") for violation in found), found
+
+
+def test_pipelines_of_hundreds_of_sequences_check_cleanly():
+    """Counts past the small-integer cache: equal counts compare by value."""
+    many = solve(PlanRequest(lengths=[100] * 700, num_gpus=1, options=SolverOptions(time_limit_s=0.3)), PROFILE)
+    assert many.pipelines[0].num_sequences == 700
+    assert check_plan(many) == []
