@@ -65,7 +65,7 @@ class Settings(BaseModel):
     max_sessions: int = Field(1024, ge=1, description="Live sessions at once (507 when full).")
     max_jobs: int = Field(256, ge=1, description="Jobs kept at once, finished ones until job_ttl_s (507 when full).")
     max_job_bytes: int = Field(
-        32 * MIB, ge=1024, description="Largest stored job value (a plan or a sweep item); larger results fail the item."
+        32 * MIB, ge=1024, description="Largest stored job value (a plan or a sweep item); a larger result fails."
     )
     lease_ttl_s: float = Field(
         10.0, gt=0, description="A dead worker's session locks and running jobs are released after this long."
