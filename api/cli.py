@@ -116,7 +116,7 @@ def run_serve(args: argparse.Namespace) -> int:
         from hydraplan.api.server import run
     except ImportError as exc:
         raise ValueError(f"{SERVICE_MISSING} ({exc})") from None
-    run(args.host, args.port, args.workers)
+    run(args.host, args.port, args.workers, args.root_path)
     return EXIT_OK
 
 
@@ -129,6 +129,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=positive_int, default=8000, help="port (default: %(default)s)")
     parser.add_argument(
         "--workers", type=positive_int, metavar="N", default=1, help="worker processes (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--root-path",
+        default="",
+        metavar="PREFIX",
+        help="path prefix a proxy strips before forwarding, e.g. /api (links and docs use it; the token is "
+        "required on every path but the operations ones either way)",
     )
     parser.set_defaults(handler=run_serve)
 

@@ -446,7 +446,9 @@ def test_serve_passes_host_port_and_workers(
     monkeypatch.setitem(sys.modules, "hydraplan.api.server", fake_server)
     code, _, err = run(capsys, "serve", "--host", "0.0.0.0", "--port", "9001", "--workers", "3")
     assert code == 0, err
-    assert calls == [("0.0.0.0", 9001, 3)]
+    code, _, err = run(capsys, "serve", "--root-path", "/api")
+    assert code == 0, err
+    assert calls == [("0.0.0.0", 9001, 3, ""), ("127.0.0.1", 8000, 1, "/api")]
 
 
 def test_the_cli_does_not_import_fastapi() -> None:
@@ -517,3 +519,10 @@ def test_readme_setup_commands_match_ci() -> None:
     ]
     ci_lines = (root / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert commands[1].split(" && ")[1] in ci_lines
+
+
+@pytest.mark.parametrize("prefix", ["api", "/api/"])
+def test_serve_refuses_a_malformed_root_path(capsys: pytest.CaptureFixture[str], prefix: str) -> None:
+    code, _, err = run(capsys, "serve", "--root-path", prefix)
+    assert code == 2
+    assert f"--root-path {prefix!r}: give a path like /api" in err and "Traceback" not in err
