@@ -73,7 +73,8 @@ PACKING_PROBE_STEP = 0.002  # rows not infeasible this far above their start are
 PACKING_BISECTIONS = 12
 PACKING_CHUNK_ELEMENTS = 4_000_000
 SET_PACKING_STEP = 0.003  # grid of step times of `BoundTables.set_packing_bounds_s` (ratio - 1) ...
-SET_PACKING_POINTS = 64  # ... and its most points
+SET_PACKING_POINTS = 64  # ... and its most points, tried in chunks of
+SET_PACKING_CHUNK_POINTS = 8
 IDENTITY_MAX_ROWS = 400  # the identity function prices every item: only over this many lengths
 FLOAT_SLACK = 1e-9
 
@@ -345,7 +346,13 @@ class BoundTables:
         return result
 
     def set_packing_bounds_s(
-        self, sets: Sequence[tuple[int, ...]], num_gpus: int, sync_floors: SyncFloors, start_s: np.ndarray, cap_s: float
+        self,
+        sets: Sequence[tuple[int, ...]],
+        num_gpus: int,
+        sync_floors: SyncFloors,
+        start_s: np.ndarray,
+        cap_s: float,
+        should_stop: Callable[[], bool] = lambda: False,
     ) -> np.ndarray:
         """Raise valid set bounds `start_s` (step times, each at most `cap_s`, the incumbent) with
         the packing argument of `packing_bounds`, weighted by GPUs instead of pipeline counts:
@@ -354,7 +361,9 @@ class BoundTables:
         `sum_i min_s g_s f(x_is(T)) <= N`. T is tried on a geometric grid shared by all sets;
         each violated grid point proves on its own that the pipelines need longer (plus the
         set's sync floor). Result <= cap_s, as for every set bound. Only for tables of at most
-        IDENTITY_MAX_ROWS lengths (else `start_s` unchanged)."""
+        IDENTITY_MAX_ROWS lengths (else `start_s` unchanged). `should_stop` is asked between
+        chunks of SET_PACKING_CHUNK_POINTS grid points (up to ~0.1 s a batch of 200 sets over
+        ~100 lengths): the points tried so far stand."""
         if len(self.lengths) > IDENTITY_MAX_ROWS:
             # measured: over many distinct lengths (Wikipedia batches of 1K-16K sequences) it raised
             # no set, at up to 50 ms a batch of sets
@@ -397,7 +406,12 @@ class BoundTables:
         if worth.size:
             steps = min(SET_PACKING_POINTS, math.ceil(math.log(high / low) / math.log1p(SET_PACKING_STEP)) + 1)
             times = low * (high / low) ** (np.arange(1, steps + 1) / steps)
-            proved[worth] = np.where(violated(times, worth), times[:, None], -np.inf).max(axis=0)
+            for first in range(0, steps, SET_PACKING_CHUNK_POINTS):
+                if first and should_stop():
+                    break
+                part = times[first : first + SET_PACKING_CHUNK_POINTS]
+                found = np.where(violated(part, worth), part[:, None], -np.inf).max(axis=0)
+                proved[worth] = np.maximum(proved[worth], found)
         return np.maximum(start_s, np.minimum(cap_s, proved + syncs))
 
     def _bubble_dual(

@@ -543,7 +543,7 @@ def _tighten_bounds(
             and (not waiting or least_set_s <= min(waiting)[0])
         ):
             if frontier.sets[0][2] not in refined_sets and len(refined_sets) < MAX_REFINED_SETS:
-                _refine_set_batch(frontier, incumbent_s, refined_sets)
+                _refine_set_batch(frontier, incumbent_s, refined_sets, clock.stop)
                 continue
             if frontier.tables.num_items <= FEW_ITEMS and expansions < MAX_FEW_ITEMS_EXPANSIONS:
                 # a set bound cannot see which few items share a pipeline: its strategies can
@@ -569,10 +569,12 @@ def _tighten_bounds(
     return best
 
 
-def _refine_set_batch(frontier: Frontier, incumbent_s: float, refined: set[tuple[int, ...]]) -> None:
+def _refine_set_batch(
+    frontier: Frontier, incumbent_s: float, refined: set[tuple[int, ...]], should_stop: Callable[[], bool]
+) -> None:
     """Re-bound the least unexpanded sets with the replica-coupled set bound
     (`BoundTables.replica_split_bounds_s`) and the set packing bound
-    (`BoundTables.set_packing_bounds_s`)."""
+    (`BoundTables.set_packing_bounds_s`, which stops early when `should_stop()` says so)."""
     assert frontier.set_pricing is not None
     tables, sync_floors, cap_s = frontier.set_pricing
     batch = []
@@ -587,7 +589,7 @@ def _refine_set_batch(frontier: Frontier, incumbent_s: float, refined: set[tuple
     better = tables.replica_split_bounds_s(sets, frontier.num_gpus, sync_floors)
     raised = np.maximum([bound_s for bound_s, _ in batch], np.minimum(cap_s, better))
     # the packing bound needs a row per length: the exact tables, not the coarsened pricing
-    raised = frontier.tables.set_packing_bounds_s(sets, frontier.num_gpus, sync_floors, raised, cap_s)
+    raised = frontier.tables.set_packing_bounds_s(sets, frontier.num_gpus, sync_floors, raised, cap_s, should_stop)
     for columns, value in zip(sets, raised.tolist()):
         refined.add(columns)
         frontier.push_set(columns, value)
