@@ -12,6 +12,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -129,9 +130,10 @@ def redis_server_binary() -> str:
     return binary
 
 
-@pytest.fixture(name="redis_url", scope="session")
-def redis_url_fixture() -> Iterator[str]:
-    """A throwaway Redis server on 127.0.0.1 (no persistence), see `redis_server_binary`."""
+@contextmanager
+def running_redis() -> Iterator[tuple[str, subprocess.Popen]]:
+    """A throwaway Redis server on 127.0.0.1 (no persistence), see `redis_server_binary`:
+    its URL and process, stopped on exit."""
     binary = redis_server_binary()
     pytest.importorskip("redis")
     import redis
@@ -147,10 +149,17 @@ def redis_url_fixture() -> Iterator[str]:
         client = redis.Redis.from_url(url)
         wait_for(lambda: _answers(client), timeout_s=10)
         client.close()
-        yield url
+        yield url, process
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@pytest.fixture(name="redis_url", scope="session")
+def redis_url_fixture() -> Iterator[str]:
+    """The URL of a Redis server shared by the session's tests."""
+    with running_redis() as (url, _):
+        yield url
 
 
 def _answers(client: Any) -> bool:

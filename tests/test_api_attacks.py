@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from api_support import PROBLEM_JSON, TINY_LENGTHS, free_port, plan_body, redis_server_binary, session_body, wait_for
+from api_support import PROBLEM_JSON, TINY_LENGTHS, free_port, plan_body, running_redis, session_body, wait_for
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 TOKEN = "attack-test-token"
@@ -103,27 +103,8 @@ def _healthy(server: Server) -> bool:
 @pytest.fixture(scope="module")
 def redis_server() -> Iterator[tuple[str, subprocess.Popen]]:
     """A Redis of this module's own: the outage test pauses it."""
-    binary = redis_server_binary()
-    port = free_port()
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    import redis
-
-    wait_for(lambda: _pings(redis.Redis.from_url(url)), timeout_s=10)
-    yield url, process
-    process.terminate()
-    process.wait(timeout=10)
-
-
-def _pings(client: Any) -> bool:
-    try:
-        return bool(client.ping())
-    except Exception:
-        return False
+    with running_redis() as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
