@@ -6,7 +6,7 @@ import pytest
 from synthetic import synthetic_profile, wikipedia_like_batch
 
 from hydraplan.planner.check import check_plan
-from hydraplan.planner.schemas import Plan, PlanRequest, SolverOptions
+from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SchemeCost, SolverOptions
 from hydraplan.planner.solve import solve
 
 PROFILE = synthetic_profile(max_gpus=16)
@@ -256,3 +256,106 @@ def test_pipelines_of_hundreds_of_sequences_check_cleanly():
     many = solve(PlanRequest(lengths=[100] * 700, num_gpus=1, options=SolverOptions(time_limit_s=0.3)), PROFILE)
     assert many.pipelines[0].num_sequences == 700
     assert check_plan(many) == []
+
+
+def test_stage_ranks_in_another_order_than_ranks(plan):
+    """Right sizes, same ranks, another order: the flattening check speaks."""
+
+    def reorder(d):
+        stages = d["pipelines"][1]["stage_ranks"]
+        stages[0], stages[1] = stages[1], stages[0]
+
+    assert "pipeline 1 <4,2,1>: stage_ranks do not flatten to ranks" in messages(edited(plan, reorder))
+
+
+def test_ranks_used_twice_are_listed_exactly(plan):
+    def overlap(d):
+        d["pipelines"][1]["ranks"] = list(range(8))
+        d["pipelines"][1]["stage_ranks"] = [list(range(4)), list(range(4, 8))]
+
+    assert "pipeline 1 <4,2,1>: ranks used twice ([0, 1, 2, 3, 4])" in messages(edited(plan, overlap))
+
+
+def test_sequences_both_dropped_and_split_are_listed_exactly(plan):
+    both = list(range(7))
+    found = messages(edited(plan, lambda d: d.update(dropped_sequence_ids=both, split_sequence_ids=both)))
+    assert "sequences listed as both dropped and split: [0, 1, 2, 3, 4]" in found
+
+
+def test_unknown_ids_are_listed_exactly(plan):
+    def strays(d):
+        batch = first_batch(d)
+        for stray in range(10**6, 10**6 + 7):
+            batch["sequence_ids"].append(stray)
+            batch["offsets"].append(0)
+            batch["lengths"].append(1)
+
+    assert "unknown sequence ids placed: [1000000, 1000001, 1000002, 1000003, 1000004]" in messages(
+        edited(plan, strays)
+    )
+
+
+@pytest.fixture(scope="module")
+def split_plan() -> Plan:
+    """A valid plan with a split sequence (chunk offsets past 256) and a one-token sequence."""
+    lengths = [1, 10**6, *wikipedia_like_batch(20_000, seed=7)]
+    options = SolverOptions(time_limit_s=0.3, oversize="split", solver="greedy")
+    return solve(PlanRequest(lengths=lengths, num_gpus=16, options=options), PROFILE)
+
+
+def test_a_split_plan_with_a_one_token_sequence_is_valid(split_plan):
+    assert split_plan.split_sequence_ids == [1] and split_plan.input_lengths[0] == 1
+    assert check_plan(split_plan) == []
+
+
+def test_a_zero_length_chunk_does_not_tile(split_plan):
+    def empty_chunk(d):
+        batch = first_batch(d)
+        batch["sequence_ids"].append(1)
+        batch["offsets"].append(0)
+        batch["lengths"].append(0)
+
+    found = check_plan(edited(split_plan, empty_chunk))
+    assert [v for v in found if v.startswith("sequence 1:")] == [
+        "sequence 1: chunks do not tile its tokens (at offset 0)"
+    ]
+
+
+def test_one_tiling_error_one_message(plan):
+    """An overlap stops the tiling walk: one message for the sequence, not one per chunk."""
+    sequence_id = first_batch(plan.model_dump(mode="json"))["sequence_ids"][0]
+    found = check_plan(edited(plan, lambda d: first_batch(d)["offsets"].__setitem__(0, 3)))
+    assert [v for v in found if v.startswith(f"sequence {sequence_id}")] == [
+        f"sequence {sequence_id}: chunks do not tile its tokens (at offset 3)"
+    ]
+
+
+def test_an_id_without_its_length_and_offset(plan):
+    assert "must be equal-length and non-empty" in messages(
+        edited(plan, lambda d: first_batch(d)["sequence_ids"].append(0))
+    )
+
+
+def test_pipeline_token_counts_off_by_one_either_way(plan):
+    for delta in (-1, 1):
+        broken = edited(
+            plan,
+            lambda d, delta=delta: d["pipelines"][0].__setitem__("num_tokens", d["pipelines"][0]["num_tokens"] + delta),
+        )
+        assert "pipeline 0 <8,1,1>: num_tokens" in messages(broken)
+
+
+def test_a_negative_bound_is_a_violation(plan):
+    def negative(d):
+        d["lower_bound_s"] = -1.0
+        d["gap"] = (d["objective_s"] + 1.0) / d["objective_s"]
+
+    assert "lower_bound_s -1.0 is not within" in messages(edited(plan, negative))
+
+
+def test_a_cost_free_plan_has_gap_zero():
+    """A profile with zero costs: objective 0, and the gap of a zero objective is 0."""
+    free = CostProfile(num_layers=4, schemes=[SchemeCost(tp=1, pp=1, a=0, b=0, c=0, capacity_tokens=10**6)])
+    plan = solve(PlanRequest(lengths=[100, 200, 300], num_gpus=2, options=SolverOptions(time_limit_s=0.2)), free)
+    assert plan.objective_s == 0 and plan.gap == 0
+    assert check_plan(plan) == []
