@@ -48,6 +48,7 @@ COMMANDS: dict[str, Command] = {
     "profile": Command("hydraplan.api.cli_inspect", "write a cost profile JSON (hydraplan.profile/1)"),
     "models": Command("hydraplan.api.cli_inspect", "list the catalog models (--model, --models-file)"),
     "gpus": Command("hydraplan.api.cli_inspect", "list the catalog GPUs (--gpu, --gpus-file)"),
+    "schema": Command("hydraplan.api.cli_inspect", "print the JSON Schema of a format: plan, profile, request, pool"),
     "serve": Command(__name__, "run the REST service (needs the service extra)"),
 }
 

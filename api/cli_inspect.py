@@ -1,5 +1,5 @@
-"""`hydraplan check`, `schemes`, `profile`, `models` and `gpus`: commands that read or write
-files and catalogs without planning."""
+"""`hydraplan check`, `schemes`, `profile`, `models`, `gpus` and `schema`: commands that read or
+write files, catalogs and formats without planning."""
 
 from __future__ import annotations
 
@@ -187,7 +187,33 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(headers), "  ".join("-" * width for width in widths), *(line(row) for row in rows)])
 
 
+# ---------------------------------------------------------------------------------------------
+# schema: the versioned formats as JSON Schema
+# ---------------------------------------------------------------------------------------------
+
+
+def run_schema(args: argparse.Namespace) -> int:
+    """Print (or write) the JSON Schema of one format."""
+    from hydraplan.planner.formats import json_schema
+
+    text = json.dumps(json_schema(args.format), indent=2) + "\n"
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as out:
+            out.write(text)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def add_schema_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Print the JSON Schema of a versioned hydraplan format (also in docs/schemas/)."
+    parser.add_argument("format", choices=["plan", "profile", "request", "pool"], help="the format")
+    parser.add_argument("--out", metavar="FILE", help="write to FILE (default: standard output)")
+    parser.set_defaults(handler=run_schema)
+
+
 ADD_ARGUMENTS = {
+    "schema": add_schema_arguments,
     "check": add_check_arguments,
     "schemes": add_schemes_arguments,
     "profile": add_profile_arguments,

@@ -461,7 +461,18 @@ def test_the_cli_does_not_import_fastapi() -> None:
 # The CLI surface (snapshot) and the installed script
 # ---------------------------------------------------------------------------------------------
 
-HELP_COMMANDS = [[], ["plan"], ["strategies"], ["check"], ["schemes"], ["profile"], ["models"], ["gpus"], ["serve"]]
+HELP_COMMANDS = [
+    [],
+    ["plan"],
+    ["strategies"],
+    ["check"],
+    ["schemes"],
+    ["profile"],
+    ["models"],
+    ["gpus"],
+    ["schema"],
+    ["serve"],
+]
 
 
 def test_cli_help_snapshot(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
