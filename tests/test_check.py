@@ -359,3 +359,15 @@ def test_a_cost_free_plan_has_gap_zero():
     plan = solve(PlanRequest(lengths=[100, 200, 300], num_gpus=2, options=SolverOptions(time_limit_s=0.2)), free)
     assert plan.objective_s == 0 and plan.gap == 0
     assert check_plan(plan) == []
+
+
+def test_a_missing_rank_is_counted_exactly(plan):
+    found = messages(edited(plan, lambda d: d["pipelines"][0]["ranks"].pop()))
+    assert "pipeline 0 <8,1,1>: 7 ranks, scheme needs 8" in found
+
+
+def test_pipeline_indices_out_of_order(plan):
+    def swap(d):
+        d["pipelines"][0]["index"], d["pipelines"][1]["index"] = 1, 0
+
+    assert "pipeline indices are not 0..P-1 in order" in messages(edited(plan, swap))
