@@ -69,6 +69,7 @@ ESTIMATE_RESOLUTION = 6  # simplex grid of the strategy estimates (bounds use th
 # set bounds over more distinct lengths than this use coarsened tables (rows of lengths within 2%):
 # ~0.6 s of the 2 s budget went to seeding 4,390 sets over 2,500 lengths at 70B / 256 GPUs
 EXACT_SET_BOUND_MAX_LENGTHS = 1024
+SEEDED_BLOCKS_PER_PUSH = 128  # blocks of scheme sets bounded between two pushes into the frontier
 NUM_POLISHED = 4
 NUM_POLISHED_BRIEF = 2  # under budgets below THOROUGH_MIN_BUDGET_S (e.g. a service's 0.1 s)
 NUM_RUNNERS_UP = 8
@@ -473,8 +474,8 @@ def _seed_sets(
     no better than the incumbent or obeys that pricing, so min(incumbent, bound) is valid.
 
     When `should_stop()` says so between blocks of sets, the sets not listed yet are left out and
-    the frontier's floor takes the bound of all schemes together, which no set's bound is below:
-    the global bound stays valid, only looser. Returns whether that happened."""
+    the frontier's floor takes a bound no such set's bound is below (`_unlisted_floor_s`): the
+    global bound stays valid, only looser. Returns whether that happened."""
     sizes = [coef.scheme.num_gpus for coef in coefs]
     tables = frontier.tables
     if len(tables.lengths) > EXACT_SET_BOUND_MAX_LENGTHS:
@@ -484,20 +485,41 @@ def _seed_sets(
     # a set that cannot beat the incumbent with the least sync of any set never matters
     cutoff_s = incumbent_s - sync_floors.least()
     frontier.set_pricing = (priced, sync_floors, incumbent_s)
+    fillable_children: dict[tuple[int, ...], np.ndarray] = {}  # per sorted prefix sizes, per column
     blocks: list[tuple[tuple[int, ...], np.ndarray, np.ndarray]] = []
-    cut = False
     for block in priced.set_bound_blocks(max_schemes, num_gpus, cutoff_s):
         if should_stop():
-            every = priced.pipeline_time_bound_s(range(len(coefs)), num_gpus) + sync_floors.least()
-            frontier.floor_s = min(frontier.floor_s, incumbent_s, every)
-            cut = True
-            break
+            unlisted_s = _unlisted_floor_s(priced, block[0], num_gpus) + sync_floors.least()
+            frontier.floor_s = min(frontier.floor_s, incumbent_s, unlisted_s)
+            _push_seeded(frontier, blocks, sizes, num_gpus, sync_floors, incumbent_s, fillable_children)
+            return True
         blocks.append(block)
+        if len(blocks) == SEEDED_BLOCKS_PER_PUSH:  # pushed as they come: little is left after a stop
+            _push_seeded(frontier, blocks, sizes, num_gpus, sync_floors, incumbent_s, fillable_children)
+            blocks = []
+    _push_seeded(frontier, blocks, sizes, num_gpus, sync_floors, incumbent_s, fillable_children)
+    return False
+
+
+def _unlisted_floor_s(tables: BoundTables, prefix: tuple[int, ...], num_gpus: int) -> float:
+    """A floor under the bound (without sync) of every set listed by the block of `prefix` or a
+    later one of `BoundTables.set_bound_blocks`, whose prefixes come in lexicographic order, each
+    before its children's: such a set is the prefix and later columns, or the prefix's first l
+    columns and then only columns after its (l+1)-th. Over a superset of a set's columns the
+    area and longest-item bounds can only fall. Tighter than all columns at once: cut at 90% of
+    the blocks at 1,024 GPUs, the global bound fell 8% short of full seeding instead of 16%."""
+    num_columns = tables.gpu_seconds.shape[1]
+    supersets = [[*prefix[:level], *range(prefix[level] + 1, num_columns)] for level in range(len(prefix))]
+    supersets.append([*prefix, *range(prefix[-1] + 1 if prefix else 0, num_columns)])
+    return min(tables.pipeline_time_bound_s(columns, num_gpus) for columns in supersets if columns)
+
+
+def _push_seeded(frontier: Frontier, blocks, sizes, num_gpus: int, sync_floors, incumbent_s: float, fillable_children):
+    """Queue the sets of these blocks of `BoundTables.set_bound_blocks` that can fill the cluster
+    (which depends on the sizes of the prefix and of the child alone), each with its bound plus
+    its sync floor, at most the incumbent: all of them at once."""
     if not blocks:
-        return cut
-    # every listed set at once: whether it can fill the cluster (which depends on its prefix's
-    # sizes and the child's), its sync floor and its bound
-    fillable_children: dict[tuple[int, ...], np.ndarray] = {}
+        return
     masks = []
     for prefix, children, _ in blocks:
         key = tuple(sorted(sizes[column] for column in prefix))
@@ -513,7 +535,6 @@ def _seed_sets(
     frontier.push_sets(
         [(*prefixes[block], child) for block, child in zip(block_of.tolist(), children.tolist())], totals.tolist()
     )
-    return cut
 
 
 def _tighten_bounds(

@@ -20,9 +20,10 @@ from hydraplan.planner.search import Clock, SearchSettings, search, solve_fixed
 from hydraplan.planner.strategies import Strategy, parse_strategy
 
 FINISH_SHARE = 0.1  # of the time limit, kept for building and checking the plan ...
-# ... or more for large batches: building and checking take ~3 us per item on a 2-core EPYC
-# (0.19 s for 63K items at 4,096 GPUs), linear in the items
-FINISH_S_PER_ITEM = 4e-6
+# ... or more for large batches: building and checking take 3-4 us per item on a quiet 2-core
+# EPYC (0.19 s for 63K items at 4,096 GPUs, 65 ms for 16K), linear in the items, and up to twice
+# that on a loaded one
+FINISH_S_PER_ITEM = 6e-6
 MILP_SHARE = 0.08  # of the time limit, the most one MILP solve may take
 # Below this budget, or above this many sequences, the search polishes only its best two
 # strategies and refines only the best: four refined polishes cost ~40 ms, which took a 0.1 s

@@ -179,7 +179,7 @@ def test_search_stops_at_a_fake_clock_with_a_valid_bound(full_plan, step_s):
     assert first.best.objective_s == second.best.objective_s
 
 
-@pytest.mark.parametrize("blocks", [0, 1, 7, 60])
+@pytest.mark.parametrize("blocks", [0, 1, 7, 60, 300])
 def test_seeding_cut_short_keeps_a_floor_under_every_set(blocks):
     """Sets left out when seeding stops are covered by the frontier's floor: no set's bound, as
     full seeding computes it, is below the lower bound the cut frontier reports."""
@@ -201,6 +201,11 @@ def test_seeding_cut_short_keeps_a_floor_under_every_set(blocks):
     assert len(cut.sets) < len(full.sets)
     least_full = min(bound for bound, _, _ in full.sets)
     assert cut.lower_bound_s() <= least_full * (1 + 1e-12)
+    listed = {columns for _, _, columns in cut.sets}
+    unlisted = [bound for bound, _, columns in full.sets if columns not in listed]
+    assert unlisted and cut.floor_s <= min(unlisted) * (1 + 1e-12)
+    full_bounds = {columns: bound for bound, _, columns in full.sets}
+    assert all(full_bounds[columns] == bound for bound, _, columns in cut.sets)  # listed sets as in full
     assert cut.set_pricing is not None  # the bounds can still be tightened after the search
 
 
