@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -385,8 +386,17 @@ def scale_body(samples: list[ScaleSample], run_lines: list[str], max_tokens: int
     return table, "\n\n".join(parts)
 
 
+def load_average() -> str:
+    """The 1-minute load average: other work on the machine stretches every phase alike."""
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "n/a"
+
+
 def run_scale(args: argparse.Namespace, argv: list[str] | None) -> int:
     began = time.perf_counter()
+    load_before = load_average()
     warm_up(SCALE_SETTINGS[SCALE_ROWS[args.configs[0]][0]])
     samples: list[ScaleSample] = []
     total = len(args.configs) * args.repeats * len(args.solvers)
@@ -408,7 +418,8 @@ def run_scale(args: argparse.Namespace, argv: list[str] | None) -> int:
     run_lines = [
         f"Run: {args.repeats} batches per row (seeds 0..{args.repeats - 1}), each solved in full and cancelled at "
         f"once (alternating which first) after one untimed warm-up solve per solver; oversize policy `split`; "
-        f"{time.perf_counter() - began:.0f} s in all."
+        f"{time.perf_counter() - began:.0f} s in all; 1-minute load average {load_before} at the start, "
+        f"{load_average()} at the end ({os.cpu_count()} cores: above that, other work shared them)."
     ]
     if args.max_tokens:
         run_lines.append(f"**Batches capped at {args.max_tokens} tokens: smaller than the issue's sizes.**")
