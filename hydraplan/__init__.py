@@ -26,15 +26,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from hydraplan.api.client import AsyncClient, Client, ServiceError
     from hydraplan.planner.errors import PlanningError
     from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SolverOptions
 
 __version__ = "0.1.0"
 __all__ = [
+    "AsyncClient",
+    "Client",
     "CostProfile",
     "Plan",
     "PlanRequest",
     "PlanningError",
+    "ServiceError",
     "SolverOptions",
     "analytic_profile",
     "check",
@@ -49,11 +53,15 @@ _TYPES = {
     "PlanRequest": "hydraplan.planner.schemas",
     "SolverOptions": "hydraplan.planner.schemas",
     "PlanningError": "hydraplan.planner.errors",
+    # the REST clients need httpx (the service extra)
+    "Client": "hydraplan.api.client",
+    "AsyncClient": "hydraplan.api.client",
+    "ServiceError": "hydraplan.api.client",
 }
 
 
 def __getattr__(name: str) -> Any:
-    """The boundary types, imported on first use."""
+    """The boundary types and the clients, imported on first use."""
     if name in _TYPES:
         import importlib
 
@@ -168,24 +176,13 @@ def _profile(profile: CostProfile | str | Path) -> CostProfile:
     return load_profile(profile) if isinstance(profile, str | Path) else profile
 
 
-def _integers(lengths: Sequence[int]) -> list[int]:
-    """Python ints from any integer sequence (numpy arrays included); booleans, floats and strings
-    are left for the request's validation to refuse, naming their position."""
-    import operator
-
-    return [
-        value if isinstance(value, bool) or not hasattr(value, "__index__") else operator.index(value)
-        for value in lengths
-    ]
-
-
 def _request(
     lengths: Sequence[int], num_gpus: int, gpus_per_node: int, previous_strategy: str | None, options: dict[str, Any]
 ) -> PlanRequest:
-    from hydraplan.planner.schemas import PlanRequest, SolverOptions
+    from hydraplan.planner.schemas import PlanRequest, SolverOptions, integer_list
 
     return PlanRequest(
-        lengths=_integers(lengths),
+        lengths=integer_list(lengths),
         num_gpus=num_gpus,
         gpus_per_node=gpus_per_node,
         previous_strategy=previous_strategy,

@@ -7,8 +7,10 @@ Solver internals never appear here (they are dataclasses / numpy arrays inside t
 from __future__ import annotations
 
 import math
+import operator
+from collections.abc import Iterable
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator, model_validator
 
@@ -28,6 +30,17 @@ Rate = Annotated[float, Field(gt=0, le=limits.MAX_RATE, allow_inf_nan=False)]
 # A sequence's token count: a JSON integer (no `true`, no "5", no 5.0), inside int32.
 TokenCount = Annotated[StrictInt, Field(ge=1, le=limits.MAX_SEQUENCE_TOKENS)]
 NumGpus = Annotated[int, Field(ge=1, le=limits.MAX_NUM_GPUS)]
+
+
+def integer_list(values: Iterable[Any]) -> list[Any]:
+    """Python ints from any integers (numpy's included) for a `list[TokenCount]` field; booleans,
+    floats and strings pass through unchanged, for validation to refuse naming their position."""
+    return [
+        value if isinstance(value, bool) or not hasattr(value, "__index__") else operator.index(value)
+        for value in values
+    ]
+
+
 GpusPerNode = Annotated[int, Field(ge=1, le=limits.MAX_GPUS_PER_NODE)]
 Degree = Annotated[int, Field(ge=1, le=limits.MAX_NUM_GPUS)]
 Stages = Annotated[int, Field(ge=1, le=limits.MAX_LAYERS)]

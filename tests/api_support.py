@@ -8,17 +8,23 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("fastapi")
+import httpx  # noqa: E402
+
 pytest.importorskip("prometheus_client")
 
 from fastapi.testclient import TestClient  # noqa: E402
@@ -166,6 +172,65 @@ def _answers(client: Any) -> bool:
     try:
         return bool(client.ping())
     except Exception:
+        return False
+
+
+@dataclass
+class Server:
+    """A real uvicorn server in a subprocess (see `start_uvicorn`)."""
+
+    process: subprocess.Popen
+    url: str
+    log: Any  # a temporary file: a pipe nobody reads would fill up and block the server's logging
+    token: str | None = None
+
+    def client(self, token: str | None = "") -> httpx.Client:
+        """An httpx client of the server with its token (`token=None`: none; a string: that one)."""
+        token = self.token if token == "" else token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # what a proxy forwards: paths without the prefix (uvicorn puts root_path in front)
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def rss_bytes(self) -> int:
+        with open(f"/proc/{self.process.pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+    def stop(self, sig: int = signal.SIGTERM) -> str:
+        """Stop it (SIGTERM: gracefully) and return what it logged."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.seek(0)
+        return self.log.read()
+
+
+def start_uvicorn(settings: dict[str, str], *, root_path: str = "", token: str | None = None) -> Server:
+    """uvicorn serving the app factory on a free loopback port with `HYDRAPLAN_*` `settings`."""
+    port = free_port()
+    environment = {**os.environ, "HYDRAPLAN_LOG_LEVEL": "WARNING", **settings}
+    command = [sys.executable, "-m", "uvicorn", "--factory", "hydraplan.api.app:create_app"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--timeout-graceful-shutdown", "20"]
+    if root_path:
+        command += ["--root-path", root_path]
+    log = tempfile.TemporaryFile("w+")
+    process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT, text=True)
+    server = Server(process, f"http://127.0.0.1:{port}", log, token)
+    wait_for(lambda: _healthy(server) or process.poll() is not None, timeout_s=30, interval_s=0.1)
+    assert process.poll() is None, server.stop()
+    return server
+
+
+def _healthy(server: Server) -> bool:
+    try:
+        return httpx.get(server.url + "/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
         return False
 
 

@@ -7,19 +7,25 @@ memory stays flat, and faults (SIGTERM, SIGKILL, a Redis outage) leave no job or
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
-from api_support import PROBLEM_JSON, TINY_LENGTHS, free_port, plan_body, running_redis, session_body, wait_for
+from api_support import (
+    PROBLEM_JSON,
+    TINY_LENGTHS,
+    Server,
+    plan_body,
+    running_redis,
+    session_body,
+    start_uvicorn,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 TOKEN = "attack-test-token"
@@ -28,76 +34,17 @@ QUICK_S = 1.5  # "within 1 s", with slack for a loaded 2-core CI machine
 LEASE_TTL_S = 1.0
 
 
-@dataclass
-class Server:
-    process: subprocess.Popen
-    url: str
-    log: Any  # a temporary file: a pipe nobody reads would fill up and block the server's logging
-
-    def client(self, token: str | None = TOKEN) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        # what the proxy forwards: paths without the prefix (uvicorn puts root_path in front)
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
-
-    def rss_bytes(self) -> int:
-        with open(f"/proc/{self.process.pid}/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS")
-
-    def stop(self, sig: int = signal.SIGTERM) -> str:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.seek(0)
-        return self.log.read()
-
-
 def start_server(redis_url: str, prefix: str, **settings: Any) -> Server:
-    port = free_port()
+    """A server with this module's token, store and short leases, under the root path."""
     environment = {
-        **os.environ,
         "HYDRAPLAN_API_TOKEN": TOKEN,
         "HYDRAPLAN_REDIS_URL": redis_url,
         "HYDRAPLAN_REDIS_PREFIX": prefix,
         "HYDRAPLAN_LEASE_TTL_S": str(LEASE_TTL_S),
         "HYDRAPLAN_MAX_CONCURRENT_SOLVES": "2",
-        "HYDRAPLAN_LOG_LEVEL": "WARNING",
         **{f"HYDRAPLAN_{name.upper()}": str(value) for name, value in settings.items()},
     }
-    command = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--factory",
-        "hydraplan.api.app:create_app",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--root-path",
-        ROOT_PATH,
-        "--timeout-graceful-shutdown",
-        "20",
-    ]
-    log = tempfile.TemporaryFile("w+")
-    process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT, text=True)
-    server = Server(process, f"http://127.0.0.1:{port}", log)
-    wait_for(lambda: _healthy(server) or process.poll() is not None, timeout_s=30, interval_s=0.1)
-    assert process.poll() is None, server.stop()
-    return server
-
-
-def _healthy(server: Server) -> bool:
-    try:
-        return httpx.get(server.url + "/healthz", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+    return start_uvicorn(environment, root_path=ROOT_PATH, token=TOKEN)
 
 
 @pytest.fixture(scope="module")

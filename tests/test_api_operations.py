@@ -306,17 +306,3 @@ def test_service_doc_lists_every_setting() -> None:
     text = SERVICE_DOC.read_text(encoding="utf-8")
     missing = [env_var(name) for name in Settings.model_fields if f"`{env_var(name)}`" not in text]
     assert missing == []
-
-
-def test_readme_client_example_runs(client) -> None:
-    """The orchestrator example of the README, run against the app (TestClient is httpx)."""
-    readme = ROOT / "README.md"
-    text = readme.read_text(encoding="utf-8")
-    code = text.split("### An orchestrator client", 1)[1].split("```python", 1)[1].split("```", 1)[0]
-    namespace: dict = {"__name__": "docs_example"}
-    exec(compile(code, str(readme), "exec"), namespace)
-    session = namespace["open_session"](client)
-    plan = namespace["plan_step"](client, session, plan_body()["lengths"])
-    assert plan["input_lengths"] == plan_body()["lengths"]
-    with pytest.raises(RuntimeError, match="404 Not Found: session"):
-        namespace["plan_step"](client, "/v1/sessions/ses-gone", [5])
