@@ -371,3 +371,54 @@ def test_pipeline_indices_out_of_order(plan):
         d["pipelines"][0]["index"], d["pipelines"][1]["index"] = 1, 0
 
     assert "pipeline indices are not 0..P-1 in order" in messages(edited(plan, swap))
+
+
+def test_an_extra_rank_is_counted_exactly(plan):
+    found = messages(edited(plan, lambda d: d["pipelines"][0]["ranks"].append(99)))
+    assert "pipeline 0 <8,1,1>: 9 ranks, scheme needs 8" in found
+
+
+def test_dropping_a_sequence_exactly_at_the_largest_capacity_is_a_violation():
+    largest = max(entry.capacity_tokens for entry in PROFILE.schemes)
+    lengths = [largest, *wikipedia_like_batch(5_000, seed=3)]
+    options = SolverOptions(time_limit_s=0.3, solver="greedy")
+    fits = solve(PlanRequest(lengths=lengths, num_gpus=16, options=options), PROFILE)
+
+    def drop_first(d):
+        remove_sequence(d, 0)
+        d["dropped_sequence_ids"] = [0]
+
+    assert f"sequence 0 ({largest} tokens) is dropped though it fits" in messages(edited(fits, drop_first))
+
+
+def test_a_dropped_sequence_that_is_placed_anyway(plan):
+    victim = first_batch(plan.model_dump(mode="json"))["sequence_ids"][0]
+    found = messages(edited(plan, lambda d: d.__setitem__("dropped_sequence_ids", [victim])))
+    assert f"sequence {victim} is listed as dropped but placed" in found
+
+
+def test_a_capacity_above_the_profiles_is_a_violation(plan):
+    capacity = plan.pipelines[0].capacity_tokens
+    found = messages(edited(plan, lambda d: d["pipelines"][0].__setitem__("capacity_tokens", capacity + 1)))
+    assert f"pipeline 0 <8,1,1>: capacity {capacity + 1} differs from the profile's {capacity}" in found
+
+
+def test_a_malformed_micro_batch_does_not_hide_the_next_ones(plan):
+    index = next(i for i, pipeline in enumerate(plan.pipelines) if len(pipeline.micro_batches) >= 2)
+
+    def two_faults(d):
+        batches = d["pipelines"][index]["micro_batches"]
+        batches[0]["sequence_ids"].append(0)
+        batches[1]["stage_time_s"] *= 0.9
+
+    found = messages(edited(plan, two_faults))
+    assert f"pipeline {index} <4,2,1> micro-batch 0: sequence_ids, lengths and offsets must be equal-length" in found
+    assert f"pipeline {index} <4,2,1> micro-batch 1: stage time" in found
+
+
+def test_micro_batch_token_counts_off_by_one_either_way(plan):
+    for delta in (-1, 1):
+        broken = edited(
+            plan, lambda d, delta=delta: first_batch(d).__setitem__("num_tokens", first_batch(d)["num_tokens"] + delta)
+        )
+        assert "micro-batch 0: num_tokens" in messages(broken)
