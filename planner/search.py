@@ -405,7 +405,7 @@ def search(
         if polished is not best:  # faster pipelines may now take items from the slowest
             best = refine(polished, lengths, REFINE_ROUNDS, enough)
     best = _tighten_bounds(frontier, best, lengths, settings, clock)
-    lower_bound_s = min(frontier.lower_bound_s(), best.objective_s)
+    lower_bound_s = frontier.lower_bound_s()  # uncapped: the checker refuses one above the objective
     runners_up = tuple(c.strategy for c in solved if c.strategy != best.strategy)[:NUM_RUNNERS_UP]
     return SearchResult(
         best, runners_up, lower_bound_s, len(coefs), len(frontier.strategies), attempts, timed_out or polish_timed_out

@@ -136,3 +136,18 @@ def test_random_valid_requests_always_give_checked_plans(lengths, num_gpus, max_
         return
     assert check_plan(plan) == []
     assert plan.lower_bound_s <= plan.step_time_s
+
+
+@pytest.mark.parametrize("inflation", [1.03, 1.2])
+def test_an_inflated_bound_is_refused_not_hidden(monkeypatch, inflation):
+    """The plan reports the bound the search proved, uncapped: a bound inflated by 3% or 20%
+    past the objective (a bug) makes the checker refuse the plan instead of showing gap 0."""
+    import hydraplan.planner.search as search
+
+    lengths = [2500, 2400, 900, 700, 650, 300]
+    honest = solve(request(lengths, num_gpus=2, time_limit_s=2), PROFILE)
+    assert honest.lower_bound_s * inflation > honest.objective_s  # the instance is tight enough
+    real = search.Frontier.lower_bound_s
+    monkeypatch.setattr(search.Frontier, "lower_bound_s", lambda self: real(self) * inflation)
+    with pytest.raises(AssertionError, match="lower_bound_s .* is not within"):
+        solve(request(lengths, num_gpus=2, time_limit_s=2), PROFILE)
