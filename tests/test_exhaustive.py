@@ -1,0 +1,124 @@
+"""End to end against an exhaustive optimum: on random tiny instances (random profiles with pp and
+cp > 1, capacities that bind, 4-6 GPUs, at most 6 sequences), `solve`'s bound is at most the true
+optimum, the optimum at most its plan, and its plan within 0.5% of the optimum.
+
+The optimum is found by enumeration with the checker's reference costs (planner/reference.py,
+written apart from the solver): every strategy of at most `max_schemes` distinct schemes on
+exactly the cluster, every assignment of sequences to its pipelines (none idle), and for each
+pipeline every ordered partition of its sequences into micro-batches under the capacity, timed by
+the reference 1F1B simulation.
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import cache
+
+import numpy as np
+import pytest
+
+from hydraplan.planner import reference
+from hydraplan.planner.check import check_plan
+from hydraplan.planner.schemas import CostProfile, PlanRequest, SchemeCost, SolverOptions
+from hydraplan.planner.solve import solve
+
+NUM_CASES = 50
+MAX_SCHEMES = 2
+
+
+def random_instance(case: int) -> tuple[CostProfile, list[int], int]:
+    rng = np.random.default_rng(1000 + case)
+    num_gpus = int(rng.integers(4, 7))
+    shapes = [(tp, pp, cp) for tp in (1, 2) for pp in (1, 2, 3) for cp in (1, 2) if tp * pp * cp <= num_gpus]
+    chosen = rng.choice(len(shapes), size=min(len(shapes), int(rng.integers(2, 5))), replace=False)
+    if not any(shapes[index][0] * shapes[index][1] * shapes[index][2] == 1 for index in chosen):
+        chosen = [*chosen, shapes.index((1, 1, 1))]  # so that every cluster size can be covered
+    schemes = []
+    for index in sorted(int(i) for i in chosen):
+        tp, pp, cp = shapes[index]
+        shards = tp * cp
+        schemes.append(
+            SchemeCost(
+                tp=tp,
+                pp=pp,
+                cp=cp,
+                a=float(rng.uniform(0.5, 2.0)) * 1e-9 / shards / pp,
+                b=float(rng.uniform(0.5, 2.0)) * 1e-5 / shards / pp,
+                c=float(rng.uniform(0.5, 3.0)) * 1e-3,
+                fwd_fraction=float(rng.choice([1 / 3, 0.4])),
+                capacity_tokens=int(rng.integers(2500, 4500)) * shards,
+                grad_bytes_per_gpu=float(rng.uniform(1e8, 1e9)) / (tp * pp),
+            )
+        )
+    profile = CostProfile(num_layers=6, schemes=schemes, grad_sync_bandwidth_bytes_per_s=5e10)
+    lengths = rng.integers(100, 2400, size=int(rng.integers(4, 7))).tolist()
+    return profile, lengths, num_gpus
+
+
+def ordered_partitions(items: tuple[int, ...]):
+    """Every sequence of disjoint non-empty blocks covering `items` (execution order matters)."""
+    if not items:
+        yield ()
+        return
+    for size in range(1, len(items) + 1):
+        for block in itertools.combinations(items, size):
+            rest = tuple(item for item in items if item not in block)
+            for tail in ordered_partitions(rest):
+                yield (block, *tail)
+
+
+def exhaustive_optimum_s(profile: CostProfile, lengths: list[int], num_gpus: int) -> float:
+    entries = reference.scheme_entries(profile)
+
+    @cache
+    def best_pipeline_s(scheme: reference.Scheme, members: tuple[int, ...]) -> float:
+        entry = entries[scheme]
+        capacity = reference.capacity_tokens(profile, entry)
+        best = float("inf")
+        for blocks in ordered_partitions(members):
+            batches = [[lengths[i] for i in block] for block in blocks]
+            if any(sum(batch) > capacity for batch in batches):
+                continue
+            times = [reference.stage_time_s(profile, entry, batch) for batch in batches]
+            best = min(best, reference.pipeline_time_s(times, entry.pp, entry.fwd_fraction))
+        return best
+
+    best = float("inf")
+    for strategy in strategies(list(entries), num_gpus):
+        sync_s = reference.grad_sync_s(profile, strategy)
+        for owners in itertools.product(range(len(strategy)), repeat=len(lengths)):
+            if len(set(owners)) < len(strategy):
+                continue  # a pipeline without sequences is no plan
+            slowest = max(
+                best_pipeline_s(scheme, tuple(i for i, owner in enumerate(owners) if owner == pipeline))
+                for pipeline, scheme in enumerate(strategy)
+            )
+            best = min(best, slowest + sync_s)
+    return best
+
+
+def strategies(schemes: list[reference.Scheme], num_gpus: int) -> list[tuple[reference.Scheme, ...]]:
+    """Every multiset of at most MAX_SCHEMES distinct schemes using exactly `num_gpus` GPUs."""
+    found = []
+    for distinct in range(1, MAX_SCHEMES + 1):
+        for combo in itertools.combinations(schemes, distinct):
+            sizes = [tp * pp * cp for tp, pp, cp in combo]
+            ranges = [range(1, num_gpus // size + 1) for size in sizes]
+            for counts in itertools.product(*ranges):
+                if sum(count * size for count, size in zip(counts, sizes)) == num_gpus:
+                    found.append(tuple(s for s, count in zip(combo, counts) for _ in range(count)))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", range(NUM_CASES))
+def test_bound_optimum_and_plan_against_exhaustive_search(case: int) -> None:
+    profile, lengths, num_gpus = random_instance(case)
+    optimum = exhaustive_optimum_s(profile, lengths, num_gpus)
+    assert optimum < float("inf")
+    options = SolverOptions(time_limit_s=5, max_schemes=MAX_SCHEMES)
+    plan = solve(PlanRequest(lengths=lengths, num_gpus=num_gpus, gpus_per_node=8, options=options), profile)
+    assert check_plan(plan) == []
+    assert plan.lower_bound_s <= optimum * (1 + 1e-9), (plan.lower_bound_s, optimum)
+    assert optimum <= plan.objective_s * (1 + 1e-9)
+    assert plan.objective_s <= optimum * 1.005, (plan.strategy, plan.objective_s, optimum)
