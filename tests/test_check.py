@@ -376,6 +376,12 @@ def test_pipeline_indices_out_of_order(plan):
 def test_an_extra_rank_is_counted_exactly(plan):
     found = messages(edited(plan, lambda d: d["pipelines"][0]["ranks"].append(99)))
     assert "pipeline 0 <8,1,1>: 9 ranks, scheme needs 8" in found
+    assert "(missing [], outside [99])" in found
+
+
+def test_ranks_outside_the_cluster_are_listed_exactly(plan):
+    found = messages(edited(plan, lambda d: d["pipelines"][0]["ranks"].extend(range(99, 105))))
+    assert "ranks do not cover 0..15 exactly (missing [], outside [99, 100, 101, 102, 103])" in found
 
 
 def test_dropping_a_sequence_exactly_at_the_largest_capacity_is_a_violation():
@@ -422,3 +428,61 @@ def test_micro_batch_token_counts_off_by_one_either_way(plan):
             plan, lambda d, delta=delta: first_batch(d).__setitem__("num_tokens", first_batch(d)["num_tokens"] + delta)
         )
         assert "micro-batch 0: num_tokens" in messages(broken)
+
+
+def test_a_missing_sequence_after_a_dropped_one_is_found():
+    lengths = [10**7, *wikipedia_like_batch(5_000, seed=2)]
+    options = SolverOptions(time_limit_s=0.3, oversize="drop", solver="greedy")
+    dropped = solve(PlanRequest(lengths=lengths, num_gpus=16, options=options), PROFILE)
+    last = len(lengths) - 1
+    assert f"sequence {last} ({lengths[last]} tokens) is missing" in messages(
+        edited(dropped, lambda d: remove_sequence(d, last))
+    )
+
+
+@pytest.mark.parametrize("delta", [-1, 1])
+def test_chunks_covering_too_few_or_too_many_tokens(split_plan, delta):
+    def resize_last_chunk(d):
+        chunks = [
+            (batch, position)
+            for pipeline in d["pipelines"]
+            for batch in pipeline["micro_batches"]
+            for position, sequence_id in enumerate(batch["sequence_ids"])
+            if sequence_id == 1
+        ]
+        batch, position = max(chunks, key=lambda chunk: chunk[0]["offsets"][chunk[1]])
+        batch["lengths"][position] += delta
+
+    total = split_plan.input_lengths[1]
+    assert f"sequence 1: chunks cover {total + delta} of {total} tokens" in messages(
+        edited(split_plan, resize_last_chunk)
+    )
+
+
+def test_a_micro_batch_exactly_at_capacity_is_valid(plan):
+    pipeline = plan.pipelines[0]
+    largest = max(batch.num_tokens for batch in pipeline.micro_batches)
+    key = (pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp)
+    schemes = [
+        entry.model_copy(update={"capacity_tokens": largest}) if entry.key == key else entry
+        for entry in plan.cost_profile.schemes
+    ]
+    exact = plan.cost_profile.model_copy(update={"schemes": schemes})
+    at_capacity = edited(plan, lambda d: d["pipelines"][0].__setitem__("capacity_tokens", largest))
+    assert check_plan(at_capacity, exact) == []
+
+
+def test_a_strategy_text_after_the_true_one_is_a_violation(plan):
+    assert plan.strategy < "2x<8,1,1>"
+    assert "strategy '2x<8,1,1>' does not match the pipelines" in messages(
+        edited(plan, lambda d: d.__setitem__("strategy", "2x<8,1,1>"))
+    )
+
+
+def test_a_plan_with_a_switch_cost_checks():
+    lengths = wikipedia_like_batch(40_000, seed=5)
+    options = SolverOptions(time_limit_s=0.5, strategy_pool=["1x<8,1,1> + 1x<4,2,1>"], solver="greedy")
+    request = PlanRequest(lengths=lengths, num_gpus=16, previous_strategy="4x<4,1,1>", options=options)
+    switched = solve(request, PROFILE)
+    assert switched.switch_cost_s > 0 and switched.objective_s > switched.step_time_s
+    assert check_plan(switched) == []
