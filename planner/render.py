@@ -188,6 +188,8 @@ def _baseline_table(plan: Plan) -> str:
     headers = ["baseline", "strategy", "step time", "speedup of this plan"]
     rows = [
         [baseline.name, baseline.strategy, _ms(baseline.step_time_s), f"{baseline.speedup:.2f}x"]
+        if baseline.error is None
+        else [baseline.name, f"could not plan: {baseline.error}", "-", "-"]
         for baseline in plan.baselines
     ]
     return _table(headers, rows, right_from=2)

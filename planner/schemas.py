@@ -412,10 +412,20 @@ class SolverStats(Frozen):
 
 
 class BaselineResult(Frozen):
+    """A baseline's plan of the same batch, or why it could not plan it."""
+
     name: str
-    strategy: str
-    step_time_s: float
-    speedup: float = Field(description="Baseline step time / plan step time.")
+    strategy: str | None = Field(None, description="The baseline's strategy (null when it could not plan).")
+    step_time_s: FiniteFloat | None = None
+    speedup: FiniteFloat | None = Field(None, description="Baseline step time / plan step time.")
+    error: str | None = Field(None, description="Why this baseline could not plan the batch.")
+
+    @model_validator(mode="after")
+    def _result_or_error(self) -> BaselineResult:
+        results = (self.strategy, self.step_time_s, self.speedup)
+        if (self.error is None) != all(value is not None for value in results):
+            raise ValueError(f"baseline {self.name}: give strategy, step_time_s and speedup, or an error")
+        return self
 
 
 class Plan(Frozen):

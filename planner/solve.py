@@ -204,9 +204,10 @@ def _finish(plan: Plan, request: PlanRequest, profile: CostProfile, baselines: S
         for name in baselines:
             try:
                 baseline = run_baseline(name, request, profile)
-            except ValueError:  # PlanningError & co: this baseline cannot plan the batch, the plan stands
+            except ValueError as error:  # PlanningError & co: this baseline cannot plan the batch
                 if name not in BASELINES:
                     raise
+                results.append(BaselineResult(name=name, error=" ".join(str(error).split())))
                 continue
             results.append(
                 BaselineResult(

@@ -15,6 +15,7 @@ from test_cli import TINY, assert_one_line_error, run, write
 from hydraplan.api.cli_progress import Progress
 from hydraplan.planner.baselines import BASELINES
 from hydraplan.planner.errors import PlanningError
+from hydraplan.planner.render import render_plan
 from hydraplan.planner.schemas import PlanRequest
 from hydraplan.planner.solve import solve
 
@@ -78,14 +79,19 @@ def test_an_unexpected_baseline_error_is_a_row_too(
     assert sum(line.rstrip().endswith("x") for line in out.splitlines()) == 3  # the other three
 
 
-def test_solve_leaves_out_a_baseline_that_cannot_plan(tmp_path: Path) -> None:
-    """The planner's own baseline loop (used by the REST API) keeps the plan, too."""
+def test_solve_reports_a_baseline_that_cannot_plan(tmp_path: Path) -> None:
+    """The planner's own baseline loop (used by the REST API) keeps the plan, and lists the
+    baseline that could not plan with its reason."""
     from hydraplan.cost_models.profile_io import load_profile
 
     profile = load_profile(CP_ONLY_PROFILE)
     request = PlanRequest(lengths=[600 + 37 * i for i in range(40)], num_gpus=8)
     plan = solve(request, profile, baselines=("megatron", "hydraulis"))
-    assert [baseline.name for baseline in plan.baselines] == ["megatron"]
+    megatron, hydraulis = plan.baselines
+    assert megatron.name == "megatron" and megatron.error is None and megatron.speedup > 0
+    assert hydraulis.name == "hydraulis" and hydraulis.strategy is None
+    assert hydraulis.error == "hydraulis: no scheme of the profile with cp == 1 fits 8 GPUs"
+    assert "could not plan: hydraulis: no scheme" in render_plan(plan)
     with pytest.raises(PlanningError, match="unknown baseline 'nope'"):
         solve(request, profile, baselines=("nope",))
 
