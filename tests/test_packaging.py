@@ -54,7 +54,7 @@ def test_the_wheel_installs_only_the_hydraplan_namespace(dist: Path) -> None:
     top_level = {name.split("/")[0] for name in names}
     assert {t for t in top_level if not t.endswith(".dist-info")} == {"hydraplan"}
     # Every module and data file of every layer made it in (an unlisted subpackage would not).
-    expected = {"hydraplan/__init__.py", "hydraplan/py.typed"}
+    expected = {"hydraplan/__init__.py", "hydraplan/py.typed", "hydraplan/integrations/torch.py"}
     for layer in LAYERS:
         for path in (ROOT / layer).rglob("*"):
             if path.is_file() and path.suffix in {".py", ".json", ".txt", ".md"} and "__pycache__" not in path.parts:

@@ -1,0 +1,2 @@
+"""hydraplan inside other training stacks: `hydraplan.integrations.torch` balances the batches of
+a framework that keeps its own homogeneous layout."""
