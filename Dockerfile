@@ -2,7 +2,8 @@
 #   docker build -t hydraplan .
 #   docker run -p 8000:8000 -e HYDRAPLAN_API_TOKEN=... hydraplan
 
-# --- builder: wheels for hydraplan and every dependency of the service extra -----------------
+# --- builder: the hydraplan wheel (built as CI builds and checks it: python -m build), then the
+#     wheels of every dependency of its service extra ---------------------------------------
 FROM python:3.11-slim AS builder
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -11,8 +12,9 @@ COPY planner ./planner
 COPY cost_models ./cost_models
 COPY api ./api
 COPY runtime ./runtime
-RUN python -m pip install --no-cache-dir --upgrade pip \
- && python -m pip wheel --wheel-dir /wheels ".[service]"
+RUN python -m pip install --no-cache-dir --upgrade pip build \
+ && python -m build --wheel --outdir /dist . \
+ && python -m pip wheel --wheel-dir /wheels "$(echo /dist/hydraplan-*.whl)[service]"
 
 # --- runtime: install from the wheels only (no index, no build tools) -----------------------
 FROM python:3.11-slim

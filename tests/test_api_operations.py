@@ -270,7 +270,9 @@ def test_dockerfile_is_multi_stage_slim_non_root_with_healthcheck() -> None:
     assert len(stages) == 2 and all(stage.startswith("python:3.11-slim") for stage in stages)
     assert stages[0].endswith("AS builder")
     runs = " ".join(rest for keyword, rest in instructions if keyword == "RUN")
-    assert 'pip wheel --wheel-dir /wheels ".[service]"' in runs
+    # the image installs the wheel `python -m build` makes, as CI builds and checks it
+    assert "python -m build --wheel --outdir /dist ." in runs
+    assert 'pip wheel --wheel-dir /wheels "$(echo /dist/hydraplan-*.whl)[service]"' in runs
     assert 'pip install --no-cache-dir --no-index --find-links=/wheels "hydraplan[service]"' in runs
     assert "torch" not in runs
     users = [rest for keyword, rest in instructions if keyword == "USER"]
