@@ -362,7 +362,7 @@ def test_a_cost_free_plan_has_gap_zero():
 
 
 def test_a_missing_rank_is_counted_exactly(plan):
-    found = messages(edited(plan, lambda d: d["pipelines"][0]["ranks"].pop()))
+    found = check_plan(edited(plan, lambda d: d["pipelines"][0]["ranks"].pop()))
     assert "pipeline 0 <8,1,1>: 7 ranks, scheme needs 8" in found
 
 
@@ -486,3 +486,27 @@ def test_a_plan_with_a_switch_cost_checks():
     switched = solve(request, PROFILE)
     assert switched.switch_cost_s > 0 and switched.objective_s > switched.step_time_s
     assert check_plan(switched) == []
+
+
+def test_a_long_stage_is_named_as_such(plan):
+    assert "stage_ranks must be 1 lists of 8 ranks" in messages(
+        edited(plan, lambda d: d["pipelines"][0]["stage_ranks"][0].append(99))
+    )
+
+
+def test_an_offset_without_its_id_and_length(plan):
+    assert "must be equal-length and non-empty" in messages(edited(plan, lambda d: first_batch(d)["offsets"].append(0)))
+
+
+def test_a_pipeline_claiming_one_sequence_too_many(plan):
+    count = plan.pipelines[0].num_sequences
+    broken = edited(plan, lambda d: d["pipelines"][0].__setitem__("num_sequences", count + 1))
+    assert f"pipeline 0 <8,1,1>: num_sequences {count + 1} != {count}" in messages(broken)
+
+
+def test_a_bound_equal_to_the_objective_is_valid(plan):
+    def tight(d):
+        d["lower_bound_s"] = d["objective_s"]
+        d["gap"] = 0.0
+
+    assert check_plan(edited(plan, tight)) == []
