@@ -135,3 +135,20 @@ def test_concurrent_plan_on_one_session_is_409(client, monkeypatch: pytest.Monke
     assert results == [200]
     monkeypatch.setattr(hydraplan.api.planning, "solve", real_solve)
     assert client.post(url, json={"lengths": TINY_LENGTHS}).status_code == 200  # lock released
+
+
+def test_a_session_costs_the_strategy_switch(client) -> None:
+    """No patching: through a session the second plan carries the first one's strategy as its
+    previous strategy, and a strategy change is charged (switch cost > 0, objective = step +
+    switch), as the checker recomputes it."""
+    from hydraplan.planner.check import check_plan
+
+    session_id = create_session(client, options={"time_limit_s": 0.3, "seed": 0})
+    small = client.post(f"/v1/sessions/{session_id}/plans", json={"lengths": [300, 500]}).json()
+    large = client.post(f"/v1/sessions/{session_id}/plans", json={"lengths": TINY_LENGTHS * 6}).json()
+    first, second = Plan.model_validate(small), Plan.model_validate(large)
+    assert second.previous_strategy == first.strategy
+    assert check_plan(second) == []
+    assert second.strategy != first.strategy  # two pipelines for two sequences, eight for 384
+    assert first.switch_cost_s == 0.0 and second.switch_cost_s > 0
+    assert second.objective_s == pytest.approx(second.step_time_s + second.switch_cost_s)
