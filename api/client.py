@@ -106,8 +106,10 @@ def _as_json(value: Any) -> Any:
     return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
 
 
-class Client:
-    """The blocking client; use it as a context manager or call `close()`."""
+class _ClientBase:
+    """The settings both clients take; `http` replaces the httpx client they would make."""
+
+    _http_class: type[httpx.Client] | type[httpx.AsyncClient]
 
     def __init__(
         self,
@@ -117,10 +119,16 @@ class Client:
         timeout_s: float = 60.0,
         max_retries: int = 5,
         max_retry_wait_s: float = 30.0,
-        http: httpx.Client | None = None,
+        http: httpx.Client | httpx.AsyncClient | None = None,
     ) -> None:
         self._protocol = _Protocol(token, max_retries, max_retry_wait_s)
-        self._http = http or httpx.Client(base_url=base_url, timeout=timeout_s)
+        self._http: Any = http or self._http_class(base_url=base_url, timeout=timeout_s)
+
+
+class Client(_ClientBase):
+    """The blocking client; use it as a context manager or call `close()`."""
+
+    _http_class = httpx.Client
 
     def __enter__(self) -> Client:
         return self
@@ -221,21 +229,10 @@ class Session:
         self.client._send(_Call("DELETE", self.path))
 
 
-class AsyncClient:
+class AsyncClient(_ClientBase):
     """The asyncio client (the same calls, awaited); `async with` it or `await aclose()`."""
 
-    def __init__(
-        self,
-        base_url: str = DEFAULT_URL,
-        *,
-        token: str | None = None,
-        timeout_s: float = 60.0,
-        max_retries: int = 5,
-        max_retry_wait_s: float = 30.0,
-        http: httpx.AsyncClient | None = None,
-    ) -> None:
-        self._protocol = _Protocol(token, max_retries, max_retry_wait_s)
-        self._http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout_s)
+    _http_class = httpx.AsyncClient
 
     async def __aenter__(self) -> AsyncClient:
         return self
