@@ -174,11 +174,13 @@ class BoundTables:
                 yield (*prefix, child), bound
 
     def set_bound_blocks(
-        self, max_schemes: int, num_gpus: int, cutoff_s: float = math.inf
+        self, max_schemes: int, num_gpus: int, cutoff_s: float = math.inf, first_column: int = 0
     ) -> Iterator[tuple[tuple[int, ...], np.ndarray, np.ndarray]]:
         """`all_set_bounds` in blocks `(prefix, children, bounds)`: the sets `prefix + (child,)`
         for the later columns `child` whose bound is below `cutoff_s`, each prefix extended by all
-        later columns at once (vectorised)."""
+        later columns at once (vectorised). Prefixes come in lexicographic order, each before its
+        children's. With `first_column` > 0 only the blocks of prefixes that start at that column
+        or later (the single schemes' block, of prefix (), is left out too)."""
         num_columns = self.gpu_seconds.shape[1]
 
         def extend(columns: tuple[int, ...], cheapest: np.ndarray, longest: np.ndarray):
@@ -196,8 +198,12 @@ class BoundTables:
                 for offset in range(len(bounds)):
                     yield from extend((*columns, start + offset), child_cheapest[:, offset], child_longest[:, offset])
 
-        infinite = np.full(self.gpu_seconds.shape[0], np.inf)
-        yield from extend((), infinite, infinite)
+        if first_column == 0:
+            infinite = np.full(self.gpu_seconds.shape[0], np.inf)
+            yield from extend((), infinite, infinite)
+        elif max_schemes > 1:
+            for column in range(first_column, num_columns):
+                yield from extend((column,), self.gpu_seconds[:, column], self.longest_s[:, column])
 
     def replica_split_bounds_s(
         self, sets: Sequence[tuple[int, ...]], num_gpus: int, sync_floors: SyncFloors

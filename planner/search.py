@@ -70,6 +70,11 @@ ESTIMATE_RESOLUTION = 6  # simplex grid of the strategy estimates (bounds use th
 # ~0.6 s of the 2 s budget went to seeding 4,390 sets over 2,500 lengths at 70B / 256 GPUs
 EXACT_SET_BOUND_MAX_LENGTHS = 1024
 SEEDED_BLOCKS_PER_PUSH = 128  # blocks of scheme sets bounded between two pushes into the frontier
+# seeding that will not end in the time left at its pace so far goes on over tables of lengths
+# within 15% (~60 rows for Wikipedia batches instead of ~330 at 2%)
+COARSE_SEEDING_RATIO = 1.15
+SEEDING_PACE_SLACK = 0.8  # ... when the projected rest exceeds this share of the time left,
+SEEDING_PACE_FROM = 0.03  # judged from this share of the work on
 NUM_POLISHED = 4
 NUM_POLISHED_BRIEF = 2  # under budgets below THOROUGH_MIN_BUDGET_S (e.g. a service's 0.1 s)
 NUM_RUNNERS_UP = 8
@@ -360,8 +365,10 @@ def search(
     if settings.pool is None:
         incumbent_s = solved[0].objective_s if solved else math.inf
         # the set bounds hold the global bound: they may take the polish's share, not the plan check's
-        stop_seeding = clock.stop if solved else (lambda: False)
-        timed_out |= _seed_sets(frontier, coefs, cost, num_gpus, settings.max_schemes, incumbent_s, stop_seeding)
+        stop_seeding, left_s = (clock.stop, clock.remaining_s) if solved else ((lambda: False), None)
+        timed_out |= _seed_sets(
+            frontier, coefs, cost, num_gpus, settings.max_schemes, incumbent_s, stop_seeding, left_s
+        )
     attempts = len(done)
     queue: list[tuple[float, float, str, int]] = []  # unsolved strategies by estimate
     queued = 0
@@ -471,14 +478,18 @@ def _seed_sets(
     max_schemes: int,
     incumbent_s: float,
     should_stop: Callable[[], bool] = lambda: False,
+    remaining_s: Callable[[], float] | None = None,
 ) -> bool:
     """Queue every fillable scheme set with its bound. Items are priced with the bubble floors
     valid for pipelines that finish within the incumbent's step time: a plan of the set is either
     no better than the incumbent or obeys that pricing, so min(incumbent, bound) is valid.
 
-    When `should_stop()` says so between blocks of sets, the sets not listed yet are left out and
-    the frontier's floor takes a bound no such set's bound is below (`_unlisted_floor_s`): the
-    global bound stays valid, only looser. Returns whether that happened."""
+    With `remaining_s` (the time left), the sets of the first schemes not reached yet are bounded
+    over much coarser tables (`COARSE_SEEDING_RATIO`: valid, a little looser, several times
+    cheaper) once the pace so far says the exact ones would not be done in time. When
+    `should_stop()` says so between blocks of sets, the sets not listed yet are left out and the
+    frontier's floor takes a bound no such set's bound is below (`_unlisted_floor_s`): the global
+    bound stays valid, only looser. Returns whether that happened."""
     sizes = [coef.scheme.num_gpus for coef in coefs]
     tables = frontier.tables
     if len(tables.lengths) > EXACT_SET_BOUND_MAX_LENGTHS:
@@ -490,12 +501,28 @@ def _seed_sets(
     frontier.set_pricing = (priced, sync_floors, incumbent_s)
     fillable_children: dict[tuple[int, ...], np.ndarray] = {}  # per sorted prefix sizes, per column
     blocks: list[tuple[tuple[int, ...], np.ndarray, np.ndarray]] = []
-    for block in priced.set_bound_blocks(max_schemes, num_gpus, cutoff_s):
+    # the share of the work done before each first scheme: its subtree has ~(columns after it)^2
+    # sets over (columns after it) prefixes
+    weights = (len(coefs) - np.arange(len(coefs), dtype=np.float64)) ** 1.5
+    done_before = np.concatenate([[0.0], np.cumsum(weights)]) / weights.sum()
+    left_at_start_s = remaining_s() if remaining_s is not None else math.inf
+    current = priced
+    source = iter(priced.set_bound_blocks(max_schemes, num_gpus, cutoff_s))
+    while (block := next(source, None)) is not None:
+        prefix = block[0]
         if should_stop():
-            unlisted_s = _unlisted_floor_s(priced, block[0], num_gpus) + sync_floors.least()
+            unlisted_s = _unlisted_floor_s(current, prefix, num_gpus) + sync_floors.least()
             frontier.floor_s = min(frontier.floor_s, incumbent_s, unlisted_s)
             _push_seeded(frontier, blocks, sizes, num_gpus, sync_floors, incumbent_s, fillable_children)
             return True
+        done = float(done_before[prefix[0]]) if len(prefix) == 1 else 0.0
+        if remaining_s is not None and current is priced and done >= SEEDING_PACE_FROM:
+            left_s = remaining_s()
+            if (left_at_start_s - left_s) * (1 - done) / done > SEEDING_PACE_SLACK * left_s:
+                # the rest, from this first scheme on, over coarse tables
+                current = frontier.tables.coarsened(COARSE_SEEDING_RATIO).bubble_priced(incumbent_s)
+                source = iter(current.set_bound_blocks(max_schemes, num_gpus, cutoff_s, first_column=prefix[0]))
+                continue
         blocks.append(block)
         if len(blocks) == SEEDED_BLOCKS_PER_PUSH:  # pushed as they come: little is left after a stop
             _push_seeded(frontier, blocks, sizes, num_gpus, sync_floors, incumbent_s, fillable_children)
