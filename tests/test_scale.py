@@ -12,14 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from synthetic import synthetic_profile
 
-from hydraplan.planner.bounds import SyncFloors
+from hydraplan.planner.bounds import BoundTables, SyncFloors
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.counts import capped_count_vectors, fillable
 from hydraplan.planner.dispatch import _estimate_s, greedy_dispatch
 from hydraplan.planner.items import prepare_items
 from hydraplan.planner.schemas import OversizePolicy
 from hydraplan.planner.scheme import ParallelScheme
-from hydraplan.planner.search import strategy_sync_s
+from hydraplan.planner.search import runnable_schemes, strategy_sync_s
 from hydraplan.planner.strategies import Strategy, count_vectors
 
 SIZES = st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128])
@@ -142,3 +142,16 @@ def test_sync_floors_of_many_blocks_are_those_of_each():
     together = floors.extended_blocks(prefixes, block_of, children)
     alone = [floors.extended(prefixes[block], np.array([child]))[0] for block, child in zip(block_of, children)]
     assert together.tolist() == alone
+
+
+def test_set_bound_blocks_from_a_first_column_are_the_later_blocks():
+    cost = ProfileCostModel(synthetic_profile(max_gpus=64))
+    tables = BoundTables.build(np.random.default_rng(0).integers(100, 20_000, 300), runnable_schemes(cost, 64))
+    for max_schemes in (1, 2, 3):
+        every = list(tables.set_bound_blocks(max_schemes, 64))
+        for first in (1, 3, 10):
+            later = list(tables.set_bound_blocks(max_schemes, 64, first_column=first))
+            expected = [block for block in every if block[0] and block[0][0] >= first]
+            assert [block[0] for block in later] == [block[0] for block in expected]
+            for (_, children, bounds), (_, want_children, want_bounds) in zip(later, expected):
+                assert np.array_equal(children, want_children) and np.array_equal(bounds, want_bounds)
