@@ -87,7 +87,9 @@ def test_the_wheel_works_in_a_fresh_venv_beside_decoy_packages(dist: Path, tmp_p
             [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
         ).strip()
     )
+    # (every site-packages folder of this interpreter: its own, and its base's when it is a venv)
     host_site = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    host_site |= {entry for entry in sys.path if Path(entry).name in ("site-packages", "dist-packages")}
     (venv_site / "host_dependencies.pth").write_text("\n".join(sorted(host_site)) + "\n")
     project = tmp_path / "user_project"
     for decoy in ["api", "planner", "runtime"]:
