@@ -510,3 +510,30 @@ def test_a_bound_equal_to_the_objective_is_valid(plan):
         d["gap"] = 0.0
 
     assert check_plan(edited(plan, tight)) == []
+
+
+def test_ranks_listed_out_of_stage_order(plan):
+    """stage_ranks flatten to the ranks in order; the ranks listed in another order are named."""
+
+    def reorder(d):
+        ranks = d["pipelines"][1]["ranks"]
+        d["pipelines"][1]["ranks"] = ranks[4:] + ranks[:4]
+
+    assert "pipeline 1 <4,2,1>: stage_ranks do not flatten to ranks" in messages(edited(plan, reorder))
+
+
+def test_large_pipelines_and_micro_batches_compare_counts_by_value():
+    """A 320-GPU pipeline and a micro-batch of 300 sequences: counts past CPython's small-int
+    cache (256) must compare by value, not identity."""
+    deep = SchemeCost(tp=8, pp=40, cp=1, a=1e-10, b=1e-5, c=1e-3, capacity_tokens=100_000)
+    options = SolverOptions(time_limit_s=0.5, solver="greedy")
+    wide = solve(
+        PlanRequest(lengths=[10] * 300, num_gpus=320, options=options), CostProfile(num_layers=40, schemes=[deep])
+    )
+    assert len(wide.pipelines[0].ranks) == 320 and check_plan(wide) == []
+    single = SchemeCost(tp=1, pp=1, cp=1, a=1e-10, b=1e-5, c=1.0, capacity_tokens=100_000)
+    packed = solve(
+        PlanRequest(lengths=[10] * 300, num_gpus=1, options=options), CostProfile(num_layers=4, schemes=[single])
+    )
+    assert [len(batch.sequence_ids) for batch in packed.pipelines[0].micro_batches] == [300]
+    assert check_plan(packed) == []
