@@ -73,7 +73,7 @@ SEEDED_BLOCKS_PER_PUSH = 128  # blocks of scheme sets bounded between two pushes
 # seeding that will not end in the time left at its pace so far goes on over tables of lengths
 # within 15% (~60 rows for Wikipedia batches instead of ~330 at 2%)
 COARSE_SEEDING_RATIO = 1.15
-SEEDING_PACE_SLACK = 0.8  # ... when the projected rest exceeds this share of the time left,
+SEEDING_PACE_SLACK = 1.0  # ... when the projected rest exceeds this share of the time left (all of it),
 SEEDING_PACE_FROM = 0.03  # judged from this share of the work on
 NUM_POLISHED = 4
 NUM_POLISHED_BRIEF = 2  # under budgets below THOROUGH_MIN_BUDGET_S (e.g. a service's 0.1 s)
