@@ -193,6 +193,7 @@ class Sample:
     kind: str
     status: int
     latency_s: float
+    failure: str = ""  # the httpx error class of a connection-level failure (status 0)
 
 
 def parse_mix(text: str) -> dict[str, float]:
@@ -250,9 +251,11 @@ class LoadRun:
             try:
                 response = await http.request(method, path, json=body)
                 status = response.status_code
-            except httpx.HTTPError:
-                status, response = 0, None  # connection-level failure
-            self.samples.append(Sample(kind, status, time.monotonic() - started))
+            except httpx.HTTPError as error:
+                status, response, failure = 0, None, type(error).__name__  # connection-level failure
+            else:
+                failure = ""
+            self.samples.append(Sample(kind, status, time.monotonic() - started, failure))
             if status == 503 and response is not None:
                 pause = float(response.headers.get("retry-after", "1"))
                 await asyncio.sleep(min(pause, max(0.0, self.deadline - time.monotonic())))
@@ -348,6 +351,9 @@ def load_table(samples: list[Sample], elapsed_s: float) -> tuple[str, dict[str, 
         f"{status or 'connection error'}: {count}"
         for status, count in sorted(Counter(sample.status for sample in samples).items())
     )
+    failures = Counter(sample.failure for sample in samples if sample.failure)
+    if failures:
+        status_line += " (connection errors: " + ", ".join(f"{name} {n}" for name, n in sorted(failures.items())) + ")"
     return markdown_table(headers, rows) + f"\n\nResponses by status: {status_line}.", summary
 
 
