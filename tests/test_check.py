@@ -537,3 +537,69 @@ def test_large_pipelines_and_micro_batches_compare_counts_by_value():
     )
     assert [len(batch.sequence_ids) for batch in packed.pipelines[0].micro_batches] == [300]
     assert check_plan(packed) == []
+
+
+@pytest.mark.parametrize(
+    "keys", [("lengths", "offsets"), ("sequence_ids", "lengths"), ("sequence_ids", "offsets")], ids="-".join
+)
+def test_entries_missing_one_of_their_three_lists(plan, keys):
+    def extend(d):
+        for key in keys:
+            first_batch(d)[key].append(first_batch(d)[key][0])
+
+    assert "must be equal-length and non-empty" in messages(edited(plan, extend))
+
+
+@pytest.mark.parametrize("change", ["split", "merge"])
+def test_a_wrong_number_of_stages(plan, change):
+    def restage(d):
+        pipeline = d["pipelines"][1]
+        stages = pipeline["stage_ranks"]
+        if change == "split":
+            pipeline["stage_ranks"] = [stages[0], stages[1][:2], stages[1][2:]]
+        else:
+            pipeline["stage_ranks"] = [stages[0] + stages[1]]
+
+    assert "pipeline 1 <4,2,1>: stage_ranks must be 2 lists of 4 ranks" in messages(edited(plan, restage))
+
+
+def test_a_rank_twice_inside_one_pipeline(plan):
+    def duplicate(d):
+        ranks = d["pipelines"][0]["ranks"]
+        ranks[1] = ranks[0]
+        d["pipelines"][0]["stage_ranks"] = [list(ranks)]
+
+    assert "pipeline 0 <8,1,1>: ranks used twice" in messages(edited(plan, duplicate))
+
+
+def test_repeated_pipeline_indices(plan):
+    assert "pipeline indices are not 0..P-1 in order" in messages(
+        edited(plan, lambda d: d["pipelines"][1].__setitem__("index", 0))
+    )
+
+
+def test_overlapping_chunks_do_not_tile(split_plan):
+    def overlap(d):
+        chunks = [
+            (batch, position)
+            for pipeline in d["pipelines"]
+            for batch in pipeline["micro_batches"]
+            for position, sequence_id in enumerate(batch["sequence_ids"])
+            if sequence_id == 1
+        ]
+        batch, position = max(chunks, key=lambda chunk: chunk[0]["offsets"][chunk[1]])
+        batch["offsets"][position] -= 1
+
+    found = [v for v in check_plan(edited(split_plan, overlap)) if v.startswith("sequence 1:")]
+    assert found and found[0].startswith("sequence 1: chunks do not tile its tokens")
+
+
+def test_every_missing_sequence_is_named(plan):
+    first, second = first_batch(plan.model_dump(mode="json"))["sequence_ids"][:2]
+
+    def remove_both(d):
+        remove_sequence(d, first)
+        remove_sequence(d, second)
+
+    found = messages(edited(plan, remove_both))
+    assert f"sequence {first} (" in found and f"sequence {second} (" in found
