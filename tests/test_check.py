@@ -498,10 +498,11 @@ def test_an_offset_without_its_id_and_length(plan):
     assert "must be equal-length and non-empty" in messages(edited(plan, lambda d: first_batch(d)["offsets"].append(0)))
 
 
-def test_a_pipeline_claiming_one_sequence_too_many(plan):
+@pytest.mark.parametrize("delta", [-1, 1])
+def test_a_pipeline_claiming_one_sequence_too_many_or_few(plan, delta):
     count = plan.pipelines[0].num_sequences
-    broken = edited(plan, lambda d: d["pipelines"][0].__setitem__("num_sequences", count + 1))
-    assert f"pipeline 0 <8,1,1>: num_sequences {count + 1} != {count}" in messages(broken)
+    broken = edited(plan, lambda d: d["pipelines"][0].__setitem__("num_sequences", count + delta))
+    assert f"pipeline 0 <8,1,1>: num_sequences {count + delta} != {count}" in messages(broken)
 
 
 def test_a_bound_equal_to_the_objective_is_valid(plan):
@@ -550,15 +551,19 @@ def test_entries_missing_one_of_their_three_lists(plan, keys):
     assert "must be equal-length and non-empty" in messages(edited(plan, extend))
 
 
-@pytest.mark.parametrize("change", ["split", "merge"])
+@pytest.mark.parametrize("change", ["split", "merge", "one more", "one fewer"])
 def test_a_wrong_number_of_stages(plan, change):
+    """Stage lists of the wrong sizes, and of the right size but too many or too few."""
+
     def restage(d):
         pipeline = d["pipelines"][1]
         stages = pipeline["stage_ranks"]
-        if change == "split":
-            pipeline["stage_ranks"] = [stages[0], stages[1][:2], stages[1][2:]]
-        else:
-            pipeline["stage_ranks"] = [stages[0] + stages[1]]
+        pipeline["stage_ranks"] = {
+            "split": [stages[0], stages[1][:2], stages[1][2:]],
+            "merge": [stages[0] + stages[1]],
+            "one more": [*stages, [99, 98, 97, 96]],
+            "one fewer": stages[:1],
+        }[change]
 
     assert "pipeline 1 <4,2,1>: stage_ranks must be 2 lists of 4 ranks" in messages(edited(plan, restage))
 
