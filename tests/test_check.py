@@ -524,14 +524,15 @@ def test_ranks_listed_out_of_stage_order(plan):
 
 
 def test_large_pipelines_and_micro_batches_compare_counts_by_value():
-    """A 320-GPU pipeline and a micro-batch of 300 sequences: counts past CPython's small-int
-    cache (256) must compare by value, not identity."""
-    deep = SchemeCost(tp=8, pp=40, cp=1, a=1e-10, b=1e-5, c=1e-3, capacity_tokens=100_000)
+    """Pipelines of 320 ranks, of 300 stages and of 320 ranks a stage, and a micro-batch of 300
+    sequences: counts past CPython's small-int cache (256) must compare by value, not identity."""
     options = SolverOptions(time_limit_s=0.5, solver="greedy")
-    wide = solve(
-        PlanRequest(lengths=[10] * 300, num_gpus=320, options=options), CostProfile(num_layers=40, schemes=[deep])
-    )
-    assert len(wide.pipelines[0].ranks) == 320 and check_plan(wide) == []
+    for tp, pp, cp in [(4, 80, 1), (1, 300, 1), (4, 1, 80)]:
+        scheme = SchemeCost(tp=tp, pp=pp, cp=cp, a=1e-10, b=1e-5, c=1e-3, capacity_tokens=100_000)
+        profile = CostProfile(num_layers=max(pp, 4), schemes=[scheme])
+        request = PlanRequest(lengths=[10] * 300, num_gpus=tp * pp * cp, gpus_per_node=4, options=options)
+        large = solve(request, profile)
+        assert len(large.pipelines[0].stage_ranks) == pp and check_plan(large) == []
     single = SchemeCost(tp=1, pp=1, cp=1, a=1e-10, b=1e-5, c=1.0, capacity_tokens=100_000)
     packed = solve(
         PlanRequest(lengths=[10] * 300, num_gpus=1, options=options), CostProfile(num_layers=4, schemes=[single])
