@@ -100,3 +100,25 @@ def test_only_the_exact_token_passes(sent: str) -> None:
     with TestClient(create_app(test_settings(api_token=TOKEN)), raise_server_exceptions=False) as client:
         assert_problem(client.get("/v1/models", headers={"Authorization": f"Bearer {sent}"}), 401)
         assert client.get("/v1/models", headers={"Authorization": f"bearer {TOKEN}"}).status_code == 200
+
+
+@pytest.mark.parametrize("scheme", ["Token", "Basic", "Bearerx", "Digest", ""])
+def test_only_the_bearer_scheme_carries_the_token(scheme: str) -> None:
+    """The right token under another scheme (or none) is refused."""
+    with TestClient(create_app(test_settings(api_token=TOKEN)), raise_server_exceptions=False) as client:
+        assert_problem(client.get("/v1/models", headers={"Authorization": f"{scheme} {TOKEN}".strip()}), 401)
+
+
+def test_routes_after_an_open_one_are_still_examined() -> None:
+    from hydraplan.api.routes import health
+
+    stray = APIRouter(prefix="/v1")
+    stray.add_api_route("/stray", lambda: {}, methods=["GET"])
+    assert unguarded_routes([health.router, stray]) == ["/v1/stray"]
+
+
+def test_route_path_compares_values_not_identities() -> None:
+    root = "".join(["/", "api"])  # not the interned literal
+    assert route_path({"path": "".join(["/ap", "i"]), "root_path": root}) == "/"
+    assert route_path({"path": "/ap", "root_path": "/api"}) == "/ap"
+    assert route_path({"path": "/apiv1", "root_path": "/api"}) == "/apiv1"
