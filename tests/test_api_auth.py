@@ -115,6 +115,10 @@ def test_routes_after_an_open_one_are_still_examined() -> None:
     stray = APIRouter(prefix="/v1")
     stray.add_api_route("/stray", lambda: {}, methods=["GET"])
     assert unguarded_routes([health.router, stray]) == ["/v1/stray"]
+    mixed = APIRouter()  # an open path first, then an unguarded one, in one router
+    mixed.add_api_route("/healthz", lambda: {}, methods=["GET"])
+    mixed.add_api_route("/v1/other", lambda: {}, methods=["GET"])
+    assert unguarded_routes([mixed]) == ["/v1/other"]
 
 
 def test_route_path_compares_values_not_identities() -> None:
