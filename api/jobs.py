@@ -191,8 +191,14 @@ class JobRunner:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self._settings.job_workers, thread_name_prefix="hydraplan-job")
             executor, stopping = self._executor, self._stopping
-        self._leases.grant(lease_key(view.job_id))
-        self._save(view)
+        try:
+            self._leases.grant(lease_key(view.job_id))
+            self._save(view)
+        except StoreUnavailable:  # never accepted: nothing queued, nothing to renew (503)
+            with self._lock:
+                self._queued.pop(view.job_id, None)
+            self._leases.drop(lease_key(view.job_id))
+            raise
         executor.submit(contextvars.copy_context().run, self._run, view, items, stopping)
         return view
 

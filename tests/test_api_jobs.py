@@ -194,3 +194,22 @@ def test_too_many_pending_jobs_is_503(monkeypatch: pytest.MonkeyPatch) -> None:
         for job_id in jobs:
             assert wait_finished(test_client, job_id)["status"] == "succeeded"
         assert test_client.post("/v1/jobs", json={"kind": "plan", "request": plan_body()}).status_code == 202
+
+
+def test_a_job_the_store_refuses_is_not_left_queued(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store outage while a job is accepted answers 503 and leaves nothing pending behind."""
+    from hydraplan.api.store import MemoryStore, StoreUnavailable
+
+    with make_client(max_pending_jobs=1) as client:
+        real_set = MemoryStore.set
+
+        def failing_set(self, key, value, ttl_s=None, *, only_if_absent=False):
+            if key.startswith("job:"):
+                raise StoreUnavailable("store down for the test")
+            return real_set(self, key, value, ttl_s, only_if_absent=only_if_absent)
+
+        monkeypatch.setattr(MemoryStore, "set", failing_set)
+        assert_problem(client.post("/v1/jobs", json={"kind": "plan", "request": plan_body()}), 503, "store down")
+        monkeypatch.setattr(MemoryStore, "set", real_set)
+        accepted = client.post("/v1/jobs", json={"kind": "plan", "request": plan_body()})
+        assert accepted.status_code == 202, accepted.text  # the refused job took no pending place
