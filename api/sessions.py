@@ -18,7 +18,7 @@ from hydraplan.api.planning import Cancel, Planning
 from hydraplan.api.problems import conflict, not_found, storage_full, unprocessable
 from hydraplan.api.schemas import SessionBody, SessionRecord, SessionView
 from hydraplan.api.settings import Settings
-from hydraplan.api.store import Store
+from hydraplan.api.store import Store, StoreUnavailable
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.schemas import Plan, PlanRequest
 
@@ -71,7 +71,11 @@ class Sessions:
                 f"this server keeps at most {self._settings.max_sessions} live sessions; "
                 "delete finished ones (DELETE /v1/sessions/{id}) or wait for idle ones to expire"
             )
-        self._save(record)
+        try:
+            self._save(record)
+        except StoreUnavailable:  # not created: it takes no place in the cap
+            self._store.forget(SESSIONS_REGISTRY, record.session_id)
+            raise
         return record
 
     def get(self, session_id: str) -> SessionRecord:
