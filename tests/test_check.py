@@ -440,17 +440,22 @@ def test_a_missing_sequence_after_a_dropped_one_is_found():
     )
 
 
+def last_chunk(d, sequence_id: int) -> tuple[dict, int]:
+    """(micro-batch, position in it) of the sequence's chunk with the largest offset."""
+    chunks = [
+        (batch, position)
+        for pipeline in d["pipelines"]
+        for batch in pipeline["micro_batches"]
+        for position, placed in enumerate(batch["sequence_ids"])
+        if placed == sequence_id
+    ]
+    return max(chunks, key=lambda chunk: chunk[0]["offsets"][chunk[1]])
+
+
 @pytest.mark.parametrize("delta", [-1, 1])
 def test_chunks_covering_too_few_or_too_many_tokens(split_plan, delta):
     def resize_last_chunk(d):
-        chunks = [
-            (batch, position)
-            for pipeline in d["pipelines"]
-            for batch in pipeline["micro_batches"]
-            for position, sequence_id in enumerate(batch["sequence_ids"])
-            if sequence_id == 1
-        ]
-        batch, position = max(chunks, key=lambda chunk: chunk[0]["offsets"][chunk[1]])
+        batch, position = last_chunk(d, 1)
         batch["lengths"][position] += delta
 
     total = split_plan.input_lengths[1]
@@ -586,14 +591,7 @@ def test_repeated_pipeline_indices(plan):
 
 def test_overlapping_chunks_do_not_tile(split_plan):
     def overlap(d):
-        chunks = [
-            (batch, position)
-            for pipeline in d["pipelines"]
-            for batch in pipeline["micro_batches"]
-            for position, sequence_id in enumerate(batch["sequence_ids"])
-            if sequence_id == 1
-        ]
-        batch, position = max(chunks, key=lambda chunk: chunk[0]["offsets"][chunk[1]])
+        batch, position = last_chunk(d, 1)
         batch["offsets"][position] -= 1
 
     found = [v for v in check_plan(edited(split_plan, overlap)) if v.startswith("sequence 1:")]
