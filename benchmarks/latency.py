@@ -424,16 +424,7 @@ def run_scale(args: argparse.Namespace, argv: list[str] | None) -> int:
     if args.max_tokens:
         run_lines.append(f"**Batches capped at {args.max_tokens} tokens: smaller than the issue's sizes.**")
     table, body = scale_body(samples, run_lines, args.max_tokens)
-    print(table)
-    print()
-    print(body.split("### Targets", 1)[1].strip())
-    if args.json:
-        args.json.write_text(json.dumps([dataclasses.asdict(s) for s in samples], indent=1))
-    if not args.no_write:
-        command = command_line() if argv is None else "python benchmarks/latency.py " + " ".join(argv)
-        write_section("latency_scale", command, body, path=args.results)
-        progress(f"wrote the latency_scale section of {args.results}")
-    return 0
+    return publish("latency_scale", table, body, samples, args, argv)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -531,6 +522,11 @@ def main(argv: list[str] | None = None) -> int:
             f"**Batches capped at {args.max_tokens} tokens: smaller than the issue's sizes, not the benchmark.**"
         )
     table, body = report_body(samples, args.dataset, run_lines, args.max_tokens)
+    return publish("latency", table, body, samples, args, argv)
+
+
+def publish(section: str, table: str, body: str, samples: list, args: argparse.Namespace, argv) -> int:
+    """Print the table and the targets, write the samples (--json) and the RESULTS.md section."""
     print(table)
     print()
     print(body.split("### Targets", 1)[1].strip())
@@ -538,8 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps([dataclasses.asdict(s) for s in samples], indent=1))
     if not args.no_write:
         command = command_line() if argv is None else "python benchmarks/latency.py " + " ".join(argv)
-        write_section("latency", command, body, path=args.results)
-        progress(f"wrote the latency section of {args.results}")
+        write_section(section, command, body, path=args.results)
+        progress(f"wrote the {section} section of {args.results}")
     return 0
 
 

@@ -74,3 +74,14 @@ def lengths_path(tmp_path: Path) -> Path:
     path = tmp_path / "lengths.txt"
     path.write_text("\n".join(str(length) for length in lengths) + "\n", encoding="utf-8")
     return path
+
+
+@pytest.fixture
+def tiny_plan_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Path:
+    """A plan file written by `hydraplan plan` on the tiny model (the CLI tests' reference plan)."""
+    from test_cli import TINY, run
+
+    path = tmp_path / "plan.json"
+    code, _, err = run(capsys, "plan", *TINY, "--out", str(path))
+    assert code == 0, err
+    return path

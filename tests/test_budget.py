@@ -179,16 +179,21 @@ def test_search_stops_at_a_fake_clock_with_a_valid_bound(full_plan, step_s):
     assert first.best.objective_s == second.best.objective_s
 
 
-@pytest.mark.parametrize("blocks", [0, 1, 7, 60, 300])
-def test_seeding_cut_short_keeps_a_floor_under_every_set(blocks):
-    """Sets left out when seeding stops are covered by the frontier's floor: no set's bound, as
-    full seeding computes it, is below the lower bound the cut frontier reports."""
+def seeding_inputs():
+    """What scheme-set seeding starts from: costs, runnable schemes, bound tables, an incumbent."""
     cost = ProfileCostModel(PROFILE)
     lengths = np.asarray(LENGTHS, dtype=np.int64)
     coefs = runnable_schemes(cost, NUM_GPUS)
     tables = BoundTables.build(lengths, coefs)
     solved = (solve_strategy(strategy, lengths, cost) for strategy in _homogeneous(coefs, NUM_GPUS))
-    incumbent = next(candidate for candidate in solved if candidate is not None)
+    return cost, coefs, tables, next(candidate for candidate in solved if candidate is not None)
+
+
+@pytest.mark.parametrize("blocks", [0, 1, 7, 60, 300])
+def test_seeding_cut_short_keeps_a_floor_under_every_set(blocks):
+    """Sets left out when seeding stops are covered by the frontier's floor: no set's bound, as
+    full seeding computes it, is below the lower bound the cut frontier reports."""
+    cost, coefs, tables, incumbent = seeding_inputs()
 
     def frontier_seeded(should_stop) -> tuple[Frontier, bool]:
         frontier = Frontier(tables, cost, NUM_GPUS)
@@ -230,12 +235,7 @@ def test_set_packing_bound_stopped_early_keeps_what_it_proved():
 def test_seeding_behind_its_pace_goes_on_over_coarse_tables(full_plan):
     """A clock that loses 0.3 s between two first schemes: exact seeding would not end in time, so
     the rest is bounded over coarse tables, every set listed, none cut, and the bound stays valid."""
-    cost = ProfileCostModel(PROFILE)
-    lengths = np.asarray(LENGTHS, dtype=np.int64)
-    coefs = runnable_schemes(cost, NUM_GPUS)
-    tables = BoundTables.build(lengths, coefs)
-    solved = (solve_strategy(strategy, lengths, cost) for strategy in _homogeneous(coefs, NUM_GPUS))
-    incumbent = next(candidate for candidate in solved if candidate is not None)
+    cost, coefs, tables, incumbent = seeding_inputs()
     exact, coarse = Frontier(tables, cost, NUM_GPUS), Frontier(tables, cost, NUM_GPUS)
     assert not _seed_sets(exact, coefs, cost, NUM_GPUS, 3, incumbent.objective_s)
     fake = FakeTime(budget_s=1.0, step_s=0.3)

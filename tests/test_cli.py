@@ -326,14 +326,6 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def tiny_plan_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Path:
-    path = tmp_path / "plan.json"
-    code, _, err = run(capsys, "plan", *TINY, "--out", str(path))
-    assert code == 0, err
-    return path
-
-
 def _halve_step_time(plan: dict) -> None:
     plan["step_time_s"] /= 2
 

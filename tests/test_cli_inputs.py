@@ -232,14 +232,6 @@ def test_every_json_reader_names_the_wrong_kind_of_file(
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def tiny_plan_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Path:
-    path = tmp_path / "plan.json"
-    code, _, err = run(capsys, "plan", *TINY, "--out", str(path))
-    assert code == 0, err
-    return path
-
-
 READERS = {
     "lengths": lambda f, plan: ["plan", *TINY, "--lengths", f],
     "plan profile": lambda f, plan: ["plan", *TINY, "--profile", f],
