@@ -121,7 +121,7 @@ def run_whatif(args: argparse.Namespace) -> int:
     """Check everything, run the unfinished configurations, then write tables, figures and report."""
     from hydraplan.api.whatif.executors import make_executor
     from hydraplan.api.whatif.progress import SweepProgress
-    from hydraplan.api.whatif.results import RowsFile
+    from hydraplan.api.whatif.results import ROWS_FILE, RowsFile, read_rows
     from hydraplan.api.whatif.spec import build_spec, expand, read_spec_file
     from hydraplan.api.whatif.sweep import publish, run_sweep
 
@@ -142,7 +142,7 @@ def run_whatif(args: argparse.Namespace) -> int:
     try:
         rows = run_sweep(configurations, executor, rows_file, progress)
     except KeyboardInterrupt:
-        kept = len(rows_file.finished)
+        kept = len(read_rows(folder / ROWS_FILE, set(rows_file.keys)))  # what a --resume will find
         print(
             f"{PROG}: interrupted: {kept} of {len(configurations)} rows kept in {folder / 'rows.jsonl'}; "
             "rerun with --resume to compute the rest",
