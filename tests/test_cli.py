@@ -463,6 +463,7 @@ HELP_COMMANDS = [
     ["models"],
     ["gpus"],
     ["schema"],
+    ["whatif"],
     ["serve"],
 ]
 
