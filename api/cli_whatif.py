@@ -262,7 +262,12 @@ def add_whatif_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--out", metavar="DIR", default="whatif-results", help="results folder (default: %(default)s)")
     run.add_argument("--resume", action="store_true", help="continue the sweep in --out: compute only missing rows")
     run.add_argument("--executor", choices=EXECUTORS, default="local", help="local process pool, Ray, or this process")
-    run.add_argument("--workers", type=positive_int, metavar="N", help="worker processes (default: the CPU count; 1 runs in this process)")
+    run.add_argument(
+        "--workers",
+        type=positive_int,
+        metavar="N",
+        help="worker processes (default: the CPU count; 1 runs in this process)",
+    )
     run.add_argument(
         "--ray-address",
         metavar="ADDR",
