@@ -240,7 +240,10 @@ def add_whatif_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-schemes", type=positive_int, metavar="K", help="most distinct schemes per strategy (default: 3)"
     )
     steps.add_argument(
-        "--max-strategies-solved", type=positive_int, metavar="N", help="deterministic work limit per step"
+        "--max-strategies-solved",
+        type=positive_int,
+        metavar="N",
+        help="deterministic work limit per step (default: 16)",
     )
     steps.add_argument("--oversize", choices=["error", "split", "drop"], help="sequences longer than every capacity")
     steps.add_argument(
