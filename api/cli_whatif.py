@@ -66,6 +66,13 @@ def _number(flag: str, text: str) -> float:
     return value
 
 
+def _compare(text: str | None) -> list[str] | None:
+    """`--compare all`, `none`, or a comma list of baselines."""
+    if text is None or text == "all":
+        return None  # the spec's default: every baseline
+    return [] if text == "none" else _names("--compare", text)
+
+
 def parse_prices(text: str | None) -> dict[str, float] | None:
     """`--price-per-gpu-hour 2.5` (every GPU type) or `h100-sxm-80gb=2.5,h200-141gb=3.6`."""
     if text is None:
@@ -93,9 +100,7 @@ def flag_values(args: argparse.Namespace) -> dict[str, Any]:
         "tokens_per_step": _integers("--tokens-per-step", args.tokens_per_step),
         "cost_sources": _names("--cost-source", args.cost_source),
         "planners": _names("--planner", args.planner),
-        "compare": None
-        if args.compare is None
-        else ([] if args.compare == "none" else _names("--compare", args.compare)),
+        "compare": _compare(args.compare),
         "seeds": args.seeds,
         "seed": args.seed,
         "time_limit_s": None if args.time_limit_s is None else _number("--time-limit-s", args.time_limit_s),
@@ -247,7 +252,9 @@ def add_whatif_arguments(parser: argparse.ArgumentParser) -> None:
     )
     steps.add_argument("--oversize", choices=["error", "split", "drop"], help="sequences longer than every capacity")
     steps.add_argument(
-        "--compare", metavar="NAMES", help="baselines for the speedup columns: a comma list, or none (default: all)"
+        "--compare",
+        metavar="NAMES",
+        help="baselines for the speedup columns: all, none, or a comma list (default: all)",
     )
     questions = parser.add_argument_group("costs and questions")
     questions.add_argument(
