@@ -213,8 +213,9 @@ def test_tables_figures_and_report_are_written(tmp_path: Path) -> None:
     assert [int(entry["num_gpus"]) for entry in table] == [row.num_gpus for row in rows]
     assert all(float(entry["cost_per_1m_tokens"]) > 0 and entry["speedup_megatron"] for entry in table)
     document = json.loads((tmp_path / "rows.json").read_text())
-    assert len(document["rows"]) == 4 and len(document["answers"]) == 2
-    assert document["answers"][0]["row_index"] is not None  # 1 token/s: every cluster reaches it
+    # the target per context cap (the caps vary, the GPU does not), then the budget
+    assert len(document["rows"]) == 4 and len(document["answers"]) == 3
+    assert [answer["row_index"] for answer in document["answers"][:2]] == [0, 1]  # 1 token/s: 8 GPUs suffice
     assert (tmp_path / "memory.csv").read_text().count("\n") > 2
 
 
@@ -270,3 +271,73 @@ def test_the_process_pool_gives_the_rows_of_the_inline_executor(tmp_path: Path) 
         configurations, InlineExecutor(), RowsFile(tmp_path / "inline", configurations, resume=False), quiet(2)
     )
     assert comparable(pooled) == comparable(inline)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cost sources, datasets, progress
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_profile_cost_source_plans_with_the_profile(tmp_path: Path) -> None:
+    """A measured/calibrated profile: its own model and GPU name the row; no catalog model, no MFU."""
+    from synthetic import synthetic_profile
+
+    profile = synthetic_profile(max_gpus=16)
+    path = tmp_path / "measured.json"
+    path.write_text(profile.model_dump_json())
+    (configuration,) = tiny_configurations(cost_sources=[f"profile:{path}"], num_gpus=[16], seeds=1)
+    row = evaluate_row(0, configuration)
+    expected = hydraplan.plan_with_profile(
+        sample_batch("lognormal", 6000, 0, 4096), profile, num_gpus=16, time_limit_s=30.0, seed=0,
+        baselines=["megatron", "wlb"],
+    )  # fmt: skip
+    assert (row.model, row.gpu, row.cost_source) == ("synthetic-8b", "synthetic", f"profile:{path}")
+    assert row.step_times_s == [expected.step_time_s] and row.mfu is None
+    assert row.scheme_capacity_tokens  # the memory study of the profile's schemes
+
+
+def test_a_lengths_file_is_a_dataset_to_draw_from(tmp_path: Path) -> None:
+    path = tmp_path / "documents.txt"
+    path.write_text("\n".join(["300", "1200", "5000", "700"]) + "\n")
+    (configuration,) = tiny_configurations(datasets=[f"lengths:{path}"], num_gpus=[8], seeds=1)
+    outcome = evaluate(0, configuration)
+    (plan,) = outcome.plans
+    assert outcome.row.dataset == f"lengths:{path}" and outcome.row.tokens_per_step == 6000
+    assert sum(plan.input_lengths) >= 6000 and set(plan.input_lengths) <= {300, 1200, 4096, 904, 700}
+
+
+def test_an_exact_batch_is_one_configuration_whatever_the_tokens_per_step(tmp_path: Path) -> None:
+    path = tmp_path / "batch.json"
+    path.write_text("[4096, 1024, 512, 8192, 2048, 300, 7000, 128]")
+    configurations = tiny_configurations(datasets=[f"batch:{path}", "lognormal"], tokens_per_step=[6000, 9000])
+    kinds = Counter((c.dataset.kind.value, c.tokens_per_step) for c in configurations)
+    assert kinds == {("batch", None): 2, ("bundled", 6000): 2, ("bundled", 9000): 2}  # x 2 cluster sizes
+    row = evaluate_row(0, configurations[0])
+    assert row.dataset.startswith("batch:") and row.mean_tokens == sum(
+        [4096, 1024, 512, 4096, 4096, 2048, 300, 4096, 2904, 128]
+    )
+
+
+def test_progress_shows_done_total_rate_and_time_left() -> None:
+    import io
+
+    stream = io.StringIO()
+    progress = SweepProgress(4, 1, enabled=True, stream=stream)
+    progress.start()
+    progress.advance()
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("hydraplan: whatif [######------------------] 1/4 rows, 0.00 rows/s, time left unknown")
+    assert "2/4 rows" in lines[1] and "rows/s" in lines[1] and "s left" in lines[1]
+    progress.advance(), progress.advance()
+    assert "4/4 rows" in stream.getvalue().splitlines()[-1] and "done in" in stream.getvalue()
+
+
+def test_a_target_is_answered_per_model_when_models_vary_too() -> None:
+    rows = made_rows()
+    bigger = [
+        row.model_copy(update={"model": "big", "index": row.index + 6, "tokens_per_s": row.tokens_per_s / 2})
+        for row in rows
+    ]
+    answers = smallest_clusters(rows + bigger, 170.0)
+    assert [(a.gpu, a.row_index) for a in answers] == [("a", 1), ("b", 4), ("a", 8), ("b", 11)]
+    assert answers[2].text.startswith("a, model big: ")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -22,6 +23,7 @@ Task = tuple[int, Configuration]
 OnRow = Callable[[WhatifRow], None]
 RAY_MISSING = "--executor ray needs Ray: pip install 'hydraplan[whatif]'"
 RAY_CONNECT_TIMEOUT_S = 3.0
+SOLVER_MODULES = ("highspy", "ortools", "pulp")
 
 
 class Executor(Protocol):
@@ -66,8 +68,15 @@ def _evaluate_task(task: Task) -> WhatifRow:
     return evaluate_row(*task)
 
 
+def _start_method() -> str:
+    """`fork` while this process has loaded no solver library (nothing has started solver threads
+    that a fork would copy mid-run): workers start without importing hydraplan again; else `spawn`."""
+    loaded = any(name in sys.modules for name in SOLVER_MODULES)
+    return "fork" if not loaded and "fork" in multiprocessing.get_all_start_methods() else "spawn"
+
+
 class LocalPoolExecutor:
-    """`num_workers` spawned worker processes (spawn: no solver threads are forked mid-run)."""
+    """`num_workers` local worker processes; each imports the solver libraries once."""
 
     name = "local"
 
@@ -77,7 +86,7 @@ class LocalPoolExecutor:
     def run(self, tasks: Sequence[Task], on_row: OnRow) -> None:
         if not tasks:
             return
-        context = multiprocessing.get_context("spawn")
+        context = multiprocessing.get_context(_start_method())
         pool = context.Pool(min(self.num_workers, len(tasks)), initializer=_warm_up)
         try:
             for row in pool.imap_unordered(_evaluate_task, tasks, chunksize=1):

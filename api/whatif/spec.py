@@ -15,12 +15,12 @@ import json
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, ValidationError, field_validator
 
 from hydraplan.api.cli_inputs import InputError, read_profile, read_text
-from hydraplan.api.whatif.measures import price_of
+from hydraplan.api.whatif.measures import ANY_GPU, price_of
 from hydraplan.api.whatif.schemas import (
     ANALYTIC,
     HYDRAPLAN,
@@ -89,7 +89,9 @@ class SweepSpec(Frozen):
     max_schemes: int = Field(3, ge=1, le=8)
     max_strategies_solved: int = Field(SolverOptions().max_strategies_solved, ge=1, le=100_000)
     oversize: OversizePolicy = OversizePolicy.ERROR
-    price_per_gpu_hour: dict[str, float] = Field(default_factory=dict, description="Price per GPU-hour per GPU type.")
+    price_per_gpu_hour: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        default_factory=dict, description="Price per GPU-hour per GPU type (`*`: every type without its own)."
+    )
     target_tokens_per_s: float | None = Field(None, gt=0)
     budget_per_hour: float | None = Field(None, gt=0)
     models_file: str | None = None
@@ -99,6 +101,11 @@ class SweepSpec(Frozen):
     @classmethod
     def _scalar_is_one_value(cls, value: Any) -> Any:
         return value if isinstance(value, list | tuple) else [value]
+
+    @field_validator("price_per_gpu_hour", mode="before")
+    @classmethod
+    def _one_price_for_every_type(cls, value: Any) -> Any:
+        return {ANY_GPU: value} if isinstance(value, int | float) and not isinstance(value, bool) else value
 
     @property
     def size(self) -> int:
