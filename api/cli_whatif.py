@@ -10,6 +10,7 @@ computes only the rest. The tables, figures and report are written when the swee
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from hydraplan.api.cli_inputs import InputError
 from hydraplan.api.cli_progress import PROG
 
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
+MATPLOTLIB_MISSING = "the figures need matplotlib: pip install 'hydraplan[whatif]'"
 EXECUTORS = ("local", "ray", "inline")
 NONE_WORDS = ("none", "null")
 
@@ -130,6 +132,8 @@ def run_whatif(args: argparse.Namespace) -> int:
     from hydraplan.api.whatif.spec import build_spec, expand, read_spec_file
     from hydraplan.api.whatif.sweep import publish, run_sweep
 
+    if not args.no_plots and importlib.util.find_spec("matplotlib") is None:
+        raise InputError(f"{MATPLOTLIB_MISSING} (or add --no-plots)")
     file_values = read_spec_file(args.spec) if args.spec else {}
     spec, where = build_spec(file_values, flag_values(args), args.spec)
     configurations = expand(spec, where, args.max_configurations, args.yes)

@@ -168,3 +168,16 @@ def test_ctrl_c_keeps_finished_rows_and_resume_continues(tmp_path: Path, workers
     lines = rows_path.read_text().splitlines()
     assert lines[: len(kept)] == kept and len(lines) == 4
     assert sorted(json.loads(line)["num_gpus"] for line in lines) == [8, 16, 32, 64]
+
+
+def test_missing_matplotlib_is_refused_before_any_work(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a)
+    )
+    message = refused(capsys, tmp_path, "--model", "tiny", "--num-gpus", "8")
+    assert message == "the figures need matplotlib: pip install 'hydraplan[whatif]' (or add --no-plots)"

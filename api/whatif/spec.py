@@ -127,13 +127,18 @@ def read_spec_file(path: str) -> dict[str, Any]:
     suffix = Path(path).suffix.lower()
     try:
         if suffix in (".yaml", ".yml"):
-            import yaml
+            try:
+                import yaml
+            except ImportError:
+                raise InputError(f"{path}: YAML spec files need PyYAML: pip install 'hydraplan[whatif]'") from None
 
             data = yaml.safe_load(text)
         elif suffix == ".toml":
             data = tomllib.loads(text)
         else:
             data = json.loads(text)
+    except InputError:
+        raise
     except Exception as exc:  # noqa: BLE001 - every parser's own error class, reported as one line
         raise InputError(f"{path}: not a valid spec file: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
