@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             table.append([
                 name, str(len(first_rows[name])), f"{median(times):.1f}", f"{median(sweep_times):.1f}",
                 " ".join(f"{t:.1f}" for t in times), " ".join(f"{load:.1f}" for load in loads),
-                met if "no baselines" in name else "-",
+                met if extra == ["--compare", "none"] else "-",  # the target is the local pool's
             ])  # fmt: skip
     lines = [
         f"{len(first_rows[variants[0][0]])} configurations x {'1' if args.quick else '3'} seeded steps, "
