@@ -102,7 +102,7 @@ def fastest_within(rows: Sequence[WhatifRow], budget_per_hour: float) -> Answer:
     chosen = ranked[0]
     why = (
         f"{chosen.tokens_per_s:,.0f} tokens/s at {chosen.cost_per_hour:,.2f} per hour "
-        f"({chosen.cost_per_1m_tokens:,.4f} per 1M tokens), the fastest of {len(within)} configuration(s) "
+        f"({chosen.cost_per_1m_tokens:.4g} per 1M tokens), the fastest of {len(within)} configuration(s) "
         f"within {budget_per_hour:,.2f} per hour"
     )
     if len(ranked) > 1:
