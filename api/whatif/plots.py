@@ -142,4 +142,4 @@ def _mix(axes, rows: Sequence[WhatifRow]) -> None:
     axes.set_title("Strategy mix per configuration")
     axes.tick_params(axis="x", labelrotation=90, labelsize="x-small")
     if schemes:
-        axes.legend(fontsize="x-small", ncol=4)
+        axes.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0), title="scheme")
