@@ -56,6 +56,12 @@ def run_once(sweep: list[str], extra: list[str], folder: Path) -> tuple[float, f
     return elapsed_s, sweep_s, json.loads(result.stdout)["rows"]
 
 
+def _versions() -> str:
+    from importlib import metadata
+
+    return ", ".join(f"{name} {metadata.version(name)}" for name in ("matplotlib", "ray"))
+
+
 def identical_rows(left: list[dict], right: list[dict]) -> tuple[int, int]:
     """(rows identical in every field, rows whose plan fields differ) between two runs."""
     by_key = {row["key"]: row for row in right}
@@ -98,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} workers (the CPU count). Wall time of the whole command and of its sweep alone (the "
         f"progress bar's time: workers started, every configuration planned; the rest is start-up, tables, "
         f"figures and report), medians of {repeats} run(s) (one with baselines). The machine is shared with "
-        "other work: the 1-min load average before each run is listed (2 cores).",
+        "other work: the 1-min load average before each run is listed (2 cores). "
+        f"{_versions()}.",
         "",
         markdown_table(
             ["variant", "rows", "command s (median)", "sweep s (median)", "runs s", "load", f"<= {TARGET_S:g} s"],
