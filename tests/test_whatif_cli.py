@@ -181,3 +181,10 @@ def test_missing_matplotlib_is_refused_before_any_work(
     )
     message = refused(capsys, tmp_path, "--model", "tiny", "--num-gpus", "8")
     assert message == "the figures need matplotlib: pip install 'hydraplan[whatif]' (or add --no-plots)"
+
+
+def test_yes_runs_a_sweep_over_the_limit(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = [*TINY_FLAGS, "--seeds", "1", "--workers", "1", "--no-plots", "--max-configurations", "1", "--yes"]
+    code, out, err = run(capsys, *argv, "--out", str(tmp_path / "study"), "--json")
+    assert code == 0, err
+    assert [row["num_gpus"] for row in json.loads(out)["rows"]] == [8, 16]
