@@ -49,6 +49,9 @@ COMMANDS: dict[str, Command] = {
     "models": Command("hydraplan.api.cli_inspect", "list the catalog models (--model, --models-file)"),
     "gpus": Command("hydraplan.api.cli_inspect", "list the catalog GPUs (--gpu, --gpus-file)"),
     "schema": Command("hydraplan.api.cli_inspect", "print the JSON Schema of a format: plan, profile, request, pool"),
+    "whatif": Command(
+        "hydraplan.api.cli_whatif", "what-if capacity study: sweep clusters, models, data; plots and a report"
+    ),
     "serve": Command(__name__, "run the REST service (needs the service extra)"),
 }
 

@@ -12,7 +12,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -176,6 +176,24 @@ def sample_batch(dataset: str, num_tokens: int, seed: int, context_cap: int | No
     if context_cap is None:
         return documents
     return split_at_cap(documents, context_cap)
+
+
+def sample_from_lengths(
+    documents: Sequence[int], num_tokens: int, seed: int, context_cap: int | None = None
+) -> list[int]:
+    """`sample_batch` over a user's document lengths (e.g. a lengths file): documents drawn
+    uniformly with replacement until `num_tokens`, then split at `context_cap`."""
+    if not documents:
+        raise ValueError("no document lengths to sample from")
+    if num_tokens < 1:
+        raise ValueError(f"num_tokens {num_tokens} must be >= 1")
+    pool = np.asarray(documents, dtype=np.int64)
+
+    def draw(rng: np.random.Generator, count: int) -> np.ndarray:
+        return pool[rng.integers(0, pool.size, size=count)]
+
+    drawn = _draw_documents(draw, num_tokens, np.random.default_rng(seed))
+    return drawn if context_cap is None else split_at_cap(drawn, context_cap)
 
 
 def _draw_documents(draw: LengthSampler, num_tokens: int, rng: np.random.Generator) -> list[int]:

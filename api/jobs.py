@@ -23,6 +23,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -57,6 +58,9 @@ from hydraplan.api.schemas import (
 )
 from hydraplan.api.settings import Settings
 from hydraplan.api.store import Store, StoreUnavailable
+from hydraplan.api.whatif.engine import evaluate
+from hydraplan.api.whatif.schemas import Configuration
+from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest
 
 logger = logging.getLogger("hydraplan.jobs")
 CANCEL_POLL_INTERVAL_S = 0.05
@@ -313,6 +317,7 @@ class JobRunner:
         return self._finish(view, status)
 
     def _sweep_item(self, job_id: str, index: int, body: PlanBody, cancel: CancelFlag) -> SweepItem:
+        """One item through the what-if engine (the CLI's `hydraplan whatif` runs the same code)."""
         fields: dict[str, Any] = {
             "index": index,
             "num_gpus": body.num_gpus,
@@ -320,10 +325,24 @@ class JobRunner:
             "gpu": _name(body.gpu),
         }
         try:
-            plan = self._planning.plan(body, cancel=cancel, origin="job")
+            configuration = sweep_configuration(body, self._planning)
         except (ProblemError, ValueError, ValidationError) as exc:
             return SweepItem(**fields, status=JobStatus.FAILED, error=self._problem(job_id, exc))
-        item = SweepItem(**fields, status=JobStatus.SUCCEEDED, plan=plan)
+
+        def solve_step(request: PlanRequest, profile: CostProfile, baselines: Sequence[str]) -> Plan:
+            return self._planning.solve(request, profile, baselines, cancel=cancel, origin="job")
+
+        outcome = evaluate(
+            index,
+            configuration,
+            solve_step=solve_step,
+            profile_for=lambda _: self._planning.profile_for(body, body.num_gpus, body.gpus_per_node),
+            refusals=(ProblemError, ValueError, ValidationError),
+        )
+        if outcome.error is not None:
+            error = self._problem(job_id, outcome.error)
+            return SweepItem(**fields, status=JobStatus.FAILED, error=error, row=outcome.row)
+        item = SweepItem(**fields, status=JobStatus.SUCCEEDED, plan=outcome.plans[0], row=outcome.row)
         oversize = self._oversize(item.model_dump_json())
         if oversize is not None:
             return SweepItem(**fields, status=JobStatus.FAILED, error=self._error(job_id, oversize))
@@ -373,6 +392,41 @@ class JobRunner:
     @staticmethod
     def _error(job_id: str, detail: str, status: int = 413, slug: str | None = None) -> Problem:
         return make_problem(status, detail, job_location(job_id), slug=slug)
+
+
+def sweep_configuration(body: PlanBody, planning: Planning) -> Configuration:
+    """The what-if configuration of one sweep item: the request's exact batch, one step at its seed."""
+    from hydraplan.api.whatif.schemas import (
+        ANALYTIC,
+        HYDRAPLAN,
+        CostSourceRef,
+        DatasetKind,
+        DatasetRef,
+    )
+    from hydraplan.api.whatif.spec import batch_label
+
+    if body.model is not None:
+        model, gpu, source = planning.model(body.model), planning.gpu(body.gpu), CostSourceRef(label=ANALYTIC)
+    else:
+        label = f"profile:{body.profile_id}" if body.profile_id is not None else "profile:inline"
+        model, gpu, source = None, None, CostSourceRef(label=label, profile=body.profile)
+    backend = body.options.solver.value
+    previous = body.previous_strategy or (body.previous_plan.strategy if body.previous_plan is not None else None)
+    return Configuration(
+        model=model,
+        gpu=gpu,
+        num_gpus=body.num_gpus,
+        gpus_per_node=body.gpus_per_node,
+        dataset=DatasetRef(label=batch_label(body.lengths), kind=DatasetKind.BATCH, lengths=tuple(body.lengths)),
+        context_cap=None,
+        tokens_per_step=None,
+        cost_source=source,
+        planner=HYDRAPLAN if backend == "auto" else f"{HYDRAPLAN}:{backend}",
+        compare=tuple(body.baselines),
+        seeds=(body.options.seed,),
+        options=body.options,
+        previous_strategy=previous,
+    )
 
 
 def _name(ref: Any) -> str | None:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from hydraplan.api.problems import Problem
+from hydraplan.api.whatif.schemas import WhatifRow
 from hydraplan.planner import limits
 from hydraplan.planner.schemas import (
     CostProfile,
@@ -437,6 +438,9 @@ class SweepItem(ApiModel):
     status: JobStatus
     plan: Plan | None = None
     error: Problem | None = None
+    row: WhatifRow | None = Field(
+        None, description="The what-if row of the item (the same row `hydraplan whatif` gives for it)."
+    )
 
 
 class JobProgress(ApiModel):

@@ -465,6 +465,7 @@ HELP_COMMANDS = [
     ["models"],
     ["gpus"],
     ["schema"],
+    ["whatif"],
     ["serve"],
 ]
 

@@ -81,3 +81,15 @@ def test_importing_the_planner_pulls_no_service_or_torch():
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_whatif_engine_imports_no_plotting_ray_service_or_torch():
+    """Workers import the engine for every task: matplotlib and Ray load only when used."""
+    code = (
+        "import sys, hydraplan.api.whatif.engine, hydraplan.api.whatif.spec, hydraplan.api.whatif.executors,"
+        " hydraplan.api.whatif.sweep, hydraplan.api.cli_whatif;"
+        "bad = [m for m in ('matplotlib', 'ray', 'fastapi', 'starlette', 'torch') if m in sys.modules];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
