@@ -82,6 +82,9 @@ class CpSatAdapter:
         self._solver.parameters.max_time_in_seconds = max(0.01, wall_limit_s)
         self._solver.parameters.num_workers = 1
         self._solver.parameters.random_seed = seed
+        # CP-SAT's own SIGINT handler is left installed after a solve (verified: a later Ctrl-C
+        # then kills the process without Python's KeyboardInterrupt): keep Python's handler
+        self._solver.parameters.catch_sigint_signal = False
         status = self._solver.Solve(self.model)
         if status == self._cp.OPTIMAL:
             return "optimal", False

@@ -105,3 +105,26 @@ def test_default_plans_are_byte_identical_under_cpu_load(tmp_path: Path) -> None
     assert not any(plan.solver.cut_by_clock for plan in plans), "the 2 s default was cut by the clock"
     assert outputs[0] == outputs[1]
     assert plans[0].num_gpus == 64 and plans[0].cost_profile.model == "llama3-8b"
+
+
+def test_ctrl_c_after_a_cp_sat_solve_is_still_a_keyboard_interrupt(tmp_path: Path) -> None:
+    """CP-SAT's own SIGINT handler would stay installed after a solve (a later Ctrl-C then kills the
+    process with no message): the planner keeps Python's handler."""
+    script = tmp_path / "interrupt.py"
+    script.write_text(
+        "import os, signal, time\n"
+        "import numpy as np\n"
+        "from hydraplan.planner.milp import solve_milp\n"
+        "from hydraplan.planner.cost import ProfileCostModel\n"
+        "from hydraplan import analytic_profile\n"
+        "cost = ProfileCostModel(analytic_profile('tiny', 'h100-sxm-80gb', num_gpus=8))\n"
+        "coef = cost.coefficients(min(cost.schemes(), key=lambda s: s.num_gpus))\n"
+        "assert solve_milp('cpsat', np.array([100, 200, 300]), [coef, coef], 1.0, 0) is not None\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(2)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted')\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "interrupted", done.stderr

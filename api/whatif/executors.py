@@ -8,10 +8,8 @@ the pool (running configurations are abandoned, finished rows are already writte
 from __future__ import annotations
 
 import multiprocessing
-import signal
 import socket
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -35,25 +33,13 @@ class Executor(Protocol):
 
 
 class InlineExecutor:
-    """One configuration after the other in this process (tests, debugging, `--workers 1`).
-
-    OR-Tools' CP-SAT installs its own SIGINT handler for a solve and leaves SIGINT at the default
-    action afterwards (a later Ctrl-C would kill the process without the interrupted-sweep message),
-    so Python's handler is put back after each configuration.
-    """
+    """One configuration after the other in this process (tests, debugging, `--workers 1`)."""
 
     name = "inline"
 
     def run(self, tasks: Sequence[Task], on_row: OnRow) -> None:
         for index, configuration in tasks:
-            row = evaluate_row(index, configuration)
-            _restore_interrupt_handler()
-            on_row(row)
-
-
-def _restore_interrupt_handler() -> None:
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+            on_row(evaluate_row(index, configuration))
 
 
 def _warm_up() -> None:
