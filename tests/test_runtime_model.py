@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +176,13 @@ def test_packed_attention_benchmark_smoke(tmp_path):
         if row[2].strip() == "flex":  # no backward on CPU in torch 2.13: reported, not hidden
             assert row[4].strip() == "fails"
     assert sum(row[-1].strip() == "fastest" for row in rows) == 2  # one per length mix
+
+
+def test_the_readme_runtime_example_runs():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    code = readme.split("## Runtime (torch)", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    loss, cfg = namespace["loss"], namespace["cfg"]
+    # A freshly initialised model predicts close to uniformly: mean loss near log(vocab).
+    assert abs(float(loss) - math.log(cfg.vocab_size)) < 0.5
