@@ -141,8 +141,9 @@ def _group(plan_index: int, group: PipelineGroup, slowest: bool, scale: _Scale, 
     colour = SLOWEST if slowest else "#222"
     weight = " font-weight='bold'" if slowest else ""
     flag = " data-slowest='true'" if slowest else ""
+    members = ",".join(map(str, group.pipelines))
     parts = [
-        f"<g class='pipeline' data-pipelines='{','.join(map(str, group.pipelines))}' data-scheme='{group.scheme}' "
+        f"<g class='pipeline' data-pipelines='{members}' data-scheme={quoteattr(group.scheme)} "
         f"data-time-s='{group.time_s!r}'{flag}>",
         f"<text x='8' y='{top + ROW - 2}' fill='{colour}'{weight}>{escape(label)}</text>",
     ]
