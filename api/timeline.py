@@ -30,6 +30,8 @@ TIMELINE_SCHEMA_VERSION = "hydraplan.timeline/1"
 DEFAULT_FWD_FRACTION = 1.0 / 3.0  # the profile format's default, for a scheme missing from the plan's profile
 MAX_GROUPS = 8  # groups drawn per plan unless every pipeline is asked for
 HISTOGRAM_BINS = 20
+# Most blocks one document draws (~300 bytes of SVG each): a drawing stays under ~60 MB.
+MAX_DRAWN_BLOCKS = 200_000
 PipelineSelection = Literal["grouped", "all"]
 
 # One block: [stage, micro-batch (execution order), "F" or "B", start_s, end_s].
@@ -98,8 +100,18 @@ def timeline_document(
         plan_timeline(label, plan, pipelines, max_groups, bound)
         for (label, plan), bound in zip(labelled_plans, with_bound, strict=True)
     ]
+    _check_size(labelled_plans, timelines)
     time_max_s = max(max(timeline.step_time_s, timeline.lower_bound_s or 0.0) for timeline in timelines)
     return TimelineDocument(time_max_s=time_max_s, plans=timelines)
+
+
+def _check_size(labelled_plans: Sequence[tuple[str, Plan]], timelines: Sequence[PlanTimeline]) -> None:
+    num_blocks = sum(len(group.blocks) for timeline in timelines for group in timeline.groups)
+    if num_blocks > MAX_DRAWN_BLOCKS:
+        raise ValueError(
+            f"the timeline of {', '.join(label for label, _ in labelled_plans)} would draw {num_blocks:,} blocks, "
+            f"more than the limit of {MAX_DRAWN_BLOCKS:,}; draw fewer pipelines (grouped) or fewer plans"
+        )
 
 
 def plan_timeline(
@@ -114,6 +126,12 @@ def plan_timeline(
     members.sort(key=lambda group: (-group[0].time_s, group[0].index))
     drawn = members if pipelines == "all" else members[:max_groups]
     hidden = [pipeline for group in members[len(drawn) :] for pipeline in group]
+    num_blocks = sum(2 * group[0].scheme.pp * len(group[0].micro_batches) for group in drawn)
+    if num_blocks > MAX_DRAWN_BLOCKS:  # refused before any block is built
+        raise ValueError(
+            f"the timeline of {label} would draw {num_blocks:,} blocks, more than the limit of "
+            f"{MAX_DRAWN_BLOCKS:,}; draw fewer pipelines (grouped)"
+        )
     slowest = max(plan.pipelines, key=lambda pipeline: (pipeline.time_s, -pipeline.index))
     return PlanTimeline(
         label=label,

@@ -458,6 +458,7 @@ HELP_COMMANDS = [
     ["plan"],
     ["strategies"],
     ["check"],
+    ["show"],
     ["schemes"],
     ["profile"],
     ["models"],
