@@ -239,3 +239,15 @@ def test_png_without_matplotlib_is_a_usage_error(tmp_path, capsys, plan_and_base
     code, _, err = run(capsys, "show", str(plan_path), "--timeline", str(out))
     assert code == 2 and err.count("\n") == 1
     assert "--timeline" in err and "pip install 'hydraplan[plots]'" in err and not out.exists()
+
+
+def test_svg_and_html_timelines_need_neither_matplotlib_nor_the_service():
+    import subprocess
+
+    code = (
+        "import sys, hydraplan.api.cli_timeline, hydraplan.api.timeline_svg;"
+        "bad = [m for m in ('matplotlib', 'fastapi', 'starlette', 'torch') if m in sys.modules];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
