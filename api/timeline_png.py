@@ -12,11 +12,12 @@ import json
 from pathlib import Path
 
 from hydraplan.api.timeline import PlanTimeline, TimelineDocument
-from hydraplan.api.timeline_svg import BACKWARD, BOUND, FORWARD, IDLE, SYNC, group_label, plan_heading
+from hydraplan.api.timeline_svg import BACKWARD, BOUND, FORWARD, IDLE, SYNC, group_label, ms, plan_heading
 
 PNG_TEXT_KEY = "hydraplan-timeline"
 MATPLOTLIB_MISSING = "a PNG timeline needs matplotlib: pip install 'hydraplan[plots]' (or write .svg or .html)"
 DPI = 110
+MIN_BAR_SHARE = 0.003  # narrowest histogram bar, as a share of the step time
 
 
 def write_png(document: TimelineDocument, path: str | Path) -> None:
@@ -78,11 +79,15 @@ def _draw_plan(axes, timeline: PlanTimeline) -> None:
     if timeline.histogram is not None:
         histogram = timeline.histogram
         tallest = max(histogram.counts)
+        min_width_s = MIN_BAR_SHARE * max(timeline.step_time_s, 1e-12)  # a bar stays visible
         for count, low, high in zip(histogram.counts, histogram.edges_s, histogram.edges_s[1:]):
             height = 1.8 * count / tallest
-            axes.broken_barh([(low * 1e3, max(high - low, 1e-12) * 1e3)], (row + 2 - height, height), facecolors="#999")
+            width_ms = max(high - low, min_width_s) * 1e3
+            axes.broken_barh([(low * 1e3, width_ms)], (row + 2 - height, height), facecolors="#777")
         ticks.append(row + 1)
-        labels.append(f"{len(timeline.hidden_pipelines)} others (histogram)")
+        labels.append(
+            f"{len(timeline.hidden_pipelines)} others: {ms(histogram.edges_s[0])} to {ms(histogram.edges_s[-1])}"
+        )
         row += 2
     _marks(axes, timeline, row)
     axes.set_ylim(row, -0.2)
@@ -97,4 +102,5 @@ def _marks(axes, timeline: PlanTimeline, num_rows: int) -> None:
     if timeline.lower_bound_s is not None:
         axes.axvline(timeline.lower_bound_s * 1e3, color=BOUND, linestyle="--", linewidth=1.0, label="lower bound")
     if timeline.grad_sync_s > 0 or timeline.lower_bound_s is not None:
-        axes.legend(loc="lower right", fontsize=7)
+        # above the axes, right-aligned: inside, it would hide the slowest blocks and the histogram
+        axes.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=7, frameon=False)

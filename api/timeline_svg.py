@@ -227,7 +227,8 @@ def _histogram(timeline: PlanTimeline, scale: _Scale, top: float) -> str:
     parts = [
         f"<g class='histogram' data-num-pipelines='{len(timeline.hidden_pipelines)}'>",
         f"<text x='8' y='{top + 12}'>{len(timeline.hidden_pipelines)} other pipelines</text>",
-        f"<text x='8' y='{top + 24}' fill='#666' font-size='9'>(times histogram)</text>",
+        f"<text x='8' y='{top + 24}' fill='#666' font-size='9'>"
+        f"times {escape(ms(histogram.edges_s[0]))} to {escape(ms(histogram.edges_s[-1]))}</text>",
     ]
     for count, low, high in zip(histogram.counts, histogram.edges_s, histogram.edges_s[1:]):
         if count == 0:
