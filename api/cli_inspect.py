@@ -73,7 +73,7 @@ def run_show(args: argparse.Namespace) -> int:
         print("\n" + table(["compared plan", "strategy", "step time (ms)", "speedup of this plan"], rows))
     if args.timeline:
         drawn = [(Path(args.plan).stem, plan), *others]
-        write_timeline(args.timeline, drawn, args.pipelines, [True] + [False] * len(others))
+        print(write_timeline(args.timeline, drawn, args.pipelines, [True] + [False] * len(others)), file=sys.stderr)
     return EXIT_OK
 
 

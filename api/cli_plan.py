@@ -89,7 +89,10 @@ def run_plan(args: argparse.Namespace) -> int:
         drawn += [(o.name, o.plan) for o in outcomes if o.plan is not None]
         # a baseline's plan carries no bound of its own worth drawing
         with progress.step(f"drawing the timeline of {len(drawn)} plan(s)"):
-            write_timeline(args.timeline, drawn, args.pipelines, [not args.baseline] + [False] * (len(drawn) - 1))
+            wrote = write_timeline(
+                args.timeline, drawn, args.pipelines, [not args.baseline] + [False] * (len(drawn) - 1)
+            )
+        print(wrote, file=sys.stderr)
     print_plan(plan, [o for o in outcomes if o.reason is not None], args.json, args.pipelines)
     return EXIT_OK
 

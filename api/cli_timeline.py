@@ -8,7 +8,6 @@ any planning starts, as one line naming the flag.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -61,8 +60,8 @@ def timeline_format(path: str | None) -> str | None:
 
 def write_timeline(
     path: str, labelled_plans: Sequence[tuple[str, Plan]], pipelines: str, bounds: Sequence[bool]
-) -> None:
-    """Draw the plans' timelines into `path` (format from its suffix) and say so on stderr."""
+) -> str:
+    """Draw the plans' timelines into `path` (format from its suffix); returns the line saying so."""
     from hydraplan.api.timeline import timeline_document
     from hydraplan.api.timeline_svg import render_html, render_svg
 
@@ -76,4 +75,4 @@ def write_timeline(
         text = render_svg(document) if kind == "svg" else render_html(document)
         Path(path).write_text(text, encoding="utf-8")
     names = ", ".join(label for label, _ in labelled_plans)
-    print(f"{PROG}: wrote the timeline of {names} to {path}", file=sys.stderr)
+    return f"{PROG}: wrote the timeline of {names} to {path}"
