@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from api_support import start_uvicorn
+from api_support import start_uvicorn, wait_for
 from test_timeline import assert_blocks_are_the_simulation
 
 from hydraplan.planner.schemas import Plan
@@ -143,9 +143,13 @@ def test_the_page_plans_a_batch_and_draws_its_timeline(page) -> None:
     assert json.loads(Path(download.value.path()).read_text()) == plan
 
 
-def test_bad_input_is_shown_next_to_the_field_it_names(page) -> None:
+def test_bad_input_is_shown_next_to_the_field_it_names(page, tmp_path) -> None:
     enter_token(page)
-    fill_tiny_batch(page, "100\n-5\nabc")
+    fill_tiny_batch(page, "")
+    uploaded = tmp_path / "batch.txt"
+    uploaded.write_text("100\n-5\nabc\n")
+    page.set_input_files("#lengths-file", str(uploaded))  # an uploaded file fills the lengths
+    wait_for(lambda: page.input_value("#lengths") == "100\n-5\nabc\n", timeout_s=WAIT_MS / 1e3)
     page.click("#submit")
     message = field_error(page, "lengths")
     screenshot(page, "web_bad_lengths.png")
