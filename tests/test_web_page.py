@@ -84,8 +84,8 @@ def screenshot(page, name: str) -> None:
 
 def enter_token(page) -> None:
     page.fill("#token", TOKEN)
-    page.dispatch_event("#token", "change")
-    page.wait_for_selector("#model option[value=tiny]", state="attached")
+    page.press("#token", "Tab")  # leaving the field commits it: the page reloads the catalogs with it
+    page.wait_for_selector("#status:text-is('ready')")
 
 
 def fill_tiny_batch(page, lengths: str | None = BATCH) -> None:
@@ -176,6 +176,10 @@ def test_a_bundled_dataset_can_be_planned(page) -> None:
     page.fill("#num-tokens", "20000")
     fill_tiny_batch(page, None)
     page.uncheck("input[name=baseline][value=hydraulis]")
+    # a token change reloads the catalogs: the choices made stay
+    page.dispatch_event("#token", "change")
+    page.wait_for_selector("#status:text-is('ready')")
+    assert page.input_value("#dataset") == "sft-mix" and page.input_value("#model") == "tiny"
     with page.expect_response(lambda response: "/v1/datasets/sft-mix/sample" in response.url) as sampled:
         page.click("#submit")
     lengths = sampled.value.json()["lengths"]

@@ -266,12 +266,15 @@ function showPipelines(pipelines) {
 // Start: catalogs and datasets from the service
 // ------------------------------------------------------------------------------------------
 
+// The options of a select; what the user had chosen stays chosen (the catalogs reload when the token changes).
 function fill(select, names, preferred) {
-  select.replaceChildren(...names.map((name) => new Option(name, name, false, name === preferred)));
+  const chosen = names.includes(select.value) ? select.value : preferred;
+  select.replaceChildren(...names.map((name) => new Option(name, name, false, name === chosen)));
 }
 
 async function loadCatalogs() {
   clearErrors();
+  $("#status").textContent = "loading the catalogs ...";
   try {
     const [models, gpus, datasets] = await Promise.all([
       getJson("/v1/models"), getJson("/v1/gpus"), getJson("/v1/datasets"),
@@ -281,6 +284,7 @@ async function loadCatalogs() {
     fill($("#dataset"), datasets.datasets.map((dataset) => dataset.name), "wikipedia");
     $("#status").textContent = "ready";
   } catch (error) {
+    $("#status").textContent = "";
     showProblem(error);
   }
 }
