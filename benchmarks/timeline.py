@@ -30,9 +30,11 @@ from hydraplan.cost_models.catalog import get_gpu, get_model
 from hydraplan.planner.schemas import Plan, PlanRequest, SolverOptions
 from hydraplan.planner.solve import solve
 
-# (label, model, GPU, GPUs, tokens): the CLI's default, and the latency benchmark's 1,024 GPUs.
+# (label, model, GPU, GPUs, tokens): the CLI's default, a 70B plan with deep pipelines (pp 2-4 in
+# the runs so far; the strategy column says which), and the latency benchmark's 1,024 GPUs.
 SETTINGS = [
     ("8B / 64 H100 / 1M", "llama3-8b", "h100-sxm-80gb", 64, 1_000_000),
+    ("70B / 128 H100 / 2M", "llama3-70b", "h100-sxm-80gb", 128, 2_000_000),
     ("8B / 1024 H100 / 16M", "llama3-8b", "h100-sxm-80gb", 1024, 16_000_000),
 ]
 QUICK_SETTINGS = [("tiny / 8 H100 / 20K", "tiny", "h100-sxm-80gb", 8, 20_000)]
@@ -73,6 +75,7 @@ def run(settings: list[tuple], repeats: int, time_limit_s: float) -> list[list[s
                     rows.append(
                         [
                             label,
+                            plan.strategy,
                             str(len(plan.pipelines)),
                             pipelines,
                             kind,
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = QUICK_SETTINGS if args.quick else SETTINGS
     rows = run(settings, args.repeats, 0.3 if args.quick else 2.0)
-    headers = ["setting", "pipelines", "drawn", "format", "blocks", "median ms", "KiB"]
+    headers = ["setting", "strategy", "pipelines", "drawn", "format", "blocks", "median ms", "KiB"]
     table = markdown_table(headers, rows)
     print(table)
     if not args.no_write:

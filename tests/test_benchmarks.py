@@ -129,9 +129,9 @@ def test_timeline_quick_writes_its_section(tmp_path):
     results = tmp_path / "RESULTS.md"
     assert timeline.main(["--quick", "--repeats", "1", "--results", str(results)]) == 0
     headers, rows, section = section_table(results, "timeline")
-    assert headers == ["setting", "pipelines", "drawn", "format", "blocks", "median ms", "KiB"]
-    assert [(row[2], row[3]) for row in rows] == [(d, f) for d in ("grouped", "all") for f in ("svg", "html", "png")]
+    assert headers == ["setting", "strategy", "pipelines", "drawn", "format", "blocks", "median ms", "KiB"]
+    assert [(row[3], row[4]) for row in rows] == [(d, f) for d in ("grouped", "all") for f in ("svg", "html", "png")]
     for row in rows:
-        assert_numeric(row, headers, {"setting", "drawn", "format"})
-        assert int(row[4]) > 0
+        assert_numeric(row, headers, {"setting", "strategy", "drawn", "format"})
+        assert int(row[5]) > 0
     assert "Command: `python" in section
