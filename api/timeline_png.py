@@ -67,14 +67,12 @@ def _draw_plan(axes, timeline: PlanTimeline) -> None:
             axes.broken_barh([(0, group.time_s * 1e3)], (row + stage, 0.9), facecolors=IDLE)
             ticks.append(row + stage + 0.45)
             labels.append((group_label(group) + (" slowest" if slowest else "")) if stage == 0 else f"stage {stage}")
+        spans: dict[tuple[int, str], list[tuple[float, float]]] = {}  # one collection per row and kind
         for stage, _, kind, start_s, end_s in group.blocks:
-            axes.broken_barh(
-                [(start_s * 1e3, (end_s - start_s) * 1e3)],
-                (row + stage, 0.9),
-                facecolors=FORWARD if kind == "F" else BACKWARD,
-                edgecolors="white",
-                linewidth=0.3,
-            )
+            spans.setdefault((stage, kind), []).append((start_s * 1e3, (end_s - start_s) * 1e3))
+        for (stage, kind), ranges in spans.items():
+            colour = FORWARD if kind == "F" else BACKWARD
+            axes.broken_barh(ranges, (row + stage, 0.9), facecolors=colour, edgecolors="white", linewidth=0.3)
         row += group.num_stages
     if timeline.histogram is not None:
         histogram = timeline.histogram

@@ -15,6 +15,7 @@ import argparse
 import sys
 import tempfile
 import time
+from importlib import metadata
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -88,6 +89,13 @@ def run(settings: list[tuple], repeats: int, time_limit_s: float) -> list[list[s
     return rows
 
 
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="draws per format (default: %(default)s)")
@@ -105,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Median of {args.repeats} draws of one plan's timeline (build the `hydraplan.timeline/1` "
             "document from the planner's 1F1B simulation, draw, write the file); `grouped` draws identical "
             "schedules once and the slowest 8 groups with a histogram of the rest, `all` every pipeline. "
-            "PNG through matplotlib's Agg backend.\n\n" + table
+            f"PNG through matplotlib {_version('matplotlib')}'s Agg backend.\n\n" + table
         )
         write_section("timeline", command_line(), body, args.results)
     return 0
