@@ -80,7 +80,9 @@ def run_plan(args: argparse.Namespace) -> int:
         )
     if not args.baseline:
         outcomes = compare_baselines(names, request, profile, plan, progress)
-        plan = plan.model_copy(update={"baselines": [o.result for o in outcomes if o.result is not None]})
+        from hydraplan.planner.build import identified
+
+        plan = identified(plan.model_copy(update={"baselines": [o.result for o in outcomes if o.result is not None]}))
     if args.out:
         Path(args.out).write_text(plan.model_dump_json(indent=2) + "\n", encoding="utf-8")
         print(f"{PROG}: wrote plan {plan.plan_id} to {args.out}", file=sys.stderr)

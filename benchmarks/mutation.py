@@ -163,7 +163,8 @@ def main() -> int:
         results = {name: run_target(TARGETS[name], workdir, bin_dir, args.timeout_s) for name in names}
     text = report(results)
     print(text)
-    write_section("mutation", command_line(), text)
+    # one section per set of targets: a run of some targets keeps the others' results (and notes)
+    write_section("mutation-" + "+".join(names), command_line(), text)
     return 0
 
 

@@ -15,9 +15,7 @@ over `hydraulis`, how often the plan is heterogeneous (more than one distinct <T
 and the planner latency (wall time of the `solve` call, baselines excluded) p50 / p95.
 Percentiles are nearest-rank: p95 of 20 batches is the 19th smallest.
 
-A determinism check solves the seed-0 batch of each setting twice with the `greedy` and `lp` solvers
-under a deterministic work limit (`max_strategies_solved`, time limit not reached) and compares
-the plans (`auto` is left out: its CP-SAT polish also has a wall-clock safety limit).
+Determinism at the defaults is measured by `benchmarks/determinism.py` (its own section).
 
 The results go to the `quality` section of benchmarks/RESULTS.md (`--results` for another file).
 """
@@ -64,11 +62,6 @@ QUICK_DATASETS = ("wikipedia", "lognormal")
 QUICK_BATCHES = 2
 QUICK_TIME_LIMIT_S = 0.25
 QUICK_MAX_TOKENS = 128 * 1024
-# The determinism check: backends whose work is bounded by max_strategies_solved alone. `auto`'s
-# CP-SAT polish also has a wall-clock safety limit, which a loaded machine can reach first.
-DETERMINISM_SOLVERS = ("greedy", "lp")
-DETERMINISM_STRATEGIES = 8  # max_strategies_solved
-DETERMINISM_TIME_LIMIT_S = 120.0  # far above what that work takes, so the work limit binds
 NEVER_WORSE_TOLERANCE = 1e-9  # relative: float noise is not "worse"
 
 # Targets of issue 3 ("Targets")
@@ -108,17 +101,6 @@ class BatchResult:
         return None if step is None or self.error else step / self.step_time_s
 
 
-@dataclass
-class DeterminismResult:
-    setting: str
-    dataset: str
-    solver: str
-    same_plan: bool
-    same_id: bool
-    work_limit_binds: bool  # both solves ended well before their time limit
-    wall_s: tuple[float, float]
-
-
 # ---------------------------------------------------------------------------------------------
 # Running
 # ---------------------------------------------------------------------------------------------
@@ -154,32 +136,6 @@ def run_batch(
             result.baseline_errors[name] = str(error)
         result.baseline_wall_s[name] = time.perf_counter() - started
     return result
-
-
-def determinism_check(setting: Setting, dataset: str, solver: str, max_tokens: int | None) -> DeterminismResult:
-    """Solve the seed-0 batch twice with a work limit and compare everything but the timings."""
-    tokens = min(setting.num_tokens, max_tokens) if max_tokens else setting.num_tokens
-    lengths = batch_lengths(dataset, tokens, 0, setting.context_cap)
-    profile = profile_for(setting.model, setting.gpu, setting.num_gpus)
-    request = make_request(lengths, setting.num_gpus, solver, DETERMINISM_TIME_LIMIT_S, 0)
-    request = request.model_copy(
-        update={"options": request.options.model_copy(update={"max_strategies_solved": DETERMINISM_STRATEGIES})}
-    )
-    plans, walls = [], []
-    for _ in range(2):
-        started = time.perf_counter()
-        plans.append(solve(request, profile))
-        walls.append(time.perf_counter() - started)
-    first, second = (plan.model_dump(mode="json", exclude={"solver": {"solve_time_s"}}) for plan in plans)
-    return DeterminismResult(
-        setting=setting.name,
-        dataset=dataset,
-        solver=solver,
-        same_plan=first == second,
-        same_id=plans[0].plan_id == plans[1].plan_id,
-        work_limit_binds=max(walls) < 0.5 * DETERMINISM_TIME_LIMIT_S,
-        wall_s=(walls[0], walls[1]),
-    )
 
 
 def warm_up(setting: Setting, dataset: str) -> None:
@@ -278,7 +234,6 @@ def verdict(met: bool) -> str:
 def targets(
     results: list[BatchResult],
     baselines: list[str],
-    determinism: list[DeterminismResult],
     max_tokens: int | None = None,
 ) -> list[str]:
     """One line per target of issue 3, each with the measured figure (computed here)."""
@@ -378,34 +333,13 @@ def targets(
             f"(p50 {median(walls):.2f} s, p95 {percentile(walls, 95):.2f} s; see also the `latency` section)."
         )
 
-    # 5. determinism
-    if determinism:
-        parts = []
-        for check in determinism:
-            valid = check.work_limit_binds
-            ok = check.same_plan and check.same_id
-            state = ("same plan" if ok else "DIFFERENT plans") + ("" if valid else ", but the time limit was near")
-            parts.append(
-                f"{check.setting} / {check.dataset} seed 0, `{check.solver}`: {state} "
-                f"({max(check.wall_s):.1f} s per solve)"
-            )
-        met = all(c.same_plan and c.same_id and c.work_limit_binds for c in determinism)
-        lines.append(
-            f"- Deterministic under a work limit (max_strategies_solved={DETERMINISM_STRATEGIES}, time limit "
-            f"{DETERMINISM_TIME_LIMIT_S:g} s not reached, each request solved twice, plans compared but for "
-            f"their timing): {verdict(met)} ({'; '.join(parts)}). Not checked for `auto`: "
-            "its CP-SAT polish (only for models under 4,000 variables) stops at a deterministic CP-SAT limit, "
-            "but also has a wall-clock safety limit that a loaded machine can reach first."
-        )
-    else:
-        lines.append("- Determinism: not checked in this run (--no-determinism, or the deadline was reached).")
+    lines.append("- Determinism at the defaults: see the `determinism` section (`benchmarks/determinism.py`).")
     return lines
 
 
 def report_body(
     results: list[BatchResult],
     baselines: list[str],
-    determinism: list[DeterminismResult],
     run_lines: list[str],
     max_tokens: int | None = None,
 ) -> tuple[str, str]:
@@ -428,7 +362,7 @@ def report_body(
     notes = failure_notes(results, baselines)
     if notes:
         parts.append("Failures:\n" + "\n".join(notes))
-    parts.append("### Targets\n\n" + "\n".join(targets(results, baselines, determinism, max_tokens)))
+    parts.append("### Targets\n\n" + "\n".join(targets(results, baselines, max_tokens)))
     return table, "\n\n".join(parts)
 
 
@@ -468,7 +402,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         help="stop starting batches after this many seconds (rows then hold fewer batches; said in the report)",
     )
-    parser.add_argument("--no-determinism", action="store_true", help="skip the determinism check")
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -527,18 +460,6 @@ def main(argv: list[str] | None = None) -> int:
             eta = elapsed / len(results) * (total - len(results))
             progress(f"[{len(results)}/{total} {elapsed:.0f}s, ~{eta:.0f}s left] " + describe(result))
 
-    determinism = []
-    if not args.no_determinism and not truncated:
-        for name in dict.fromkeys(setting.name for setting, _ in plan_rows):
-            dataset = next(d for s, d in plan_rows if s.name == name)
-            for solver in DETERMINISM_SOLVERS:
-                check = determinism_check(SETTINGS[name], dataset, solver, args.max_tokens)
-                determinism.append(check)
-                progress(
-                    f"determinism {name} / {dataset} / {solver}: same plan {check.same_plan}, "
-                    f"same id {check.same_id}, {check.wall_s[0]:.1f} s + {check.wall_s[1]:.1f} s"
-                )
-
     run_lines = [
         f"Run: {args.batches} batches per row (seeds 0..{args.batches - 1}), solver `auto`, time limit "
         + (f"{args.time_limit_s:g} s" if args.time_limit_s else f"{DEFAULT_TIME_LIMIT_S:g} s (10 s at 1024 GPUs)")
@@ -552,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     if truncated:
         run_lines.append(f"**Stopped at the {args.deadline_s:g} s deadline: some rows hold fewer batches.**")
-    table, body = report_body(results, args.baselines, determinism, run_lines, args.max_tokens)
+    table, body = report_body(results, args.baselines, run_lines, args.max_tokens)
     print(table)
     print()
     print(body.split("### Targets", 1)[1].strip())

@@ -39,7 +39,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -57,7 +56,7 @@ from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SolverStat
 from hydraplan.planner.search import runnable_schemes
 from hydraplan.planner.simulate import simulate_1f1b
 from hydraplan.planner.strategies import Strategy, count_vectors, parse_strategy
-from hydraplan.planner.switching import pipeline_blocks, switch_cost_s
+from hydraplan.planner.switching import pipeline_blocks, require_switch_pricing, switch_cost_s
 
 FLEXSP_POOL_SIZE = 24
 HYDRAULIS_POOL_SIZE = 40
@@ -170,7 +169,6 @@ def flexsp_schemes(cost: ProfileCostModel, num_gpus: int, longest: int) -> list[
 
 def flexsp(request: PlanRequest, profile: CostProfile) -> Plan:
     """Sequence-parallel-only heterogeneous groups with hydraplan's dispatch and packing."""
-    started = time.perf_counter()
     cost = ProfileCostModel(profile)
     coefs = flexsp_schemes(cost, request.num_gpus, max(request.lengths))
     if not coefs:
@@ -189,7 +187,7 @@ def flexsp(request: PlanRequest, profile: CostProfile) -> Plan:
             f"{request.num_gpus} GPUs can hold the {len(items)} sequences "
             "(fewer sequences than groups, or capacities too small)"
         )
-    return _plan("flexsp", request, profile, cost, items, best, len(coefs), len(pool), len(pool), started)
+    return _plan("flexsp", request, profile, cost, items, best, len(coefs), len(pool), len(pool))
 
 
 def _greedy_candidate(strategy: Strategy, lengths: np.ndarray, cost: ProfileCostModel) -> Candidate | None:
@@ -211,7 +209,6 @@ def _greedy_candidate(strategy: Strategy, lengths: np.ndarray, cost: ProfileCost
 
 def hydraulis(request: PlanRequest, profile: CostProfile) -> Plan:
     """TP x PP heterogeneous pipelines, randomised dispatch and `(v + pp - 1) * max` packing."""
-    started = time.perf_counter()
     cost = ProfileCostModel(profile)
     coefs = [coef for coef in runnable_schemes(cost, request.num_gpus) if coef.scheme.cp == 1]
     if not coefs:
@@ -245,7 +242,6 @@ def hydraulis(request: PlanRequest, profile: CostProfile) -> Plan:
         len(coefs),
         len(pool),
         len(pool),
-        started,
     )
 
 
@@ -475,7 +471,6 @@ def _best_homogeneous(
     build: Callable[[Items, SchemeCoefficients, int, ProfileCostModel], Candidate | None],
 ) -> Plan:
     """One scheme on every replica, the best of all schemes that divide N by simulated step time."""
-    started = time.perf_counter()
     cost = ProfileCostModel(profile)
     homogeneous = [cost.coefficients(scheme) for scheme in cost.schemes() if request.num_gpus % scheme.num_gpus == 0]
     if not homogeneous:
@@ -496,7 +491,6 @@ def _best_homogeneous(
         len(homogeneous),
         len(homogeneous),
         len(feasible),
-        started,
     )
 
 
@@ -549,7 +543,6 @@ def _plan(
     num_schemes: int,
     num_strategies: int,
     num_solved: int,
-    started: float,
 ) -> Plan:
     """The plan of the baseline's chosen candidate, with the switch cost from the request's
     previous strategy and a lower bound valid for the chosen strategy's schemes."""
@@ -565,14 +558,12 @@ def _plan(
     bound = tables.pipeline_time_bound_s(range(len(distinct)), request.num_gpus) + best.grad_sync_s + best.switch_cost_s
     stats = SolverStats(
         backend=f"baseline:{name}",
-        solve_time_s=time.perf_counter() - started,
         num_schemes=num_schemes,
         num_strategies=num_strategies,
         num_strategies_solved=num_solved,
         seed=request.options.seed,
     )
-    # the id names the baseline: two baselines may choose the same strategy with different plans
-    return build_plan(request, profile, items, best, bound, stats, False, f"baseline:{name}")
+    return build_plan(request, profile, items, best, bound, stats, False)
 
 
 BASELINES: dict[str, Callable[[PlanRequest, CostProfile], Plan]] = {
@@ -589,6 +580,7 @@ def run_baseline(name: str, request: PlanRequest, profile: CostProfile) -> Plan:
         baseline = BASELINES[name]
     except KeyError:
         raise PlanningError(f"unknown baseline {name!r}; valid: {', '.join(sorted(BASELINES))}") from None
+    require_switch_pricing(request.previous_strategy, profile)
     plan = baseline(request, profile)
     violations = check_plan(plan)
     if violations:

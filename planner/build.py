@@ -25,14 +25,20 @@ from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.strategies import Placement, place_pipelines
 
 
-def plan_id(request: PlanRequest, profile: CostProfile, extra: str = "") -> str:
-    """Content hash of the canonical request and profile: same inputs and seed, same id."""
-    canonical = json.dumps(
-        {"request": request.model_dump(mode="json"), "profile": profile.model_dump(mode="json"), "extra": extra},
-        sort_keys=True,
-        separators=(",", ":"),
-    )
-    return "hp-" + hashlib.sha256(canonical.encode()).hexdigest()[:20]
+def _digest(content: dict) -> str:
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:20]
+
+
+def request_hash(request: PlanRequest, profile: CostProfile) -> str:
+    """Content hash of the canonical request and profile: what a plan was made for."""
+    return "rq-" + _digest({"request": request.model_dump(mode="json"), "profile": profile.model_dump(mode="json")})
+
+
+def identified(plan: Plan) -> Plan:
+    """The plan with `plan_id` set to the hash of everything else in it: equal ids, equal plans
+    (call again after any change to a plan)."""
+    return plan.model_copy(update={"plan_id": "hp-" + _digest(plan.model_dump(mode="json", exclude={"plan_id"}))})
 
 
 def build_plan(
@@ -43,12 +49,11 @@ def build_plan(
     lower_bound_s: float,
     stats: SolverStats,
     timed_out: bool,
-    id_extra: str = "",
 ) -> Plan:
     """Turn a solver candidate into the boundary `Plan` (ranks, micro-batches, bound, status).
 
-    `id_extra` distinguishes plans of one request made differently (a fixed strategy, a baseline).
-    """
+    `timed_out`: the clock cut the search (status `timeout_incumbent` unless the gap is within
+    tolerance; `solver.cut_by_clock` says so either way)."""
     step_time_s = candidate.step_time_s
     objective_s = candidate.objective_s
     # the bound the search proved, uncapped: one above the objective is a bug the checker reports
@@ -66,8 +71,9 @@ def build_plan(
     used_profile = profile.model_copy(
         update={"schemes": [entry for entry in profile.schemes if ParallelScheme(entry.tp, entry.pp, entry.cp) in used]}
     )
-    return Plan(
-        plan_id=plan_id(request, profile, id_extra),
+    plan = Plan(
+        plan_id="",
+        request_hash=request_hash(request, profile),
         status=status,
         strategy=str(candidate.strategy),
         num_gpus=request.num_gpus,
@@ -84,8 +90,9 @@ def build_plan(
         split_sequence_ids=list(items.split_sequence_ids),
         pipelines=pipelines,
         cost_profile=used_profile,
-        solver=stats,
+        solver=stats.model_copy(update={"cut_by_clock": timed_out}),
     )
+    return identified(plan)
 
 
 def _pipeline_plan(

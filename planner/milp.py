@@ -20,7 +20,7 @@ Dispatch model (large instances):
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +35,12 @@ class MilpResult:
     assignment: list[np.ndarray]  # item indices per pipeline
     micro_batches: list[list[np.ndarray]] | None  # joint model only: slots per pipeline
     proven_optimal: bool
+
+
+# CP-SAT's deterministic time per CPU second of its one worker, measured on the dispatch models of
+# the tests' 64-sequence tiny batch (2-core EPYC: 0.058-0.083 units in 0.13-0.18 CPU s, i.e.
+# 0.45); a little below, so that the work limit ends a solve within its share of the budget
+CPSAT_DETERMINISTIC_PER_CPU_S = 0.4
 
 
 class CpSatAdapter:
@@ -66,17 +72,22 @@ class CpSatAdapter:
     def hint(self, variable, value: int) -> None:
         self.model.AddHint(variable, value)
 
-    def solve(self, time_limit_s: float, seed: int) -> str:
-        self._solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
-        # the deterministic limit (in CP-SAT's work units, roughly seconds) usually binds first,
-        # so a solve does the same work whatever the machine's load
-        self._solver.parameters.max_deterministic_time = max(0.01, time_limit_s)
+    def solve(self, work_limit_s: float, seed: int, wall_limit_s: float) -> tuple[str, bool]:
+        """Status, and whether the wall-time cap (not the deterministic work limit) ended it.
+
+        `work_limit_s` is CPU seconds on the reference machine, turned into CP-SAT's deterministic
+        time, which then ends the solve whatever the machine's load."""
+        work = max(0.005, work_limit_s * CPSAT_DETERMINISTIC_PER_CPU_S)
+        self._solver.parameters.max_deterministic_time = work
+        self._solver.parameters.max_time_in_seconds = max(0.01, wall_limit_s)
         self._solver.parameters.num_workers = 1
         self._solver.parameters.random_seed = seed
         status = self._solver.Solve(self.model)
         if status == self._cp.OPTIMAL:
-            return "optimal"
-        return "feasible" if status == self._cp.FEASIBLE else "none"
+            return "optimal", False
+        # stopped early: by the work limit (deterministic) unless its work fell short of it
+        cut = self._solver.deterministic_time < 0.99 * work
+        return ("feasible" if status == self._cp.FEASIBLE else "none"), cut
 
     def value(self, variable) -> float:
         return float(self._solver.Value(variable))
@@ -112,17 +123,20 @@ class PulpAdapter:
     def hint(self, variable, value: int) -> None:
         variable.setInitialValue(value)
 
-    def solve(self, time_limit_s: float, seed: int) -> str:
+    def solve(self, work_limit_s: float, seed: int, wall_limit_s: float) -> tuple[str, bool]:
+        """Status, and whether the time limit ended it: CBC has no deterministic work limit, so
+        every solve it does not finish is ended by the wall clock."""
         pulp = self._pulp
         with warnings.catch_warnings():
             # the bundled CBC binary is what PuLP 3 ships; its 4.0 deprecation notice is noise here
             warnings.simplefilter("ignore", DeprecationWarning)
-            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(0.05, time_limit_s), threads=1)
+            limit_s = max(0.05, min(work_limit_s, wall_limit_s))
+            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=limit_s, threads=1)
             self.model.solve(solver)
         # PuLP reports "Optimal" at a time limit; the solution status tells the truth.
         if self.model.sol_status == pulp.LpSolutionOptimal:
-            return "optimal"
-        return "feasible" if self.model.sol_status == pulp.LpSolutionIntegerFeasible else "none"
+            return "optimal", False
+        return ("feasible" if self.model.sol_status == pulp.LpSolutionIntegerFeasible else "none"), True
 
     def value(self, variable) -> float:
         return float(variable.value() or 0.0)
@@ -135,12 +149,16 @@ def solve_milp(
     backend: str,
     lengths: np.ndarray,
     coefs: Sequence[SchemeCoefficients],
-    time_limit_s: float,
+    work_limit_s: float,
     seed: int,
     inflation: Sequence[float] | None = None,
     hint: Sequence[np.ndarray] | None = None,
+    wall_limit_s: float | None = None,
+    on_wall_cut: Callable[[], None] = lambda: None,
 ) -> MilpResult | None:
-    """Best assignment the backend finds in the time limit, or None when it finds none."""
+    """Best assignment the backend finds within the work limit (CP-SAT's deterministic time;
+    CBC's wall time) and the wall-time cap (default: the work limit), or None when it finds none.
+    `on_wall_cut()` is called when the wall clock, not the work limit, ended the solve."""
     fits = [[p for p, coef in enumerate(coefs) if lengths[i] <= coef.capacity_tokens] for i in range(len(lengths))]
     if any(not any(p in options for options in fits) for p in range(len(coefs))):
         return None  # some pipeline can hold no item: every plan would leave it idle
@@ -151,7 +169,9 @@ def solve_milp(
         decode = _build_joint(adapter, lengths, coefs, fits, scale)
     else:
         decode = _build_dispatch(adapter, lengths, coefs, fits, scale, inflation or [1.0] * len(coefs), hint)
-    status = adapter.solve(time_limit_s, seed)
+    status, cut = adapter.solve(work_limit_s, seed, work_limit_s if wall_limit_s is None else wall_limit_s)
+    if cut:
+        on_wall_cut()
     if status == "none":
         return None
     return decode(status == "optimal")

@@ -168,13 +168,16 @@ def switch_cost_s(
 ) -> float:
     """Re-sharding time from the previous strategy: every pipeline whose (scheme, ranks) block
     is new loads its weight shard (`grad_bytes_per_gpu`: gradients have the weights' size and
-    dtype), all in parallel over the slowest link; 0 without a previous strategy or bandwidth."""
+    dtype), all in parallel over the slowest link; 0 without a previous strategy. A previous
+    strategy with a profile that has no bandwidth cannot be priced: ValueError."""
     if previous_strategy is None:
         return 0.0
+    bandwidth = profile.grad_sync_bandwidth_bytes_per_s
+    if bandwidth is None:
+        raise ValueError("the cost profile has no grad_sync_bandwidth_bytes_per_s to price a switch")
     kept = placed_blocks(previous_strategy)
     moved = {scheme for scheme, ranks in pipelines if (scheme, tuple(ranks)) not in kept}
-    bandwidth = profile.grad_sync_bandwidth_bytes_per_s
-    if not moved or bandwidth is None:
+    if not moved:
         return 0.0
     entries = scheme_entries(profile)
     return max(entries[scheme].grad_bytes_per_gpu for scheme in moved) / bandwidth

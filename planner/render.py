@@ -130,9 +130,9 @@ def _plan_header(plan: Plan) -> str:
         ("lower bound", f"{_ms(plan.lower_bound_s)} (gap {plan.gap * 100:.2f}%)"),
         (
             "solver",
-            f"{solver.backend} in {solver.solve_time_s:.2f} s: {solver.num_schemes} schemes, "
-            f"{solver.num_strategies} strategies, {solver.num_strategies_solved} solved, "
-            f"seed {solver.seed}",
+            f"{solver.backend}: {solver.num_schemes} schemes, "
+            f"{solver.num_strategies} strategies, {solver.num_strategies_solved} solved, seed {solver.seed}"
+            + (" (cut by the clock: another run may differ)" if solver.cut_by_clock else ""),
         ),
         ("sequences", f"{len(plan.input_lengths):,} ({num_tokens:,} tokens)"),
         ("split", f"{len(plan.split_sequence_ids):,} sequences cut into chunks"),

@@ -404,7 +404,16 @@ class PipelinePlan(Frozen):
 
 class SolverStats(Frozen):
     backend: str = Field(description="Solver that produced the plan.")
-    solve_time_s: float
+    solve_time_s: float | None = Field(
+        None,
+        description="Not written any more: wall time would make two plans of one request differ (the CLI and "
+        "the service report it beside the plan). Read from older plan files.",
+    )
+    cut_by_clock: bool = Field(
+        False,
+        description="True when the time limit (or a cancel), not the work limits, ended part of the search: "
+        "the same request may then give another plan. False: the plan is reproducible byte for byte.",
+    )
     num_schemes: int = Field(description="Valid schemes considered.")
     num_strategies: int = Field(description="Strategies enumerated (each bounded).")
     num_strategies_solved: int = Field(description="Strategies given a full dispatch + packing.")
@@ -432,7 +441,10 @@ class Plan(Frozen):
     """The execution plan for one global batch (versioned, JSON round-trip)."""
 
     schema_version: Literal["hydraplan.plan/1"] = PLAN_SCHEMA
-    plan_id: str = Field(description="Content hash of the canonical request and profile.")
+    plan_id: str = Field(description="Content hash of the plan (all of it but plan_id): same id, same plan.")
+    request_hash: str | None = Field(
+        None, description="Content hash of the canonical request and cost profile the plan was made for."
+    )
     status: SolveStatus
     strategy: StrategyText = Field(description="E.g. '1x<8,1,2> + 6x<4,2,1>'.")
     num_gpus: NumGpus

@@ -90,6 +90,9 @@ AUTO_MILP_MIN_BUDGET_S = 0.05
 # always built (the exact models of tiny batches, a few ms)
 MILP_BUILD_S_PER_VARIABLE = {"cpsat": 35e-6, "pulp": 100e-6}
 MILP_ALWAYS_BUILT_VARIABLES = 2_000
+# the wall-time cap of a MILP solve, over its work limit (CP-SAT's deterministic time, roughly
+# seconds on a quiet machine): a loaded machine may take longer for the same work
+MILP_WALL_SLACK = 3.0
 MAX_REFINED_SETS = 1200  # unexpanded sets re-bounded with the replica-coupled bound after the search
 REFINED_SETS_PER_BATCH = 200
 MAX_PACKING_BOUNDED = 600  # enumerated strategies re-bounded with the packing bound after the search
@@ -102,12 +105,42 @@ BOUND_RESERVE_SHARE = 0.15  # of the time limit, kept from the packing local sea
 # Work limits keep the search deterministic; the time shares are only a safety net.
 MIN_EXPANSIONS = 24  # scheme sets expanded whatever the clock says
 MAX_EXPANSIONS = 200
-EXPANSION_SHARE = 0.6  # of the time limit, for expanding scheme sets
+# of the time limit, for expanding scheme sets: as far as screening goes for `auto`, so that at
+# the default budget (8B / 64 GPUs / 1M tokens: ~0.6 s of expansions and screens on a quiet
+# 2-core EPYC) a CPU-bound neighbour does not push the expansions into this safety net (at 0.6
+# the clock cut them there, and the plan was no longer reproducible)
+EXPANSION_SHARE = 0.7
+# the budget the work limits above are sized for (the default): shorter budgets scale them down
+WORK_REFERENCE_BUDGET_S = 2.0
 # an LP polish re-dispatches and re-packs the whole batch: 1.3-1.9x one greedy screen, measured
 # at 1,024 and 4,096 GPUs; the first polish starts only if the time left covers this many screens
 POLISH_PER_SCREEN = 2.0
 SEEDING_SHARE = 0.2  # of the time limit, kept for the set bounds when screening the first strategies
 SEARCH_TIME_SHARE = {SolverBackend.GREEDY: 0.95, SolverBackend.LP: 0.8, SolverBackend.AUTO: 0.7}
+
+
+@dataclass(frozen=True)
+class WorkLimits:
+    """How much the search may do beyond `max_strategies_solved`: what ends it when the clock
+    does not (so what makes it deterministic). The defaults fit the default 2 s budget."""
+
+    max_expansions: int = MAX_EXPANSIONS
+    refine_rounds: int = REFINE_ROUNDS
+    refine_rounds_each: int = REFINE_ROUNDS_EACH
+    packing_evaluations: int = PACKING_SEARCH_EVALUATIONS
+    max_refined_sets: int = MAX_REFINED_SETS
+    max_packing_bounded: int = MAX_PACKING_BOUNDED
+    max_few_items_expansions: int = MAX_FEW_ITEMS_EXPANSIONS
+
+    @classmethod
+    def for_budget(cls, time_limit_s: float) -> WorkLimits:
+        """The default limits scaled down in proportion to a budget below `WORK_REFERENCE_BUDGET_S`
+        (never below one unit of each, never above the defaults): a short budget then ends the
+        search by its work limits too, where the machine's pace allows, instead of by the clock."""
+        scale = min(1.0, time_limit_s / WORK_REFERENCE_BUDGET_S)
+        if scale >= 1.0:
+            return cls()
+        return cls(**{f.name: max(1, int(getattr(cls, f.name) * scale)) for f in dataclasses.fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -122,6 +155,7 @@ class SearchSettings:
     # polish NUM_POLISHED strategies, each refined a little (else the best two), search the packing of
     # the best plan's slowest pipelines and tighten strategy bounds after the search (else sets only)
     thorough: bool = True
+    work: WorkLimits = WorkLimits()
 
 
 @dataclass(frozen=True)
@@ -135,15 +169,28 @@ class SearchResult:
     timed_out: bool
 
 
-@dataclass(frozen=True)
+@dataclass
 class Clock:
-    """Time left, and whether to stop (time up or cancelled); supplied by the caller."""
+    """Time left, and whether to stop (time up or cancelled); supplied by the caller.
+
+    The search asks it only where stopping changes what is searched, so the first `stop()` that
+    says yes (or a `note_cut`, for a decision taken on the time left) marks the search as cut by
+    the clock: `cut` then tells that the same request may give another plan on another run.
+    Without a cut, the work limits alone decided what was searched (deterministic)."""
 
     remaining_s: Callable[[], float]
     cancelled: Callable[[], bool]
+    cut: bool = False
 
     def stop(self, reserve_s: float = 0.0) -> bool:
-        return self.remaining_s() <= reserve_s or self.cancelled()
+        if self.remaining_s() <= reserve_s or self.cancelled():
+            self.cut = True
+            return True
+        return False
+
+    def note_cut(self) -> None:
+        """The time left, not a work limit, just chose what the search does next."""
+        self.cut = True
 
 
 def solve_strategy(
@@ -359,26 +406,22 @@ def search(
     # after the first incumbent, the set bounds come before more screening when time is short:
     # without them the global bound falls back to a much looser floor
     seeding_reserve_s = time_limit_s * SEEDING_SHARE if settings.pool is None else 0.0
-    solved, done, timed_out = _initial_incumbents(
+    solved, done = _initial_incumbents(
         frontier, pinned, first_solution, settings, lambda: search_time_up(seeding_reserve_s)
     )
     if settings.pool is None:
         incumbent_s = solved[0].objective_s if solved else math.inf
         # the set bounds hold the global bound: they may take the polish's share, not the plan check's
-        stop_seeding, left_s = (clock.stop, clock.remaining_s) if solved else ((lambda: False), None)
-        timed_out |= _seed_sets(
-            frontier, coefs, cost, num_gpus, settings.max_schemes, incumbent_s, stop_seeding, left_s
-        )
+        _seed_sets(frontier, coefs, cost, num_gpus, settings.max_schemes, incumbent_s, clock if solved else None)
     attempts = len(done)
     queue: list[tuple[float, float, str, int]] = []  # unsolved strategies by estimate
     queued = 0
     expansions = 0
     while True:
         incumbent_s = frontier.incumbent_s = solved[0].objective_s if solved else math.inf
-        while frontier.sets and frontier.next_set_bound_s() < incumbent_s and expansions < MAX_EXPANSIONS:
+        while frontier.sets and frontier.next_set_bound_s() < incumbent_s and expansions < settings.work.max_expansions:
             if solved and clock.stop(reserve_s=polish_reserve_s):
-                timed_out = True  # even below MIN_EXPANSIONS: the time limit is hard
-                break
+                break  # even below MIN_EXPANSIONS: the time limit is hard
             if expansions >= MIN_EXPANSIONS and clock.stop(reserve_s=expansion_reserve_s):
                 break
             if expansions >= MIN_EXPANSIONS and queue and frontier.next_set_bound_s() >= queue[0][0]:
@@ -395,7 +438,6 @@ def search(
         if not queue or (solved and attempts >= settings.max_strategies_solved):
             break
         if solved and search_time_up():
-            timed_out = True
             break
         entry = frontier.strategies[heapq.heappop(queue)[3]]
         attempts += 1
@@ -405,21 +447,19 @@ def search(
             solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
     if not solved:
         return None
-    best, polish_timed_out = _polish(solved, lengths, cost, settings, clock, POLISH_PER_SCREEN * slowest_solve_s)
+    best = _polish(solved, lengths, cost, settings, clock, POLISH_PER_SCREEN * slowest_solve_s)
     if settings.thorough and settings.backend != SolverBackend.GREEDY:
         # what is left beyond the bounds' reserve goes to the packing of the slowest pipelines
         def enough() -> bool:
             return clock.stop(reserve_s=time_limit_s * BOUND_RESERVE_SHARE)
 
-        polished = polish_packings(best, lengths, PACKING_SEARCH_EVALUATIONS, enough)
+        polished = polish_packings(best, lengths, settings.work.packing_evaluations, enough)
         if polished is not best:  # faster pipelines may now take items from the slowest
-            best = refine(polished, lengths, REFINE_ROUNDS, enough)
+            best = refine(polished, lengths, settings.work.refine_rounds, enough)
     best = _tighten_bounds(frontier, best, lengths, settings, clock)
     lower_bound_s = frontier.lower_bound_s()  # uncapped: the checker refuses one above the objective
     runners_up = tuple(c.strategy for c in solved if c.strategy != best.strategy)[:NUM_RUNNERS_UP]
-    return SearchResult(
-        best, runners_up, lower_bound_s, len(coefs), len(frontier.strategies), attempts, timed_out or polish_timed_out
-    )
+    return SearchResult(best, runners_up, lower_bound_s, len(coefs), len(frontier.strategies), attempts, clock.cut)
 
 
 def _initial_incumbents(
@@ -428,10 +468,10 @@ def _initial_incumbents(
     first_solution: Callable[[Strategy], Candidate | None],
     settings: SearchSettings,
     time_up: Callable[[], bool],
-) -> tuple[list[Candidate], set[Strategy], bool]:
+) -> tuple[list[Candidate], set[Strategy]]:
     """Solve the previous strategy and the most promising homogeneous ones (see module docstring)
-    until `time_up()` once one is solved. Returns the solved candidates, best first, the
-    strategies tried and whether the clock cut the list short."""
+    until `time_up()` once one is solved. Returns the solved candidates, best first, and the
+    strategies tried."""
     first: list[Strategy] = []
     if settings.pool is None:
         homogeneous = [entry for entry in frontier.strategies if len(entry.strategy.counts) == 1]
@@ -448,7 +488,7 @@ def _initial_incumbents(
         candidate = first_solution(strategy)
         solved += [candidate] if candidate is not None else []
     solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
-    return solved, tried, len(tried) < len(dict.fromkeys(first))
+    return solved, tried
 
 
 def _homogeneous(coefs: Sequence[SchemeCoefficients], num_gpus: int) -> list[Strategy]:
@@ -467,7 +507,7 @@ def solve_fixed(
     candidate = _first_solution(strategy, lengths, cost, settings, clock)
     if candidate is None:
         return None
-    return _polish([candidate], lengths, cost, settings, clock)[0]
+    return _polish([candidate], lengths, cost, settings, clock)
 
 
 def _seed_sets(
@@ -477,19 +517,18 @@ def _seed_sets(
     num_gpus: int,
     max_schemes: int,
     incumbent_s: float,
-    should_stop: Callable[[], bool] = lambda: False,
-    remaining_s: Callable[[], float] | None = None,
-) -> bool:
+    clock: Clock | None = None,
+) -> None:
     """Queue every fillable scheme set with its bound. Items are priced with the bubble floors
     valid for pipelines that finish within the incumbent's step time: a plan of the set is either
     no better than the incumbent or obeys that pricing, so min(incumbent, bound) is valid.
 
-    With `remaining_s` (the time left), the sets of the first schemes not reached yet are bounded
-    over much coarser tables (`COARSE_SEEDING_RATIO`: valid, a little looser, several times
-    cheaper) once the pace so far says the exact ones would not be done in time. When
-    `should_stop()` says so between blocks of sets, the sets not listed yet are left out and the
+    With a `clock`, the sets of the first schemes not reached yet are bounded over much coarser
+    tables (`COARSE_SEEDING_RATIO`: valid, a little looser, several times cheaper) once the pace
+    so far says the exact ones would not be done in the time left (a cut by the clock). When the
+    clock says stop between blocks of sets, the sets not listed yet are left out and the
     frontier's floor takes a bound no such set's bound is below (`_unlisted_floor_s`): the global
-    bound stays valid, only looser. Returns whether that happened."""
+    bound stays valid, only looser."""
     sizes = [coef.scheme.num_gpus for coef in coefs]
     tables = frontier.tables
     if len(tables.lengths) > EXACT_SET_BOUND_MAX_LENGTHS:
@@ -505,21 +544,22 @@ def _seed_sets(
     # sets over (columns after it) prefixes
     weights = (len(coefs) - np.arange(len(coefs), dtype=np.float64)) ** 1.5
     done_before = np.concatenate([[0.0], np.cumsum(weights)]) / weights.sum()
-    left_at_start_s = remaining_s() if remaining_s is not None else math.inf
+    left_at_start_s = clock.remaining_s() if clock is not None else math.inf
     current = priced
     source = iter(priced.set_bound_blocks(max_schemes, num_gpus, cutoff_s))
     while (block := next(source, None)) is not None:
         prefix = block[0]
-        if should_stop():
+        if clock is not None and clock.stop():
             unlisted_s = _unlisted_floor_s(current, prefix, num_gpus) + sync_floors.least()
             frontier.floor_s = min(frontier.floor_s, incumbent_s, unlisted_s)
             _push_seeded(frontier, blocks, sizes, num_gpus, sync_floors, incumbent_s, fillable_children)
-            return True
+            return
         done = float(done_before[prefix[0]]) if len(prefix) == 1 else 0.0
-        if remaining_s is not None and current is priced and done >= SEEDING_PACE_FROM:
-            left_s = remaining_s()
+        if clock is not None and current is priced and done >= SEEDING_PACE_FROM:
+            left_s = clock.remaining_s()
             if (left_at_start_s - left_s) * (1 - done) / done > SEEDING_PACE_SLACK * left_s:
                 # the rest, from this first scheme on, over coarse tables
+                clock.note_cut()
                 current = frontier.tables.coarsened(COARSE_SEEDING_RATIO).bubble_priced(incumbent_s)
                 source = iter(current.set_bound_blocks(max_schemes, num_gpus, cutoff_s, first_column=prefix[0]))
                 continue
@@ -528,7 +568,6 @@ def _seed_sets(
             _push_seeded(frontier, blocks, sizes, num_gpus, sync_floors, incumbent_s, fillable_children)
             blocks = []
     _push_seeded(frontier, blocks, sizes, num_gpus, sync_floors, incumbent_s, fillable_children)
-    return False
 
 
 def _unlisted_floor_s(tables: BoundTables, prefix: tuple[int, ...], num_gpus: int) -> float:
@@ -593,15 +632,20 @@ def _tighten_bounds(
             and least_set_s < incumbent_s
             and (not waiting or least_set_s <= min(waiting)[0])
         ):
-            if frontier.sets[0][2] not in refined_sets and len(refined_sets) < MAX_REFINED_SETS:
+            if frontier.sets[0][2] not in refined_sets and len(refined_sets) < settings.work.max_refined_sets:
                 _refine_set_batch(frontier, incumbent_s, refined_sets, clock.stop)
                 continue
-            if frontier.tables.num_items <= FEW_ITEMS and expansions < MAX_FEW_ITEMS_EXPANSIONS:
+            if frontier.tables.num_items <= FEW_ITEMS and expansions < settings.work.max_few_items_expansions:
                 # a set bound cannot see which few items share a pipeline: its strategies can
                 frontier.expand_next()
                 expansions += 1
                 continue
-        if not waiting or len(refined_strategies) >= MAX_PACKING_BOUNDED or fruitless or not settings.thorough:
+        if (
+            not waiting
+            or len(refined_strategies) >= settings.work.max_packing_bounded
+            or fruitless
+            or not settings.thorough
+        ):
             break  # brief settings (e.g. a service's 0.1 s) keep their time for throughput
         batch = [index for _, index in heapq.nsmallest(PACKING_BOUNDED_PER_BATCH, waiting)]
         refined_strategies.update(frontier.strategies[index].strategy for index in batch)
@@ -614,14 +658,17 @@ def _tighten_bounds(
             candidate = _candidate(strategy, coefs, assignment, lengths, frontier.cost, settings.previous)
             if candidate.objective_s < best.objective_s:
                 # a few items only: polishing its packing and refining it is cheap
-                candidate = polish_packings(candidate, lengths, PACKING_SEARCH_EVALUATIONS, clock.stop)
-                best = refine(candidate, lengths, REFINE_ROUNDS, clock.stop)
+                candidate = polish_packings(candidate, lengths, settings.work.packing_evaluations, clock.stop)
+                best = refine(candidate, lengths, settings.work.refine_rounds, clock.stop)
                 incumbent_s = best.objective_s
     return best
 
 
 def _refine_set_batch(
-    frontier: Frontier, incumbent_s: float, refined: set[tuple[int, ...]], should_stop: Callable[[], bool]
+    frontier: Frontier,
+    incumbent_s: float,
+    refined: set[tuple[int, ...]],
+    should_stop: Callable[[], bool],
 ) -> None:
     """Re-bound the least unexpanded sets with the replica-coupled set bound
     (`BoundTables.replica_split_bounds_s`) and the set packing bound
@@ -699,33 +746,31 @@ def _first_solution(strategy, lengths, cost, settings: SearchSettings, clock: Cl
 
 def _polish(
     solved: list[Candidate], lengths, cost, settings: SearchSettings, clock: Clock, expected_s: float = 0.0
-) -> tuple[Candidate, bool]:
+) -> Candidate:
     """Apply the backend's dispatch to the best strategies found, each followed by joint
     refinement. A polish starts only if the time left covers `expected_s` (what screening one
     strategy took) or, after the first, what the last polish took."""
     best = solved[0]
     if settings.backend == SolverBackend.GREEDY:
-        return best, False
-    timed_out = False
+        return best
     for candidate in solved[: NUM_POLISHED if settings.thorough else NUM_POLISHED_BRIEF]:
         if clock.stop(reserve_s=expected_s):
-            timed_out = True
             break
         before = clock.remaining_s()
         # a few refinement rounds each: which strategy is best often shows only after them
         polished = _polish_one(candidate, lengths, cost, settings, clock)
-        improved = refine(polished, lengths, REFINE_ROUNDS_EACH if settings.thorough else 0, clock.stop)
+        improved = refine(polished, lengths, settings.work.refine_rounds_each if settings.thorough else 0, clock.stop)
         expected_s = before - clock.remaining_s()
         if improved.objective_s < best.objective_s:
             best = improved
-    best = refine(best, lengths, REFINE_ROUNDS, clock.stop)
+    best = refine(best, lengths, settings.work.refine_rounds, clock.stop)
     small = len(lengths) * best.strategy.num_pipelines <= AUTO_MILP_MAX_VARIABLES
     affordable = settings.milp_budget_s >= AUTO_MILP_MIN_BUDGET_S
     if settings.backend == SolverBackend.AUTO and small and affordable and not clock.stop(settings.milp_budget_s):
         polished = milp_candidate("cpsat", best.strategy, lengths, cost, settings, clock, best)
         if polished is not None and polished.objective_s < best.objective_s:
-            best = refine(polished, lengths, REFINE_ROUNDS, clock.stop)
-    return best, timed_out
+            best = refine(polished, lengths, settings.work.refine_rounds, clock.stop)
+    return best
 
 
 def _polish_one(candidate: Candidate, lengths, cost, settings: SearchSettings, clock: Clock) -> Candidate:
@@ -760,19 +805,34 @@ def lp_candidate(candidate: Candidate, lengths, cost, previous) -> Candidate | N
 
 
 def milp_candidate(backend, strategy, lengths, cost, settings: SearchSettings, clock: Clock, hint: Candidate | None):
-    """Dispatch (or, for tiny batches, dispatch + packing) by MILP within the time left; None
-    when the model is too large to build in that time (building is outside the MILP's own limit:
-    1,024 GPUs and 16K sequences make 3.9M variables, minutes of model building)."""
+    """Dispatch (or, for tiny batches, dispatch + packing) by MILP; None when the model is too
+    large to build (building is outside the MILP's own limit: 1,024 GPUs and 16K sequences make
+    3.9M variables, minutes of model building).
+
+    The MILP's work limit is `settings.milp_budget_s` (CP-SAT's deterministic time); the time
+    left only caps its wall time as a safety net, and a solve (or a model not built) that the
+    wall clock decided is a cut of the search (`Clock.note_cut`)."""
     coefs = tuple(cost.coefficients(scheme) for scheme in strategy.pipeline_schemes())
-    time_limit_s = max(0.05, min(clock.remaining_s() * 0.5, settings.milp_budget_s))
     sorted_lengths = np.sort(lengths)
     variables = int(np.searchsorted(sorted_lengths, [coef.capacity_tokens for coef in coefs], side="right").sum())
     build_s = variables * MILP_BUILD_S_PER_VARIABLE.get(backend, max(MILP_BUILD_S_PER_VARIABLE.values()))
-    if variables > MILP_ALWAYS_BUILT_VARIABLES and build_s + time_limit_s > clock.remaining_s():
+    if variables > MILP_ALWAYS_BUILT_VARIABLES and build_s > settings.milp_budget_s:
+        return None  # a work limit: building would take longer than the solve may
+    wall_limit_s = max(0.05, min(clock.remaining_s() * 0.5, settings.milp_budget_s * MILP_WALL_SLACK))
+    if variables > MILP_ALWAYS_BUILT_VARIABLES and build_s + settings.milp_budget_s > clock.remaining_s():
+        clock.note_cut()
         return None
     inflation = _inflation(hint, lengths) if hint is not None else None
     result = solve_milp(
-        backend, lengths, coefs, time_limit_s, settings.seed, inflation, hint.assignment if hint is not None else None
+        backend,
+        lengths,
+        coefs,
+        settings.milp_budget_s,
+        settings.seed,
+        inflation,
+        hint.assignment if hint is not None else None,
+        wall_limit_s=wall_limit_s,
+        on_wall_cut=clock.note_cut,
     )
     if result is None or any(len(items) == 0 for items in result.assignment):
         return None

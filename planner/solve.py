@@ -9,15 +9,16 @@ import numpy as np
 
 from hydraplan.planner.bounds import BoundTables
 from hydraplan.planner.bubble_floor import tabulated_floors
-from hydraplan.planner.build import build_plan
+from hydraplan.planner.build import build_plan, identified
 from hydraplan.planner.check import check_plan
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.items import Items, prepare_items
 from hydraplan.planner.schemas import BaselineResult, CostProfile, Plan, PlanRequest, SolverBackend, SolverStats
 from hydraplan.planner.scheme import ParallelScheme
-from hydraplan.planner.search import Clock, SearchSettings, search, solve_fixed
+from hydraplan.planner.search import Clock, SearchSettings, WorkLimits, search, solve_fixed
 from hydraplan.planner.strategies import Strategy, parse_strategy
+from hydraplan.planner.switching import require_switch_pricing
 
 FINISH_SHARE = 0.1  # of the time limit, kept for building and checking the plan ...
 # ... or more for large batches: building and checking take 3-4 us per item on a quiet 2-core
@@ -50,6 +51,7 @@ def solve(
     started = time.perf_counter()
     if previous_plan is not None and request.previous_strategy is None:
         request = request.model_copy(update={"previous_strategy": previous_plan.strategy})
+    require_switch_pricing(request.previous_strategy, profile)
     options = request.options
     cost = ProfileCostModel(profile)
     pool = _parse_pool(options.strategy_pool)
@@ -70,14 +72,12 @@ def solve(
         )
     stats = SolverStats(
         backend=options.solver.value,
-        solve_time_s=time.perf_counter() - started,
         num_schemes=result.num_schemes,
         num_strategies=result.num_strategies,
         num_strategies_solved=result.num_strategies_solved,
         seed=options.seed,
     )
     plan = build_plan(request, profile, items, result.best, result.lower_bound_s, stats, result.timed_out)
-    plan = plan.model_copy(update={"solver": stats.model_copy(update={"solve_time_s": time.perf_counter() - started})})
     return _finish(plan, request, profile, baselines)
 
 
@@ -113,6 +113,7 @@ def _settings(
         previous=_parse(request.previous_strategy, "previous_strategy") if request.previous_strategy else None,
         milp_budget_s=options.time_limit_s * MILP_SHARE,
         thorough=options.time_limit_s >= THOROUGH_MIN_BUDGET_S and len(request.lengths) <= THOROUGH_MAX_SEQUENCES,
+        work=WorkLimits.for_budget(options.time_limit_s),
     )
     return settings, clock
 
@@ -150,6 +151,7 @@ def evaluate_strategy(
     """Plan the batch on a fixed strategy (no search): dispatch, packing, simulation, check."""
     load_backend(request.options.solver)
     started = time.perf_counter()
+    require_switch_pricing(request.previous_strategy, profile)
     fixed = strategy if isinstance(strategy, Strategy) else Strategy.of(list(strategy))
     if fixed.num_gpus != request.num_gpus:
         raise PlanningError(f"strategy {fixed} uses {fixed.num_gpus} GPUs, the cluster has {request.num_gpus}")
@@ -169,13 +171,12 @@ def evaluate_strategy(
     bound = pipeline_bound + candidate.grad_sync_s + candidate.switch_cost_s
     stats = SolverStats(
         backend=f"fixed-strategy:{request.options.solver.value}",
-        solve_time_s=time.perf_counter() - started,
         num_schemes=len(fixed.schemes),
         num_strategies=1,
         num_strategies_solved=1,
         seed=request.options.seed,
     )
-    plan = build_plan(request, profile, items, candidate, bound, stats, False, f"strategy:{fixed}")
+    plan = build_plan(request, profile, items, candidate, bound, stats, clock.cut)
     return _finish(plan, request, profile, ())
 
 
@@ -217,5 +218,5 @@ def _finish(plan: Plan, request: PlanRequest, profile: CostProfile, baselines: S
                     speedup=baseline.step_time_s / plan.step_time_s,
                 )
             )
-        plan = plan.model_copy(update={"baselines": results})
+        plan = identified(plan.model_copy(update={"baselines": results}))
     return plan

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner.errors import PlanningError
+from hydraplan.planner.schemas import CostProfile
 from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.strategies import Strategy, place_pipelines
 
@@ -23,15 +25,29 @@ def pipeline_blocks(strategy: Strategy) -> list[tuple[ParallelScheme, tuple[int,
     return [(scheme, tuple(placement.ranks)) for scheme, placement in zip(schemes, place_pipelines(schemes))]
 
 
+def require_switch_pricing(previous_strategy: str | None, profile: CostProfile) -> None:
+    """Refuse a previous strategy the profile cannot price: without the gradient-sync bandwidth a
+    switch would silently cost nothing, and the planner would switch for any gain."""
+    if previous_strategy is not None and profile.grad_sync_bandwidth_bytes_per_s is None:
+        raise PlanningError(
+            f"previous_strategy {previous_strategy!r}: the cost profile has no grad_sync_bandwidth_bytes_per_s, "
+            "so the re-sharding cost of a strategy switch cannot be priced (add it to the profile, or plan "
+            "without a previous strategy)"
+        )
+
+
 def switch_cost_s(
     previous: Strategy | None, pipelines: Sequence[tuple[ParallelScheme, tuple[int, ...]]], cost: ProfileCostModel
 ) -> float:
-    """Seconds to re-shard from `previous` to the given (scheme, ranks) pipelines; 0 without one."""
+    """Seconds to re-shard from `previous` to the given (scheme, ranks) pipelines; 0 without one
+    (callers refuse a previous strategy without a bandwidth first: `require_switch_pricing`)."""
     if previous is None:
         return 0.0
+    bandwidth = cost.profile.grad_sync_bandwidth_bytes_per_s
+    if bandwidth is None:
+        raise PlanningError("the cost profile has no grad_sync_bandwidth_bytes_per_s to price a strategy switch")
     kept = set(pipeline_blocks(previous))
     moved = {scheme for scheme, ranks in pipelines if (scheme, tuple(ranks)) not in kept}
-    bandwidth = cost.profile.grad_sync_bandwidth_bytes_per_s
-    if not moved or bandwidth is None:
+    if not moved:
         return 0.0
     return max(cost.coefficients(scheme).grad_bytes_per_gpu for scheme in moved) / bandwidth

@@ -69,6 +69,17 @@ def plan_body(**overrides: Any) -> dict[str, Any]:
     return body
 
 
+# A budget far above what the default work limits take on plan_body's batch (~0.1 s): the work
+# limits, not the clock, end the search even on a loaded machine, so two plans of this body are
+# byte-identical (`solver.cut_by_clock` false) and may be compared whole (tests/test_determinism.py).
+REPRODUCIBLE_OPTIONS = {"time_limit_s": 5.0, "seed": 0}
+
+
+def reproducible_body(**overrides: Any) -> dict[str, Any]:
+    """plan_body with REPRODUCIBLE_OPTIONS: its plans may be compared by content (`plan_id`)."""
+    return plan_body(options=dict(REPRODUCIBLE_OPTIONS), **overrides)
+
+
 def session_body(**overrides: Any) -> dict[str, Any]:
     body = plan_body(**overrides)
     del body["lengths"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from api_support import assert_problem, client_fixture, make_client, plan_body, wait_for  # noqa: F401
+from api_support import assert_problem, client_fixture, make_client, plan_body, reproducible_body, wait_for  # noqa: F401
 
 import hydraplan.api.planning
 
@@ -32,14 +32,14 @@ def wait_finished(test_client, job_id: str) -> dict:
 
 
 def test_plan_job(client) -> None:
-    job_id = submit(client, {"kind": "plan", "request": plan_body()})
+    job_id = submit(client, {"kind": "plan", "request": reproducible_body()})
     view = wait_finished(client, job_id)
     assert view["status"] == "succeeded", view
     assert view["progress"] == {"done": 1, "total": 1}
     assert view["result"]["input_lengths"] == plan_body()["lengths"]
     assert view["started_at"] and view["finished_at"]
-    direct = client.post("/v1/plans", json=plan_body()).json()
-    assert view["result"]["plan_id"] == direct["plan_id"]
+    direct = client.post("/v1/plans", json=reproducible_body()).json()
+    assert view["result"] == direct  # the same plan, byte for byte, from either front door
 
 
 def test_plan_job_allows_longer_budgets_than_sync(client) -> None:

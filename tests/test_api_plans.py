@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from api_support import assert_problem, client_fixture, make_client, plan_body  # noqa: F401
+from api_support import assert_problem, client_fixture, make_client, plan_body, reproducible_body  # noqa: F401
 
 from hydraplan.cost_models.analytic import build_profile
 from hydraplan.cost_models.catalog import get_gpu, get_model
@@ -18,9 +18,9 @@ pytestmark = pytest.mark.service
 
 @pytest.fixture(scope="module")
 def tiny_plan() -> dict:
-    """One plan of the default body, made once for the module."""
+    """One plan of the reproducible body, made once for the module."""
     with make_client() as module_client:
-        response = module_client.post("/v1/plans", json=plan_body())
+        response = module_client.post("/v1/plans", json=reproducible_body())
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -33,8 +33,8 @@ def tiny_plan() -> dict:
 def test_plan_is_the_libraries_plan(tiny_plan: dict) -> None:
     """The response is the Plan JSON of a direct library call, same plan_id (content hash)."""
     plan = Plan.model_validate(tiny_plan)
-    assert check_plan(plan) == []
-    body = plan_body()
+    assert check_plan(plan) == [] and not plan.solver.cut_by_clock
+    body = reproducible_body()
     request = PlanRequest(
         lengths=body["lengths"],
         num_gpus=8,
@@ -43,17 +43,18 @@ def test_plan_is_the_libraries_plan(tiny_plan: dict) -> None:
     )
     profile = build_profile(get_model("tiny"), get_gpu("h100-sxm-80gb"), 8, 8)
     direct = solve(request, profile)
-    assert plan.plan_id == direct.plan_id
+    assert plan.plan_id == direct.plan_id and plan == direct
     assert plan.input_lengths == body["lengths"]
     assert plan.num_gpus == 8
 
 
 def test_same_request_same_plan_id(client, tiny_plan: dict) -> None:
-    again = client.post("/v1/plans", json=plan_body())
+    again = client.post("/v1/plans", json=reproducible_body())
     assert again.status_code == 200
-    assert again.json()["plan_id"] == tiny_plan["plan_id"]
-    other_seed = client.post("/v1/plans", json=plan_body(options={"time_limit_s": 0.3, "seed": 7}))
+    assert again.json() == tiny_plan
+    other_seed = client.post("/v1/plans", json=plan_body(options={"time_limit_s": 5.0, "seed": 7}))
     assert other_seed.json()["plan_id"] != tiny_plan["plan_id"]
+    assert other_seed.json()["request_hash"] != tiny_plan["request_hash"]
 
 
 def test_plan_with_inline_specs_and_baseline(client) -> None:

@@ -75,7 +75,7 @@ def test_quality_quick_writes_its_section(tmp_path, capsys):
     assert "Batches capped at" in targets
     for phrase in ("Median gap <= 2%", "Never worse than `hydraulis`", "over `megatron`", "latency p50 <= 1 s"):
         assert phrase in targets
-    assert "Deterministic under a work limit" in targets and "same plan" in targets
+    assert "Determinism at the defaults: see the `determinism` section" in targets
     assert re.search(r": (met|MISSED) \(", targets)
 
     records = json.loads(raw.read_text())
@@ -87,7 +87,7 @@ def test_quality_quick_writes_its_section(tmp_path, capsys):
 def test_quality_baseline_subset_and_rewrite(tmp_path):
     results = tmp_path / "RESULTS.md"
     results.write_text("# Benchmark results\n\n<!-- other:start -->\nkept\n<!-- other:end -->\n")
-    argv = ["--quick", "--batches", "1", "--datasets", "wikipedia", "--baselines", "megatron", "--no-determinism"]
+    argv = ["--quick", "--batches", "1", "--datasets", "wikipedia", "--baselines", "megatron"]
     assert quality.main([*argv, "--results", str(results)]) == 0
     assert quality.main([*argv, "--results", str(results)]) == 0  # rewrites, does not append
     text = results.read_text()

@@ -9,6 +9,7 @@ fake clock whose time moves only when it is read. No test asserts a wall time be
 from __future__ import annotations
 
 import itertools
+import math
 import time
 
 import numpy as np
@@ -197,7 +198,9 @@ def test_seeding_cut_short_keeps_a_floor_under_every_set(blocks):
 
     def frontier_seeded(should_stop) -> tuple[Frontier, bool]:
         frontier = Frontier(tables, cost, NUM_GPUS)
-        return frontier, _seed_sets(frontier, coefs, cost, NUM_GPUS, 3, incumbent.objective_s, should_stop)
+        clock = Clock(remaining_s=lambda: math.inf, cancelled=should_stop)
+        _seed_sets(frontier, coefs, cost, NUM_GPUS, 3, incumbent.objective_s, clock)
+        return frontier, clock.cut
 
     full, full_cut = frontier_seeded(lambda: False)
     counter = CancelAfter(blocks)
@@ -234,13 +237,21 @@ def test_set_packing_bound_stopped_early_keeps_what_it_proved():
 
 def test_seeding_behind_its_pace_goes_on_over_coarse_tables(full_plan):
     """A clock that loses 0.3 s between two first schemes: exact seeding would not end in time, so
-    the rest is bounded over coarse tables, every set listed, none cut, and the bound stays valid."""
+    the rest is bounded over coarse tables, every set listed, none left out, and the bound stays
+    valid; the switch was the clock's decision, so the search counts as cut by it."""
     cost, coefs, tables, incumbent = seeding_inputs()
     exact, coarse = Frontier(tables, cost, NUM_GPUS), Frontier(tables, cost, NUM_GPUS)
-    assert not _seed_sets(exact, coefs, cost, NUM_GPUS, 3, incumbent.objective_s)
+    _seed_sets(exact, coefs, cost, NUM_GPUS, 3, incumbent.objective_s)
     fake = FakeTime(budget_s=1.0, step_s=0.3)
-    assert not _seed_sets(coarse, coefs, cost, NUM_GPUS, 3, incumbent.objective_s, lambda: False, fake.remaining_s)
+
+    class PaceOnly(Clock):  # time is read only for the pace: never says stop between blocks
+        def stop(self, reserve_s: float = 0.0) -> bool:
+            return False
+
+    clock = PaceOnly(remaining_s=fake.remaining_s, cancelled=lambda: False)
+    _seed_sets(coarse, coefs, cost, NUM_GPUS, 3, incumbent.objective_s, clock)
     assert fake.readings == 2  # the start, then the first scheme after the first: switched there
+    assert clock.cut
     exact_sets = {columns for _, _, columns in exact.sets}
     coarse_sets = {columns for _, _, columns in coarse.sets}
     assert {columns for columns in exact_sets if columns[0] == 0} <= coarse_sets  # exact before the switch

@@ -491,6 +491,9 @@ def test_a_plan_with_a_switch_cost_checks():
     switched = solve(request, PROFILE)
     assert switched.switch_cost_s > 0 and switched.objective_s > switched.step_time_s
     assert check_plan(switched) == []
+    # a switch the plan's profile cannot price (no bandwidth) is a violation, not a free switch
+    unpriced = edited(switched, lambda d: d["cost_profile"].__setitem__("grad_sync_bandwidth_bytes_per_s", None))
+    assert any("previous_strategy: " in m and "grad_sync_bandwidth_bytes_per_s" in m for m in check_plan(unpriced))
 
 
 def test_a_long_stage_is_named_as_such(plan):

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from hydraplan.planner import reference
 from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.schemas import CostProfile, SchemeCost, derive_capacity_tokens
 from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.simulate import simulate_1f1b
@@ -122,6 +124,13 @@ def test_strategy_text_placement_and_switch_cost_agree(previous_terms, current_t
         update={"schemes": [entry.model_copy(update={"tp": tp, "pp": pp, "cp": cp}) for tp, pp, cp in sorted(used)]}
     )
     pipelines = [(scheme, ranks) for scheme, ranks in pipeline_blocks(current)]
+    keyed = [((s.tp, s.pp, s.cp), ranks) for s, ranks in pipelines]
+    if full.grad_sync_bandwidth_bytes_per_s is None:  # neither prices a switch it cannot price
+        with pytest.raises(PlanningError, match="grad_sync_bandwidth_bytes_per_s"):
+            switch_cost_s(previous, pipelines, ProfileCostModel(full))
+        with pytest.raises(ValueError, match="grad_sync_bandwidth_bytes_per_s"):
+            reference.switch_cost_s(full, str(previous), keyed)
+        return
     solver = switch_cost_s(previous, pipelines, ProfileCostModel(full))
-    checker = reference.switch_cost_s(full, str(previous), [((s.tp, s.pp, s.cp), ranks) for s, ranks in pipelines])
+    checker = reference.switch_cost_s(full, str(previous), keyed)
     assert math.isclose(solver, checker, rel_tol=1e-12, abs_tol=1e-15)

@@ -80,7 +80,6 @@ def _plan(
         cost_profile=profile,
         solver=SolverStats(
             backend="greedy",
-            solve_time_s=0.123,
             num_schemes=4,
             num_strategies=10,
             num_strategies_solved=3,
@@ -99,13 +98,16 @@ def test_plan_summary_has_the_headline_facts(profile: CostProfile) -> None:
         "optimal",
         "640.0 ms (slowest pipeline 600.0 ms + grad sync 40.0 ms)",
         "632.0 ms (gap 1.25%)",
-        "greedy in 0.12 s: 4 schemes, 10 strategies, 3 solved, seed 0",
+        "greedy: 4 schemes, 10 strategies, 3 solved, seed 0\n",
         "1 sequences cut into chunks",
         "dropped      0 sequences",
     ):
         assert fact in text, fact
     assert "baseline" not in text
     assert "objective" not in text  # no previous strategy, nothing to switch from
+    cut = _plan(profile)
+    cut = cut.model_copy(update={"solver": cut.solver.model_copy(update={"cut_by_clock": True})})
+    assert "seed 0 (cut by the clock: another run may differ)" in render_plan(cut)
 
 
 def test_plan_table_has_one_row_per_pipeline(profile: CostProfile) -> None:

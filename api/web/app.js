@@ -42,7 +42,7 @@ async function call(method, path, body) {
     try { problem = JSON.parse(text); } catch { problem = { detail: text || response.statusText }; }
     throw new ProblemError(response.status, problem);
   }
-  return { text, type: response.headers.get("content-type") || "" };
+  return { text, type: response.headers.get("content-type") || "", timing: response.headers.get("server-timing") };
 }
 
 async function getJson(path) {
@@ -51,7 +51,13 @@ async function getJson(path) {
 
 async function postJson(path, body) {
   const answer = await call("POST", path, body);
-  return { data: answer.type.includes("json") ? JSON.parse(answer.text) : null, text: answer.text };
+  return { data: answer.type.includes("json") ? JSON.parse(answer.text) : null, text: answer.text, timing: answer.timing };
+}
+
+// Seconds inside the planner, from `Server-Timing: solve;dur=<ms>` (plans carry no wall time).
+function solveSeconds(timing) {
+  const match = /solve;dur=([0-9.]+)/.exec(timing || "");
+  return match ? Number(match[1]) / 1e3 : null;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -162,8 +168,9 @@ async function submit(event) {
     $("#status").textContent = "drawing the timeline ...";
     const compared = await baselinePlans(body, answer.data.baselines || []);
     const timeline = await postJson("/v1/plans/timeline", { plan: answer.data, compare: compared });
-    showPlan(answer.data, answer.text, timeline.text);
-    $("#status").textContent = `planned in ${answer.data.solver.solve_time_s.toFixed(2)} s`;
+    const seconds = solveSeconds(answer.timing);
+    showPlan(answer.data, answer.text, timeline.text, seconds);
+    $("#status").textContent = seconds === null ? "planned" : `planned in ${seconds.toFixed(2)} s`;
   } catch (error) {
     $("#status").textContent = "";
     showProblem(error);
@@ -185,6 +192,12 @@ async function baselinePlans(body, results) {
 // The result
 // ------------------------------------------------------------------------------------------
 
+function solverFact(solver, seconds) {
+  const time = seconds === null ? "" : ` in ${seconds.toFixed(2)} s`;
+  const clock = solver.cut_by_clock ? " (cut by the time limit: the same request may give another plan)" : "";
+  return `${solver.backend}${time}, ${solver.num_strategies_solved} strategies solved, seed ${solver.seed}${clock}`;
+}
+
 function ms(seconds) {
   const milliseconds = seconds * 1e3;
   return Math.abs(milliseconds) >= 10 ? `${milliseconds.toFixed(1)} ms` : `${milliseconds.toPrecision(3)} ms`;
@@ -198,7 +211,7 @@ function cells(row, values) {
   }
 }
 
-function showPlan(plan, text, svgText) {
+function showPlan(plan, text, svgText, seconds) {
   $("#result").hidden = false;
   $("#plan-id").textContent = plan.plan_id;
   const slowest = Math.max(...plan.pipelines.map((pipeline) => pipeline.time_s));
@@ -209,7 +222,7 @@ function showPlan(plan, text, svgText) {
     ["lower bound", `${ms(plan.lower_bound_s)} (gap ${(plan.gap * 100).toFixed(2)}%)`],
     ["cluster", `${plan.num_gpus} GPUs, ${plan.gpus_per_node} per node`],
     ["sequences", `${plan.input_lengths.length} (${plan.input_lengths.reduce((a, b) => a + b, 0)} tokens)`],
-    ["solver", `${plan.solver.backend} in ${plan.solver.solve_time_s.toFixed(2)} s, seed ${plan.solver.seed}`],
+    ["solver", solverFact(plan.solver, seconds)],
   ];
   const summary = $("#summary");
   summary.replaceChildren();

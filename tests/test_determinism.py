@@ -1,0 +1,107 @@
+"""Real determinism: the work limits, not the clock, decide what is searched; a plan the clock
+cut says so; `plan_id` is the hash of the plan's content, `request_hash` that of its request."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from synthetic import synthetic_profile, wikipedia_like_batch
+
+from hydraplan.planner.build import identified
+from hydraplan.planner.milp import solve_milp
+from hydraplan.planner.schemas import Plan, PlanRequest, SolverOptions, SolveStatus
+from hydraplan.planner.solve import solve
+
+PROFILE = synthetic_profile(max_gpus=16)
+
+
+def request(lengths, **options) -> PlanRequest:
+    options.setdefault("time_limit_s", 5.0)
+    return PlanRequest(lengths=lengths, num_gpus=16, gpus_per_node=8, options=SolverOptions(**options))
+
+
+def test_plan_id_is_the_hash_of_the_content() -> None:
+    plan = solve(request(wikipedia_like_batch(20_000, seed=5)), PROFILE)
+    assert identified(plan) == plan  # recomputing changes nothing
+    # any change to the content changes the id; the request hash stays the request's
+    changed = identified(plan.model_copy(update={"step_time_s": plan.step_time_s * 1.01}))
+    assert changed.plan_id != plan.plan_id and changed.request_hash == plan.request_hash
+    reseeded = identified(plan.model_copy(update={"solver": plan.solver.model_copy(update={"seed": 9})}))
+    assert reseeded.plan_id != plan.plan_id
+    # and the id is not part of what it hashes: forging it is visible
+    forged = plan.model_copy(update={"plan_id": "hp-" + "0" * 20})
+    assert identified(forged).plan_id == plan.plan_id != forged.plan_id
+
+
+def test_a_search_the_clock_cut_says_so() -> None:
+    lengths = wikipedia_like_batch(60_000, seed=6)
+    calls = {"n": 0}
+
+    def cancel_soon() -> bool:  # cancels a few questions in: the clock, not the work, ends it
+        calls["n"] += 1
+        return calls["n"] > 3
+
+    cut = solve(request(lengths), PROFILE, cancel=cancel_soon)
+    assert cut.solver.cut_by_clock
+    tolerance = request(lengths).options.gap_tolerance
+    assert cut.status == SolveStatus.TIMEOUT_INCUMBENT or cut.gap <= tolerance
+    full = solve(request(lengths), PROFILE)
+    assert not full.solver.cut_by_clock and full.status != SolveStatus.TIMEOUT_INCUMBENT
+    assert cut.plan_id != full.plan_id  # the flag alone makes them different plans
+
+
+def test_a_milp_the_wall_clock_ended_is_reported() -> None:
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(100, 4000, size=300)
+    coefs = [PROFILE_COEF] * 8
+    cuts: list[bool] = []
+    result = solve_milp("cpsat", lengths, coefs, 50.0, 0, wall_limit_s=0.01, on_wall_cut=lambda: cuts.append(True))
+    assert cuts == [True] and (result is None or not result.proven_optimal)
+    finished: list[bool] = []
+    small = solve_milp(
+        "cpsat", lengths[:4], coefs[:2], 5.0, 0, wall_limit_s=5.0, on_wall_cut=lambda: finished.append(1)
+    )
+    assert small is not None and small.proven_optimal and finished == []
+
+
+def _first_coef():
+    from hydraplan.planner.cost import ProfileCostModel
+
+    cost = ProfileCostModel(PROFILE)
+    return cost.coefficients(min(cost.schemes(), key=lambda scheme: scheme.num_gpus))
+
+
+PROFILE_COEF = _first_coef()
+
+
+@pytest.mark.slow
+def test_default_plans_are_byte_identical_under_cpu_load(tmp_path: Path) -> None:
+    """The README's first command (8B on 64 H100s, ~1M tokens of Wikipedia, every default) run twice,
+    in fresh processes with different hash seeds, while a CPU-bound process competes for the cores."""
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        outputs = []
+        for run in range(2):
+            out = tmp_path / f"plan-{run}.json"
+            env = {**os.environ, "PYTHONHASHSEED": str(run + 1)}
+            subprocess.run(
+                [sys.executable, "-m", "hydraplan.api.cli", "plan", "--out", str(out), "--json"],
+                check=True,
+                capture_output=True,
+                env=env,
+                timeout=120,
+            )
+            outputs.append(out.read_bytes())
+    finally:
+        burner.kill()
+        burner.wait()
+    plans = [Plan.model_validate(json.loads(text)) for text in outputs]
+    assert not any(plan.solver.cut_by_clock for plan in plans), "the 2 s default was cut by the clock"
+    assert outputs[0] == outputs[1]
+    assert plans[0].num_gpus == 64 and plans[0].cost_profile.model == "llama3-8b"
