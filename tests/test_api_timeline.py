@@ -9,7 +9,7 @@ from importlib import resources
 import pytest
 from api_support import assert_problem, client_fixture, make_client, test_settings  # noqa: F401
 from fastapi.testclient import TestClient
-from test_timeline import assert_blocks_are_the_simulation, assert_document_is_the_simulation, svg_blocks
+from test_timeline import STRATEGY, assert_blocks_are_the_simulation, assert_document_is_the_simulation, svg_blocks
 
 from hydraplan.api import timeline
 from hydraplan.api.app import create_app
@@ -28,10 +28,11 @@ def plans(user_profile_data: dict) -> tuple[dict, dict]:
     """A heterogeneous plan (with a 2-stage pipeline) and megatron's, both from the service."""
     body = {
         "lengths": LENGTHS,
-        "num_gpus": 32,
+        "num_gpus": 16,
         "gpus_per_node": 8,
         "profile": user_profile_data,
-        "options": {"time_limit_s": 0.3},
+        # one fixed heterogeneous strategy: the plan does not depend on a loaded machine's clock
+        "options": {"time_limit_s": 5, "solver": "greedy", "strategy_pool": [STRATEGY]},
     }
     with make_client() as client:
         planned = client.post("/v1/plans", json=body)

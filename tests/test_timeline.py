@@ -31,16 +31,30 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+# A heterogeneous strategy with a 2-stage pipeline, fixed by a one-strategy pool (and the greedy
+# backend) so that a loaded machine's clock cannot change the plan the tests draw.
+STRATEGY = "1x<4,2,1> + 1x<2,1,1> + 6x<1,1,1>"
+
+
 @pytest.fixture
 def batch(user_profile_path: Path, lengths_path: Path) -> list[str]:
-    """The conftest profile and lengths on 32 GPUs: a heterogeneous plan with a <4,2,1> pipeline."""
-    return ["--profile", str(user_profile_path), "--lengths", str(lengths_path), "--num-gpus", "32"]
+    """The conftest profile and lengths on 16 GPUs."""
+    return ["--profile", str(user_profile_path), "--lengths", str(lengths_path), "--num-gpus", "16"]
 
 
 @pytest.fixture
-def plan_and_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str], batch: list[str]) -> tuple[Path, Path]:
+def fixed(tmp_path: Path) -> list[str]:
+    pool = tmp_path / "pool.txt"
+    pool.write_text(STRATEGY + "\n")
+    return ["--strategy-pool", str(pool), "--solver", "greedy", "--time-limit-s", "5"]
+
+
+@pytest.fixture
+def plan_and_baseline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], batch: list[str], fixed: list[str]
+) -> tuple[Path, Path]:
     plan_path, baseline_path = tmp_path / "plan.json", tmp_path / "megatron.json"
-    assert run(capsys, "plan", *batch, "--time-limit-s", "0.3", "--out", str(plan_path))[0] == 0
+    assert run(capsys, "plan", *batch, *fixed, "--out", str(plan_path))[0] == 0
     assert run(capsys, "plan", *batch, "--baseline", "megatron", "--out", str(baseline_path))[0] == 0
     return plan_path, baseline_path
 
@@ -158,18 +172,16 @@ def test_png_carries_the_timeline_data(tmp_path, capsys, plan_and_baseline):
     assert_document_is_the_simulation([load(plan_path), load(baseline_path)], document)
 
 
-def test_plan_compare_draws_the_baselines_on_the_same_axis(tmp_path, capsys, batch, user_profile_path):
+def test_plan_compare_draws_the_baselines_on_the_same_axis(tmp_path, capsys, batch, fixed, user_profile_path):
     out, plan_path = tmp_path / "compare.svg", tmp_path / "plan.json"
     code, stdout, err = run(
-        capsys, "plan", *batch, "--time-limit-s", "0.3", "--compare", "megatron,hydraulis", "--timeline", str(out),
+        capsys, "plan", *batch, *fixed, "--compare", "megatron,hydraulis", "--timeline", str(out),
         "--out", str(plan_path),
     )  # fmt: skip
     assert code == 0, err
-    assert "speedup of this plan" in stdout
+    assert "speedup of this plan" in stdout and load(plan_path).strategy == STRATEGY
     plan = load(plan_path)
-    request = PlanRequest(
-        lengths=plan.input_lengths, num_gpus=32, gpus_per_node=8, options=SolverOptions(time_limit_s=0.3)
-    )
+    request = PlanRequest(lengths=plan.input_lengths, num_gpus=16, gpus_per_node=8, options=SolverOptions())
     profile = CostProfile.model_validate_json(user_profile_path.read_text())
     baselines = [run_baseline(name, request, profile) for name in ("megatron", "hydraulis")]
     root = ElementTree.parse(out).getroot()
