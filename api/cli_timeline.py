@@ -66,7 +66,10 @@ def write_timeline(
     from hydraplan.api.timeline_svg import render_html, render_svg
 
     kind = timeline_format(path)
-    document = timeline_document(labelled_plans, "all" if pipelines == "all" else "grouped", lower_bounds=bounds)
+    try:
+        document = timeline_document(labelled_plans, "all" if pipelines == "all" else "grouped", lower_bounds=bounds)
+    except ValueError as exc:  # too many blocks to draw
+        raise InputError(f"--timeline {path}: {exc}") from None
     if kind == "png":
         from hydraplan.api.timeline_png import write_png
 

@@ -263,3 +263,15 @@ def test_svg_and_html_timelines_need_neither_matplotlib_nor_the_service():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_timeline_too_large_to_draw_is_a_usage_error(tmp_path, capsys, plan_and_baseline, monkeypatch):
+    from hydraplan.api import timeline
+
+    monkeypatch.setattr(timeline, "MAX_DRAWN_BLOCKS", 10)
+    plan_path, _ = plan_and_baseline
+    out = tmp_path / "t.svg"
+    code, _, err = run(capsys, "show", str(plan_path), "--timeline", str(out))
+    assert code == 2 and err.count("\n") == 1 and not out.exists()
+    assert err.startswith(f"hydraplan: error: --timeline {out}: the timeline of plan would draw")
+    assert "more than the limit of 10" in err
