@@ -35,8 +35,8 @@ previous plan is taken into account. Long work (large clusters, what-if sweeps) 
 Every error is an RFC 9457 `application/problem+json` document whose `detail` names the offending
 field or value; validation errors list every field in `errors`. When the server is saturated it
 answers 503 with `Retry-After` instead of queueing. When the server sets `HYDRAPLAN_API_TOKEN`,
-every call except /healthz, /readyz, /metrics and the OpenAPI document needs
-`Authorization: Bearer <token>`.
+every call except /healthz, /readyz, /metrics, the OpenAPI document and the web page's static
+files (`/`, `/ui`) needs `Authorization: Bearer <token>`.
 """
 TAGS = [
     {"name": "plans", "description": "Solve, check and estimate plans."},

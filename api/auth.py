@@ -1,8 +1,8 @@
 """The bearer token: checked twice, by the request guard before any body is read and by a
 dependency on every `/v1` router, so no route is left open by a path the guard did not foresee.
 
-Deny by default: with a token set, every path needs it except the operations paths in
-`OPEN_PATHS`, compared after removing the ASGI `root_path` (a server mounted under
+Deny by default: with a token set, every path needs it except the operations paths and the web
+page's static files in `OPEN_PATHS`, compared after removing the ASGI `root_path` (a server mounted under
 `--root-path /api` sees `/api/v1/plans`).
 """
 
@@ -18,7 +18,12 @@ from starlette.types import Scope
 from hydraplan.api.problems import ProblemError, problem_response
 
 # Liveness, readiness, metrics and the API's own description stay open (docs/service.md).
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+OPERATIONS_PATHS = frozenset(
+    {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+)
+# The web page and its assets (api/routes/web.py): static, no data; its /v1 calls carry the token.
+UI_PATHS = frozenset({"/", "/ui", "/ui/app.js", "/ui/style.css"})
+OPEN_PATHS = OPERATIONS_PATHS | UI_PATHS
 MISSING = "Authorization header is missing: send 'Bearer <token>'"
 INVALID = "Authorization bearer token is invalid"
 

@@ -42,6 +42,7 @@ COMMANDS: dict[str, Command] = {
         "hydraplan.api.cli_plan", "propose a small pool of strategies for batches drawn from a dataset"
     ),
     "check": Command("hydraplan.api.cli_inspect", "check a plan JSON file (exit 0 valid, 1 violations, 2 unreadable)"),
+    "show": Command("hydraplan.api.cli_inspect", "print a saved plan's summary; --timeline draws its 1F1B schedule"),
     "schemes": Command(
         "hydraplan.api.cli_inspect", "list runnable schemes with their cost coefficients and capacities"
     ),

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from hydraplan.api.cli_args import add_catalog_file_option, add_cluster_options, add_json_option, add_profile_option
 from hydraplan.api.cli_inputs import analytic_profile, cluster_profile, read_gpus, read_models, read_plan, read_profile
@@ -48,6 +49,50 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("plan", metavar="PLAN.json", help="plan written by `hydraplan plan --out`")
     parser.add_argument("--profile", metavar="FILE", help="re-check costs against this profile (default: the plan's)")
     parser.set_defaults(handler=run_check)
+
+
+# ---------------------------------------------------------------------------------------------
+# show: a saved plan's summary and timeline
+# ---------------------------------------------------------------------------------------------
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """Print the summary of a saved plan; draw its timeline (and other plans') with --timeline."""
+    from hydraplan.api.cli_timeline import timeline_format, write_timeline
+    from hydraplan.planner.render import render_plan
+
+    timeline_format(args.timeline)
+    plan = read_plan(args.plan)
+    others = [(Path(path).stem, read_plan(path)) for path in args.compare_with]
+    print(render_plan(plan, args.pipelines), end="")
+    if others:
+        rows = [
+            [label, other.strategy, f"{other.step_time_s * 1e3:,.3f}", f"{other.step_time_s / plan.step_time_s:.2f}x"]
+            for label, other in others
+        ]
+        print("\n" + table(["compared plan", "strategy", "step time (ms)", "speedup of this plan"], rows))
+    if args.timeline:
+        drawn = [(Path(args.plan).stem, plan), *others]
+        print(write_timeline(args.timeline, drawn, args.pipelines, [True] + [False] * len(others)), file=sys.stderr)
+    return EXIT_OK
+
+
+def add_show_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `hydraplan show`."""
+    from hydraplan.api.cli_timeline import add_timeline_options
+
+    parser.description = "Print the summary of a saved plan and, with --timeline, draw its 1F1B schedule."
+    parser.add_argument("plan", metavar="PLAN.json", help="plan written by `hydraplan plan --out`")
+    parser.add_argument(
+        "--compare-with",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="another plan of the same batch (e.g. `hydraplan plan --baseline megatron --out m.json`) to compare "
+        "and draw on the same time axis, labelled by its file name; repeatable",
+    )
+    add_timeline_options(parser)
+    parser.set_defaults(handler=run_show)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,6 +258,7 @@ def add_schema_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 ADD_ARGUMENTS = {
+    "show": add_show_arguments,
     "schema": add_schema_arguments,
     "check": add_check_arguments,
     "schemes": add_schemes_arguments,

@@ -34,6 +34,7 @@ from hydraplan.api.cli_inputs import (
     solver_options,
 )
 from hydraplan.api.cli_progress import PROG, PROGRESS_MIN_S, Progress
+from hydraplan.api.cli_timeline import add_timeline_options, timeline_format, write_timeline
 from hydraplan.planner.baselines import BASELINES
 
 if TYPE_CHECKING:
@@ -55,11 +56,13 @@ class BaselineOutcome:
     name: str
     result: BaselineResult | None = None
     reason: str | None = None
+    plan: Plan | None = None  # the baseline's own plan, for its timeline
 
 
 def run_plan(args: argparse.Namespace) -> int:
     """Build the request and the profile, solve, print and/or write the plan."""
     names = compared_baselines(args.compare)
+    timeline_format(args.timeline)  # a bad --timeline fails before planning
     if args.previous_strategy and args.previous_plan:
         raise InputError("give either --previous-strategy or --previous-plan, not both")
     lengths = batch_lengths(args)
@@ -83,7 +86,16 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).write_text(plan.model_dump_json(indent=2) + "\n", encoding="utf-8")
         print(f"{PROG}: wrote plan {plan.plan_id} to {args.out}", file=sys.stderr)
-    print_plan(plan, [o for o in outcomes if o.reason is not None], args.json)
+    if args.timeline:
+        drawn = [(args.baseline or "hydraplan", plan)]
+        drawn += [(o.name, o.plan) for o in outcomes if o.plan is not None]
+        # a baseline's plan carries no bound of its own worth drawing
+        with progress.step(f"drawing the timeline of {len(drawn)} plan(s)"):
+            wrote = write_timeline(
+                args.timeline, drawn, args.pipelines, [not args.baseline] + [False] * (len(drawn) - 1)
+            )
+        print(wrote, file=sys.stderr)
+    print_plan(plan, [o for o in outcomes if o.reason is not None], args.json, args.pipelines)
     return EXIT_OK
 
 
@@ -140,7 +152,7 @@ def _compare_one(
         step_time_s=baseline.step_time_s,
         speedup=baseline.step_time_s / plan.step_time_s,
     )
-    return BaselineOutcome(name, result=result)
+    return BaselineOutcome(name, result=result, plan=baseline)
 
 
 def baseline_failure_reason(name: str, exc: Exception) -> str:
@@ -151,7 +163,7 @@ def baseline_failure_reason(name: str, exc: Exception) -> str:
     return f"internal error: {type(exc).__name__}: {message}"
 
 
-def print_plan(plan: Plan, failed: list[BaselineOutcome], as_json: bool) -> None:
+def print_plan(plan: Plan, failed: list[BaselineOutcome], as_json: bool, pipelines: str = "auto") -> None:
     """The plan as JSON (failed baselines then go to standard error) or as the summary."""
     from hydraplan.planner.render import render_plan
 
@@ -160,7 +172,7 @@ def print_plan(plan: Plan, failed: list[BaselineOutcome], as_json: bool) -> None
         for outcome in failed:
             print(f"{PROG}: baseline {outcome.name} could not plan: {outcome.reason}", file=sys.stderr)
         return
-    print(render_plan(plan), end="")
+    print(render_plan(plan, pipelines), end="")
     if failed:
         width = max(len(outcome.name) for outcome in failed)
         rows = [f"{outcome.name.ljust(width)}  could not plan: {outcome.reason}" for outcome in failed]
@@ -207,6 +219,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         choices=list(BASELINES),
         help="print the plan this baseline would make instead of hydraplan's",
     )
+    add_timeline_options(output)
     add_progress_option(output)
     parser.set_defaults(handler=run_plan)
 

@@ -479,3 +479,46 @@ class Readiness(ApiModel):
     store: str = Field(description="Store backend: memory or redis.")
     solves_running: int
     solve_slots: int
+
+
+class LabelledPlan(ApiModel):
+    """A plan to draw beside the main one (a baseline's, from POST /v1/estimate)."""
+
+    label: str = Field(min_length=1, max_length=64, description="Its panel's name, e.g. the baseline's.")
+    plan: Plan
+
+
+class TimelineBody(ApiModel):
+    """POST /v1/plans/timeline: the plans to draw on one time axis."""
+
+    plan: Plan = Field(description="The plan to draw first; its lower bound is drawn too.")
+    label: str = Field("hydraplan", min_length=1, max_length=64, description="Its panel's name.")
+    compare: list[LabelledPlan] = Field([], max_length=8, description="Plans drawn below it, on the same axis.")
+    pipelines: Literal["grouped", "all"] = Field(
+        "grouped",
+        description="grouped: identical schedules once, the slowest 8 groups and a histogram of the rest; "
+        "all: every pipeline.",
+    )
+    format: Literal["svg", "json"] = Field(
+        "svg", description="svg: the drawing (image/svg+xml); json: the hydraplan.timeline/1 document."
+    )
+
+
+class DatasetInfo(ApiModel):
+    """A bundled dataset lengths can be sampled from."""
+
+    name: str
+    description: str
+
+
+class DatasetList(ApiModel):
+    datasets: list[DatasetInfo]
+
+
+class DatasetSample(ApiModel):
+    """A global batch sampled from a bundled dataset, as `hydraplan plan --dataset` draws it."""
+
+    dataset: str
+    seed: int
+    num_tokens: int = Field(description="Tokens of the batch (the last document may overshoot the request).")
+    lengths: list[int]

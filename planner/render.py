@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.schemas import CostProfile, PipelinePlan, Plan, StrategyPoolFile
@@ -10,11 +11,19 @@ from hydraplan.planner.scheme import ParallelScheme
 
 # At most this many dropped sequence ids are spelled out in the summary.
 MAX_IDS_SHOWN = 10
+# Past this many pipelines, `pipelines="auto"` prints one row per scheme instead of per pipeline.
+MAX_PIPELINE_ROWS = 16
 
 
-def render_plan(plan: Plan) -> str:
-    """A summary of `plan`: headline facts, one table row per pipeline, then any baselines."""
-    sections = [_plan_header(plan), _pipeline_table(plan.pipelines)]
+def render_plan(plan: Plan, pipelines: Literal["auto", "grouped", "all"] = "auto") -> str:
+    """A summary of `plan`: headline facts, the pipelines table, then any baselines.
+
+    The table has one row per pipeline (`all`, or `auto` up to `MAX_PIPELINE_ROWS` pipelines) or
+    one row per scheme (`grouped`, or `auto` above that).
+    """
+    grouped = pipelines == "grouped" or (pipelines == "auto" and len(plan.pipelines) > MAX_PIPELINE_ROWS)
+    table = _grouped_pipeline_table(plan.pipelines) if grouped else _pipeline_table(plan.pipelines)
+    sections = [_plan_header(plan), table]
     if plan.baselines:
         sections.append(_baseline_table(plan))
     return "\n\n".join(sections) + "\n"
@@ -182,6 +191,40 @@ def _pipeline_table(pipelines: Sequence[PipelinePlan]) -> str:
             ]
         )
     return _table(headers, rows, right_from=3)
+
+
+def _grouped_pipeline_table(pipelines: Sequence[PipelinePlan]) -> str:
+    """One row per scheme: how many pipelines run it, their ranks, totals and ranges."""
+    groups: dict[ParallelScheme, list[PipelinePlan]] = {}
+    for pipeline in pipelines:
+        scheme = ParallelScheme(pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp)
+        groups.setdefault(scheme, []).append(pipeline)
+    slowest = max(pipelines, key=lambda pipeline: pipeline.time_s, default=None)
+    headers = ["pipelines", "scheme", "ranks", "seqs", "tokens", "micro-batches", "largest mb / capacity", "time"]
+    rows = []
+    for scheme, members in groups.items():
+        counts = [len(pipeline.micro_batches) for pipeline in members]
+        times = [pipeline.time_s for pipeline in members]
+        largest = max((batch.num_tokens for pipeline in members for batch in pipeline.micro_batches), default=0)
+        marker = f" (slowest #{slowest.index})" if slowest is not None and slowest in members else ""
+        rows.append(
+            [
+                f"{len(members)}x",
+                str(scheme),
+                format_ranks([rank for pipeline in members for rank in pipeline.ranks]),
+                f"{sum(pipeline.num_sequences for pipeline in members):,}",
+                f"{sum(pipeline.num_tokens for pipeline in members):,}",
+                _span(min(counts), max(counts), str),
+                f"{largest:,} / {members[0].capacity_tokens:,}",
+                _span(min(times), max(times), _ms) + marker,
+            ]
+        )
+    return _table(headers, rows, right_from=3) + "\n(one row per scheme: sums, and the range over its pipelines)"
+
+
+def _span(low, high, show) -> str:
+    """`low-high`, or one value when they are equal."""
+    return show(low) if low == high else f"{show(low)} - {show(high)}"
 
 
 def _baseline_table(plan: Plan) -> str:

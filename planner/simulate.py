@@ -11,6 +11,7 @@ every stage. Point-to-point transfer time is inside the stage-time coefficient `
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from hydraplan.planner.cache import WeightedLru
 
@@ -103,13 +104,54 @@ def simulate_1f1b(stage_times_s: Sequence[float], num_stages: int, fwd_fraction:
         return 0.0
     if num_stages == 1:
         return float(sum(stage_times_s))
+    end = _end_times(stage_times_s, num_stages, fwd_fraction)
+    return end[num_stages * num_micro_batches + num_micro_batches - 1]
+
+
+def _end_times(stage_times_s: Sequence[float], num_stages: int, fwd_fraction: float) -> list[float]:
+    """End time of every operation (indexed by op id, sentinel last) of the 1F1B schedule."""
+    num_micro_batches = len(stage_times_s)
     durations = [fwd_fraction * time_s for time_s in stage_times_s]
     durations += [time_s - fwd for time_s, fwd in zip(stage_times_s, durations)]
     end = [0.0] * (2 * num_stages * num_micro_batches + 1)
     for op, previous, waits_for, slot in dependency_order(num_stages, num_micro_batches):
         ready = end[previous] if end[previous] > end[waits_for] else end[waits_for]
         end[op] = ready + durations[slot]
-    return end[num_stages * num_micro_batches + num_micro_batches - 1]
+    return end
+
+
+@dataclass(frozen=True)
+class ScheduledBlock:
+    """One operation of the simulated schedule: a forward or a backward of one micro-batch
+    (index in execution order) on one PP stage, from `start_s` to `end_s`."""
+
+    stage: int
+    micro_batch: int
+    is_forward: bool
+    start_s: float
+    end_s: float
+
+
+def schedule_1f1b(stage_times_s: Sequence[float], num_stages: int, fwd_fraction: float) -> list[ScheduledBlock]:
+    """Every block of the schedule `simulate_1f1b` times, in stage order then 1F1B order.
+
+    The end times are the very numbers `simulate_1f1b` computes (same recurrence, same order), so
+    the last backward of stage 0 ends at its result (up to the rounding of a sum for pp == 1,
+    where `simulate_1f1b` adds whole stage times instead). A block starts when both its
+    predecessors (the previous block on its stage, the block it waits for) have ended.
+    """
+    num_micro = len(stage_times_s)
+    if num_micro == 0:
+        return []
+    end = _end_times(stage_times_s, num_stages, fwd_fraction)
+    blocks = []
+    for op, previous, waits_for, _ in dependency_order(num_stages, num_micro):
+        is_forward = op < num_stages * num_micro
+        stage, micro_batch = divmod(op if is_forward else op - num_stages * num_micro, num_micro)
+        start_s = max(end[previous], end[waits_for])
+        blocks.append(ScheduledBlock(stage, micro_batch, is_forward, start_s, end[op]))
+    blocks.sort(key=lambda block: block.stage)  # stable: each stage keeps its 1F1B order
+    return blocks
 
 
 def approximate_1f1b_s(stage_times_s: Sequence[float], num_stages: int) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -118,3 +119,19 @@ def test_help_and_bad_names(module, capsys):
     flag = "--settings" if module is quality else "--configs"
     with pytest.raises(SystemExit, match="unknown"):
         module.main([flag, "no-such-setting", "--no-write"])
+
+
+def test_timeline_quick_writes_its_section(tmp_path):
+    if os.environ.get("CI") != "true":  # the test extra installs matplotlib: CI must run this
+        pytest.importorskip("matplotlib", reason="the plots extra (matplotlib) is not installed")
+    from benchmarks import timeline
+
+    results = tmp_path / "RESULTS.md"
+    assert timeline.main(["--quick", "--repeats", "1", "--results", str(results)]) == 0
+    headers, rows, section = section_table(results, "timeline")
+    assert headers == ["setting", "strategy", "pipelines", "drawn", "format", "blocks", "median ms", "KiB"]
+    assert [(row[3], row[4]) for row in rows] == [(d, f) for d in ("grouped", "all") for f in ("svg", "html", "png")]
+    for row in rows:
+        assert_numeric(row, headers, {"setting", "strategy", "drawn", "format"})
+        assert int(row[5]) > 0
+    assert "Command: `python" in section

@@ -460,6 +460,7 @@ HELP_COMMANDS = [
     ["plan"],
     ["strategies"],
     ["check"],
+    ["show"],
     ["schemes"],
     ["profile"],
     ["models"],

@@ -49,6 +49,10 @@ def wheel_of(dist: Path) -> Path:
     return wheel
 
 
+# Modules and data files, the web page's included (api/web/).
+SHIPPED_SUFFIXES = {".py", ".json", ".txt", ".md", ".html", ".js", ".css"}
+
+
 def test_the_wheel_installs_only_the_hydraplan_namespace(dist: Path) -> None:
     names = zipfile.ZipFile(wheel_of(dist)).namelist()
     top_level = {name.split("/")[0] for name in names}
@@ -57,7 +61,7 @@ def test_the_wheel_installs_only_the_hydraplan_namespace(dist: Path) -> None:
     expected = {"hydraplan/__init__.py", "hydraplan/py.typed", "hydraplan/integrations/torch.py"}
     for layer in LAYERS:
         for path in (ROOT / layer).rglob("*"):
-            if path.is_file() and path.suffix in {".py", ".json", ".txt", ".md"} and "__pycache__" not in path.parts:
+            if path.is_file() and path.suffix in SHIPPED_SUFFIXES and "__pycache__" not in path.parts:
                 expected.add(f"hydraplan/{path.relative_to(ROOT).as_posix()}")
     assert expected - set(names) == set()
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))

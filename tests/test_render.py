@@ -185,3 +185,42 @@ def test_scheme_table_converts_to_seconds_and_derives_capacities(profile: CostPr
     # Derived: (80e9 - 20e9 static) / (1e6 bytes/token * 2 in-flight micro-batches) = 30,000.
     assert rows["<4,2,1>"][1] == "8" and rows["<4,2,1>"][-1] == "30,000"
     assert rows["<8,1,2>"][1] == "16"
+
+
+def _many_pipelines_plan(profile: CostProfile, num_small: int) -> Plan:
+    """One <8,1,2> pipeline and `num_small` <1,1,1> ones (times 0.5 + index / 10 s)."""
+    pipelines = [_pipeline(0, 8, 1, 2, 0, [[20000]])]
+    pipelines += [_pipeline(1 + index, 1, 1, 1, 16 + index, [[100 * (index + 1)]]) for index in range(num_small)]
+    return _plan(profile).model_copy(
+        update={"pipelines": pipelines, "strategy": f"1x<8,1,2> + {num_small}x<1,1,1>", "num_gpus": 16 + num_small}
+    )
+
+
+def _table_rows(text: str) -> list[str]:
+    lines = text.splitlines()
+    start = next(index for index, line in enumerate(lines) if line.startswith("pipeline"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.strip() or line.startswith("("):
+            break
+        rows.append(line)
+    return rows
+
+
+def test_large_plans_print_one_row_per_scheme(profile: CostProfile) -> None:
+    plan = _many_pipelines_plan(profile, 20)
+    rows = _table_rows(render_plan(plan))  # auto: 21 pipelines is past MAX_PIPELINE_ROWS
+    assert len(rows) == 2
+    small = next(row for row in rows if "<1,1,1>" in row)
+    assert small.split()[0] == "20x" and "16-35" in small
+    assert f"{sum(100 * (i + 1) for i in range(20)):,}" in small  # tokens summed over the group
+    # the slowest pipeline (the last <1,1,1>, 0.5 + 20 / 10 s) is named in its group's time range
+    assert "600.0 ms - 2,500.0 ms (slowest #20)" in small
+    assert len(_table_rows(render_plan(plan, "all"))) == 21
+
+
+def test_small_plans_keep_one_row_per_pipeline_unless_grouped(profile: CostProfile) -> None:
+    plan = _many_pipelines_plan(profile, 3)
+    assert len(_table_rows(render_plan(plan))) == 4
+    grouped = _table_rows(render_plan(plan, "grouped"))
+    assert [row.split()[0] for row in grouped] == ["1x", "3x"]

@@ -1,6 +1,6 @@
 """One router per resource; `ROUTERS` is what `create_app` mounts, in this order."""
 
-from hydraplan.api.routes import catalog, estimate, health, jobs, plans, profiles, sessions
+from hydraplan.api.routes import catalog, datasets, estimate, health, jobs, plans, profiles, sessions, timelines, web
 
 ROUTERS = (
     plans.router,
@@ -10,4 +10,7 @@ ROUTERS = (
     sessions.router,
     jobs.router,
     health.router,
+    timelines.router,
+    datasets.router,
+    web.router,
 )
