@@ -1,5 +1,10 @@
-"""hydraplan runtime: reserved for the torch.distributed workers that will execute a `Plan`.
+"""hydraplan runtime: all torch code (the model, its parallel layers, launching local ranks).
 
-Not built yet: no issue so far asks for it. It will depend only on the plan schema
-(`planner.schemas.Plan`) and never re-plan; torch comes with the `runtime` extra.
+- `runtime.model`: the Llama-style decoder, cut into pipeline stages, on packed micro-batches;
+- `runtime.parallel`: tensor and context parallelism of a stage (`parallelize_stage`, `cp_shard`);
+- `runtime.launch`: run a function on local ranks of a fresh process group (`run_ranks`);
+- `runtime.collectives`: measured all-reduce / all-gather / send-recv times.
+
+It depends only on the plan schema and the model catalog, never re-plans; torch comes with the
+`runtime` extra (`pip install -e ".[runtime]"`, torch==2.13.0). Importing this package imports no torch.
 """

@@ -1,4 +1,5 @@
-"""Imports flow one way: planner <- cost_models <- api; runtime depends only on the plan schema.
+"""Imports flow one way: planner <- cost_models <- api; runtime depends only on the plan schema
+(and on the model catalog, to build a catalog model). torch is imported inside runtime/ only.
 
 Every layer imports the others through the one namespace, `hydraplan.<layer>`; a bare `planner` or
 `api` import would only work from the repository root and is an error here.
@@ -15,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ALLOWED = {
     "planner": {"planner"},
     "cost_models": {"planner", "cost_models"},
-    "runtime": {"runtime", "planner"},
+    "runtime": {"runtime", "planner", "cost_models"},
     "api": {"api", "planner", "cost_models"},
 }
 PROJECT = set(ALLOWED) | {"benchmarks", "tests"}
@@ -71,6 +72,22 @@ def test_runtime_uses_only_the_plan_schema_from_planner():
             if isinstance(node, ast.ImportFrom) and node.module.startswith("hydraplan.planner"):
                 allowed = {"hydraplan.planner.schemas", "hydraplan.planner.scheme"}
                 assert node.module in allowed, f"{path}: {node.module}"
+
+
+def test_runtime_uses_only_the_model_catalog_from_cost_models():
+    for path in (ROOT / "runtime").rglob("*.py"):
+        for name in imported_modules(path):
+            if name.startswith("hydraplan.cost_models"):
+                assert name == "hydraplan.cost_models.catalog", f"{path}: {name}"
+
+
+def test_torch_is_imported_only_inside_the_runtime():
+    offenders = []
+    for folder in [*(set(ALLOWED) - {"runtime"}), "hydraplan"]:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if any(name.split(".")[0] == "torch" for name in imported_modules(path)):
+                offenders.append(str(path.relative_to(ROOT)))
+    assert offenders == []
 
 
 def test_importing_the_planner_pulls_no_service_or_torch():

@@ -1,0 +1,159 @@
+"""The torch model on one process: packed attention, deterministic init, pipeline-stage splits."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.runtime_support import require_torch
+
+torch = require_torch()
+
+from hydraplan.runtime.attention import packed_causal_attention  # noqa: E402
+from hydraplan.runtime.model import ModelConfig, PackedBatch, build_stage, cp_shard, stage_layers  # noqa: E402
+
+pytestmark = pytest.mark.runtime
+
+LENGTHS = (7, 1, 12, 3)
+SMALL = dict(num_layers=2, hidden_size=32, ffn_hidden_size=48, num_heads=4, num_kv_heads=2, vocab_size=64)
+
+
+def small_config(**overrides) -> ModelConfig:
+    return ModelConfig.from_catalog("tiny", **{**SMALL, **overrides})
+
+
+def reference_attention(q, k, v):
+    """Causal softmax attention of ONE sequence, written out: `[L, H, d]`, GQA by repeating K/V."""
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(q.shape[-1])
+    length = q.shape[0]
+    future = torch.ones(length, length, dtype=torch.bool).triu(1)
+    weights = scores.masked_fill(future, float("-inf")).softmax(-1)
+    return torch.einsum("hqk,khd->qhd", weights, v)
+
+
+@pytest.mark.parametrize("method", ["loop", "block_mask", "flex"])
+def test_packed_attention_equals_each_sequence_alone(method):
+    generator = torch.Generator().manual_seed(3)
+    total = sum(LENGTHS)
+    q = torch.randn(total, 4, 8, generator=generator, dtype=torch.float64)
+    k = torch.randn(total, 2, 8, generator=generator, dtype=torch.float64)
+    v = torch.randn(total, 2, 8, generator=generator, dtype=torch.float64)
+    packed = packed_causal_attention(q, k, v, LENGTHS, method)
+    start = 0
+    for length in LENGTHS:
+        end = start + length
+        expected = reference_attention(q[start:end], k[start:end], v[start:end])
+        assert torch.allclose(packed[start:end], expected, atol=1e-6, rtol=0), (method, length)
+        start = end
+
+
+def test_varlen_attention_is_refused_on_cpu():
+    q = torch.zeros(3, 2, 4)
+    with pytest.raises(ValueError, match="CUDA"):
+        packed_causal_attention(q, q, q, (3,), "varlen")
+
+
+def test_no_sequence_sees_another_through_the_whole_model():
+    """Hidden states of a packed stream equal those of each sequence run alone (float64)."""
+    cfg = small_config(num_layers=2)
+    first = build_stage(cfg, pp=2, stage=0, dtype=torch.float64)
+    batch = PackedBatch.from_lengths(list(LENGTHS), cfg.vocab_size, seed=5)
+    packed = first(batch)
+    start = 0
+    for index, length in enumerate(LENGTHS):
+        end = start + length
+        alone = PackedBatch.from_token_sequences([torch.cat([batch.input_ids[start:end], batch.labels[end - 1 : end]])])
+        assert torch.equal(alone.position_ids, torch.arange(length))
+        assert torch.allclose(packed[start:end], first(alone), atol=1e-10, rtol=0), index
+        start = end
+
+
+def test_packed_batch_layout():
+    batch = PackedBatch.from_lengths([3, 2], vocab_size=10, seed=0)
+    assert batch.cu_seqlens.tolist() == [0, 3, 5] and batch.cu_seqlens.dtype == torch.int32
+    assert batch.position_ids.tolist() == [0, 1, 2, 0, 1]
+    assert torch.equal(batch.input_ids[1:3], batch.labels[0:2])  # next token within a sequence
+    assert torch.equal(batch.input_ids[4:5], batch.labels[3:4])
+    assert batch.num_tokens == batch.num_label_tokens == 5
+    assert torch.equal(PackedBatch.from_lengths([3, 2], 10, seed=0).input_ids, batch.input_ids)
+    with pytest.raises(ValueError, match=r"lengths\[1\]"):
+        PackedBatch.from_lengths([3, 0], vocab_size=10, seed=0)
+
+
+@pytest.mark.parametrize("cp", [1, 2, 3])
+def test_cp_shards_cover_every_token_once_with_balanced_chunks(cp):
+    batch = PackedBatch.from_lengths([9, 2, 12], vocab_size=50, seed=1)
+    shards = [cp_shard(batch, rank, cp) for rank in range(cp)]
+    seen = sorted(index for rank in range(cp) for index in shards[0].cp_layout.local_token_indices(rank))
+    assert seen == list(range(batch.num_tokens))
+    for rank, shard in enumerate(shards):
+        index = torch.tensor(shard.cp_layout.local_token_indices(rank))
+        assert torch.equal(shard.input_ids, batch.input_ids[index])
+        assert torch.equal(shard.position_ids, batch.position_ids[index])  # positions in the full sequence
+        assert shard.lengths[2] == 12 // cp  # 2*cp equal chunks of 12 tokens, two per rank
+    # Rank 0 holds the first and the last chunk of the 12-token sequence.
+    if cp == 2:
+        start = 9 + 2
+        assert shards[0].cp_layout.local_token_indices(0)[-6:] == [
+            *range(start, start + 3),
+            *range(start + 9, start + 12),
+        ]
+
+
+def test_initialisation_is_deterministic_and_split_independent():
+    cfg = small_config(num_layers=4)
+    whole = dict(build_stage(cfg, seed=7).named_parameters())
+    again = dict(build_stage(cfg, seed=7).named_parameters())
+    other = dict(build_stage(cfg, seed=8).named_parameters())
+    assert all(torch.equal(whole[name], again[name]) for name in whole)
+    assert not torch.equal(whole["layers.1.attn.wq.weight"], other["layers.1.attn.wq.weight"])
+    assert not torch.equal(whole["layers.1.attn.wq.weight"], whole["layers.2.attn.wq.weight"])
+    for stage in range(2):
+        for name, value in build_stage(cfg, pp=2, stage=stage, seed=7).named_parameters():
+            assert torch.equal(value, whole[name]), name
+    assert [layer for layer in build_stage(cfg, pp=2, stage=1).layers] == ["2", "3"]
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_two_stages_compose_to_the_whole_model(tied):
+    """pp=2: loss and every gradient equal the pp=1 model's (float64); tied heads sum two copies."""
+    cfg = small_config(num_layers=2, tied_embeddings=tied)
+    batch = PackedBatch.from_lengths([5, 9, 2], cfg.vocab_size, seed=2)
+    whole = build_stage(cfg, seed=1, dtype=torch.float64)
+    whole_loss = whole(batch)
+    whole_loss.backward()
+    first = build_stage(cfg, pp=2, stage=0, seed=1, dtype=torch.float64)
+    last = build_stage(cfg, pp=2, stage=1, seed=1, dtype=torch.float64)
+    hidden = first(batch)
+    boundary = hidden.detach().requires_grad_()
+    loss = last(batch, boundary)
+    loss.backward()
+    hidden.backward(boundary.grad)
+    assert torch.allclose(loss, whole_loss, rtol=1e-12, atol=0)
+    grads = {}
+    for stage in (first, last):
+        for name, parameter in stage.named_parameters():
+            grads[name] = grads.get(name, 0) + parameter.grad
+    expected = {name: parameter.grad for name, parameter in whole.named_parameters()}
+    assert sorted(grads) == sorted(expected)
+    for name in expected:
+        assert torch.allclose(grads[name], expected[name], rtol=1e-10, atol=1e-12), name
+
+
+def test_config_from_catalog_and_its_errors():
+    cfg = ModelConfig.from_catalog("llama3-8b", num_layers=2)
+    assert (cfg.num_layers, cfg.hidden_size, cfg.num_kv_heads, cfg.rope_theta) == (2, 4096, 8, 500_000.0)
+    with pytest.raises(ValueError, match="unknown ModelConfig fields"):
+        ModelConfig.from_catalog("tiny", layers=2)
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        ModelConfig.from_catalog("tiny", num_kv_heads=3)
+    with pytest.raises(ValueError, match="pp=3 does not divide"):
+        stage_layers(4, 3, 0)
+    assert stage_layers(4, 2, 1) == range(2, 4)
+    stage = build_stage(small_config(), pp=2, stage=1)
+    batch = PackedBatch.from_lengths([4], 64, seed=0)
+    with pytest.raises(ValueError, match="hidden of shape"):
+        stage(batch)
