@@ -1,0 +1,169 @@
+"""Run a function on local ranks of a fresh torch.distributed process group.
+
+`run_ranks(fn, nproc)` spawns `nproc` processes, each joins one process group (gloo by default, on
+a free TCP port of 127.0.0.1), runs `fn(rank, world_size, *args)` and sends its return value back;
+the values come back as a list by rank. A rank that raises makes the call raise `RankFailedError`
+naming the rank and its exception (the other ranks are stopped); a rank that dies without a word
+names its exit code; nothing waits past `timeout_s`.
+
+`fn` must be picklable (a module-level function): ranks are started with `spawn`, which is safe
+with torch's thread pools where `fork` is not. Return values travel pickled by value (tensors
+included), never through shared memory that would die with the rank. The `nccl` backend is
+accepted and binds rank r to `cuda:r % device_count`; it is untested here (no GPU in CI).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import queue
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+__all__ = ["RankFailedError", "RankTimeoutError", "free_port", "run_ranks"]
+
+BACKENDS = ("gloo", "nccl")
+
+
+class RankFailedError(RuntimeError):
+    """A rank raised (or died); `rank` and the rank's formatted `traceback_text` are attached."""
+
+    def __init__(self, rank: int, message: str, traceback_text: str = "") -> None:
+        super().__init__(f"rank {rank} failed: {message}")
+        self.rank = rank
+        self.traceback_text = traceback_text
+
+
+class RankTimeoutError(TimeoutError):
+    """Some ranks did not finish within the time limit; `ranks` lists them."""
+
+    def __init__(self, ranks: list[int], timeout_s: float) -> None:
+        super().__init__(f"ranks {ranks} did not finish within {timeout_s:g} s (stopped)")
+        self.ranks = ranks
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _rank_main(
+    fn: Callable, rank: int, world_size: int, backend: str, port: int, timeout_s: float, num_threads: int | None, args
+) -> None:
+    """Body of one rank's process: join the group, run `fn`, report `(rank, ok, payload)`."""
+    results = args[-1]
+    args = args[:-1]
+    try:
+        import torch
+        import torch.distributed as dist
+
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
+        if backend == "nccl":
+            torch.cuda.set_device(rank % torch.cuda.device_count())
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s))
+        try:
+            value = fn(rank, world_size, *args)
+        finally:
+            dist.destroy_process_group()
+        results.put((rank, True, pickle.dumps(value)))
+    except BaseException as exc:  # reported to the parent, which raises it with the rank's name
+        results.put((rank, False, pickle.dumps((f"{type(exc).__name__}: {exc}", traceback.format_exc()))))
+
+
+def run_ranks(
+    fn: Callable[..., Any],
+    nproc: int,
+    *,
+    backend: str = "gloo",
+    args: tuple = (),
+    timeout_s: float = 120.0,
+    num_threads: int | None = 1,
+) -> list[Any]:
+    """`[fn(0, nproc, *args), ..., fn(nproc - 1, nproc, *args)]`, each run in its own rank process.
+
+    `num_threads` sets torch's intra-op threads per rank (1 by default: ranks share the cores);
+    None leaves torch's default. Raises `RankFailedError` or `RankTimeoutError` (see the module).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r}: one of {', '.join(BACKENDS)}")
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise ValueError(f"nproc: a positive integer is required, got {nproc!r}")
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    port = free_port()
+    processes = [
+        context.Process(
+            target=_rank_main,
+            args=(fn, rank, nproc, backend, port, timeout_s, num_threads, (*args, results)),
+            name=f"hydraplan-rank-{rank}",
+            daemon=True,
+        )
+        for rank in range(nproc)
+    ]
+    for process in processes:
+        process.start()
+    try:
+        values = _collect(processes, results, timeout_s)
+    except BaseException:
+        _stop(processes, wait_s=0.0)  # the others may be blocked in a collective with the failed rank
+        raise
+    _stop(processes, wait_s=10.0)
+    return values
+
+
+def _collect(processes: list, results, timeout_s: float) -> list[Any]:
+    """Wait for every rank's report; raise on the first failure, a silent death or the deadline."""
+    deadline = time.monotonic() + timeout_s
+    values: dict[int, Any] = {}
+    while len(values) < len(processes):
+        try:
+            rank, ok, payload = results.get(timeout=0.1)
+        except queue.Empty:
+            _check_alive(processes, values, results)
+            if time.monotonic() > deadline:
+                missing = [rank for rank in range(len(processes)) if rank not in values]
+                raise RankTimeoutError(missing, timeout_s) from None
+            continue
+        if not ok:
+            message, traceback_text = pickle.loads(payload)
+            raise RankFailedError(rank, message, traceback_text)
+        values[rank] = pickle.loads(payload)
+    return [values[rank] for rank in range(len(processes))]
+
+
+def _check_alive(processes: list, values: dict[int, Any], results) -> None:
+    """A rank that exited without reporting failed (killed, or crashed in native code)."""
+    for rank, process in enumerate(processes):
+        if rank in values or process.is_alive() or process.exitcode is None:
+            continue
+        try:  # its report may have arrived just after the last look
+            late_rank, ok, payload = results.get(timeout=0.5)
+        except queue.Empty:
+            raise RankFailedError(rank, f"exited with code {process.exitcode} without a result") from None
+        if not ok:
+            message, traceback_text = pickle.loads(payload)
+            raise RankFailedError(late_rank, message, traceback_text)
+        values[late_rank] = pickle.loads(payload)
+
+
+def _stop(processes: list, wait_s: float) -> None:
+    """Give the ranks `wait_s` to exit on their own; terminate, then kill, the ones still running."""
+    deadline = time.monotonic() + wait_s
+    for process in processes:
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+            process.join(timeout=5.0)
+        if process.is_alive():
+            process.kill()
+            process.join()
