@@ -42,10 +42,15 @@ from hydraplan.cost_models.analytic_time import (
     lm_head_forward_flops_per_token,
     memory_bound_bytes_per_token,
     pp_comm_s_per_token,
-    ring_all_reduce_factor,
     tp_comm_s_per_token,
 )
-from hydraplan.cost_models.fit import CollectiveFit, abs_error_summary, fit_collectives, relative_nnls
+from hydraplan.cost_models.fit import (
+    abs_error_summary,
+    element_bytes_of,
+    fit_collectives,
+    link_parameters,
+    relative_nnls,
+)
 from hydraplan.cost_models.hardware import HardwareParams
 from hydraplan.planner.measurements import ProfileProvenance, StageSample
 from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec
@@ -69,12 +74,6 @@ FEATURES = (
 # features kept before it.
 INDEPENDENCE_TOLERANCE = 0.02
 DEFAULT_OPTIONS = AnalyticOptions()
-ELEMENT_BYTES = {"float32": 4.0, "float64": 8.0, "bfloat16": 2.0, "float16": 2.0}
-
-
-def element_bytes_of(dtype: str) -> float:
-    """Bytes per element of a torch dtype name ('float32', 'torch.bfloat16'); bf16 when unknown."""
-    return ELEMENT_BYTES.get(dtype.removeprefix("torch."), BF16_BYTES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,28 +171,6 @@ def independent_features(rows: np.ndarray, names: Sequence[str]) -> list[int]:
                 continue
         kept.append(index)
     return kept
-
-
-def link_parameters(fits: dict[tuple[str, int], CollectiveFit], base: HardwareParams) -> HardwareParams:
-    """Intra-node latency and link bandwidth from the measured all-reduce (else send/recv).
-
-    An all-reduce of B bytes over n ranks sends `2(n-1)/n * B` per rank (ring), so the link
-    bandwidth is the fitted bytes-per-second times that factor.
-    """
-    reduces = [fit for (op, _), fit in fits.items() if op == "all_reduce"]
-    p2p = [fit for (op, _), fit in fits.items() if op == "send_recv"]
-    if reduces:
-        fit = max(reduces, key=lambda item: item.ranks)
-        bandwidth = fit.bandwidth_bytes_per_s * ring_all_reduce_factor(fit.ranks)
-    elif p2p:
-        fit = p2p[0]
-        bandwidth = fit.bandwidth_bytes_per_s
-    else:
-        return base
-    values = {"intra_node_latency_s": fit.latency_s}
-    if math.isfinite(bandwidth):
-        values["intra_node_bandwidth_bytes_per_s"] = bandwidth
-    return base.with_values(**values)
 
 
 @dataclass(frozen=True)

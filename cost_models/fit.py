@@ -23,8 +23,16 @@ import numpy as np
 from scipy.optimize import nnls
 
 from hydraplan.cost_models.analytic import max_tokens, ring_all_reduce_factor
+from hydraplan.cost_models.analytic_time import (
+    comm_latency_s_per_micro_batch,
+    cp_comm_s_per_token,
+    pp_comm_s_per_token,
+    tp_comm_s_per_token,
+)
+from hydraplan.cost_models.hardware import HardwareParams
 from hydraplan.planner.measurements import CollectiveSample, ProfileProvenance, SchemeFit, StageSample
-from hydraplan.planner.schemas import CostProfile, SchemeCost
+from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, SchemeCost
+from hydraplan.planner.scheme import ParallelScheme
 
 __all__ = [
     "CollectiveFit",
@@ -288,6 +296,74 @@ def grad_sync_bandwidth(fits: dict[tuple[str, int], CollectiveFit]) -> float | N
     return widest.bandwidth_bytes_per_s * ring_all_reduce_factor(widest.ranks)
 
 
+def link_parameters(fits: dict[tuple[str, int], CollectiveFit], base: HardwareParams) -> HardwareParams:
+    """Intra-node latency and link bandwidth from the measured all-reduce (else send/recv).
+
+    An all-reduce of B bytes over n ranks sends `2(n-1)/n * B` per rank (ring), so the link
+    bandwidth is the fitted bytes-per-second times that factor.
+    """
+    reduces = [fit for (op, _), fit in fits.items() if op == "all_reduce"]
+    p2p = [fit for (op, _), fit in fits.items() if op == "send_recv"]
+    if reduces:
+        fit = max(reduces, key=lambda item: item.ranks)
+        bandwidth = fit.bandwidth_bytes_per_s * ring_all_reduce_factor(fit.ranks)
+    elif p2p:
+        fit = p2p[0]
+        bandwidth = fit.bandwidth_bytes_per_s
+    else:
+        return base
+    values = {"intra_node_latency_s": fit.latency_s}
+    if math.isfinite(bandwidth):
+        values["intra_node_bandwidth_bytes_per_s"] = bandwidth
+    return base.with_values(**values)
+
+
+def element_bytes_of(dtype: str) -> float:
+    """Bytes per element of a torch dtype name ('float32', 'torch.bfloat16'); 2 (bf16) when unknown."""
+    return {"float32": 4.0, "float64": 8.0, "bfloat16": 2.0, "float16": 2.0}.get(dtype.removeprefix("torch."), 2.0)
+
+
+def with_communication(cost: SchemeCost, model: ModelSpec, provenance: ProfileProvenance) -> SchemeCost:
+    """`cost` plus the TP, CP and PP communication of its scheme at the measured link figures.
+
+    Used when stage times are thread CPU time (`provenance.clock == "thread"`): they hold the
+    compute only, so the per-token transfer time and per-micro-batch latency of the analytic
+    formulas (`analytic_time`) are added, evaluated with the measured collectives' fit.
+    """
+    scheme = ParallelScheme(cost.tp, cost.pp, cost.cp)
+    if scheme.num_gpus == 1:
+        return cost
+    fits = fit_collectives(provenance.collectives)
+    unknown = HardwareParams(
+        gemm_flops_per_s=1.0,
+        attention_flops_per_s=1.0,
+        intra_node_bandwidth_bytes_per_s=math.inf,
+        inter_node_bandwidth_bytes_per_s=math.inf,
+        per_layer_overhead_s=0.0,
+        activation_element_bytes=element_bytes_of(provenance.dtype),
+    )
+    link = link_parameters(fits, unknown)
+    if math.isinf(link.intra_node_bandwidth_bytes_per_s):
+        return cost  # no collective measured: nothing to add
+    link = link.with_values(inter_node_bandwidth_bytes_per_s=link.intra_node_bandwidth_bytes_per_s)
+    gpu = GpuSpec(
+        name="local",
+        memory_bytes=1.0,
+        peak_bf16_flops=1.0,
+        hbm_bandwidth_bytes_per_s=1.0,
+        intra_node_bandwidth_bytes_per_s=link.intra_node_bandwidth_bytes_per_s,
+        inter_node_bandwidth_bytes_per_s=link.intra_node_bandwidth_bytes_per_s,
+    )
+    nodes = scheme.num_gpus  # the measured ranks share one machine
+    per_token = (
+        tp_comm_s_per_token(model, gpu, scheme, link)
+        + cp_comm_s_per_token(model, gpu, scheme, nodes, link)
+        + pp_comm_s_per_token(model, gpu, scheme, nodes, link)
+    )
+    latency = comm_latency_s_per_micro_batch(model, scheme, nodes, link)
+    return cost.model_copy(update={"b": cost.b + per_token, "c": cost.c + latency})
+
+
 # ---------------------------------------------------------------------------------------------
 # The profile
 # ---------------------------------------------------------------------------------------------
@@ -301,8 +377,12 @@ def build_profiled_profile(
     num_layers: int,
     memory_bytes: float | None,
     memory_reserve_bytes: float = 0.0,
+    model_spec: ModelSpec | None = None,
 ) -> CostProfile:
     """A `source: "profiled"` profile of every scheme with enough samples in `provenance`.
+
+    With `model_spec` and thread-CPU-time samples, each scheme's communication is added from the
+    measured collectives (`with_communication`); the fits in the provenance stay the compute's.
 
     Raises `ValueError` when no scheme could be fitted (too few samples).
     """
@@ -314,7 +394,10 @@ def build_profiled_profile(
     for key in sorted(by_scheme):
         result = fit_scheme(by_scheme[key], usable)
         if result is not None:
-            entries.append(result[0])
+            cost = result[0]
+            if model_spec is not None and provenance.clock == "thread":
+                cost = with_communication(cost, model_spec, provenance)
+            entries.append(cost)
             fits.append(result[1])
     if not entries:
         raise ValueError(f"no scheme has {MIN_TIME_SAMPLES} distinct timed micro-batches to fit; nothing to write")

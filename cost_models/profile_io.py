@@ -16,6 +16,8 @@ The helpers `read_json_object` and `format_validation_error` are shared with `ca
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -94,5 +96,18 @@ def load_profile(source: str | Path | dict[str, Any]) -> CostProfile:
 
 
 def save_profile(profile: CostProfile, path: str | Path) -> None:
-    """Write `profile` as indented JSON; `load_profile` of the file gives an equal profile."""
-    Path(path).write_text(profile.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    """Write `profile` as indented JSON; `load_profile` of the file gives an equal profile.
+
+    Atomic: the text goes to a temporary file next to `path`, renamed over it once complete, so an
+    interrupted write never leaves a half-written profile (the old file, if any, stays).
+    """
+    target = Path(path)
+    text = profile.model_dump_json(indent=2) + "\n"
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

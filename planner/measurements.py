@@ -116,6 +116,12 @@ class ProfileProvenance(_Frozen):
     model: str = Field("", max_length=256, description="Model measured.")
     num_threads: int | None = Field(None, ge=1, description="Intra-op threads per rank (CPU).")
     dtype: str = Field("", max_length=32)
+    clock: Literal["", "thread", "wall", "cuda"] = Field(
+        "",
+        description="How stage times were taken: CPU time of the measuring thread (excludes waits for "
+        "peers and for cores other processes hold; communication is then modelled from the measured "
+        "collectives), elapsed time, or CUDA events.",
+    )
     budget_s: Seconds | None = None
     interrupted: bool = Field(False, description="The measurement ended early (Ctrl-C or budget); partial.")
     samples: list[StageSample] = Field(default_factory=list, max_length=MAX_SAMPLES)

@@ -186,8 +186,18 @@ def is_out_of_memory(error: BaseException) -> bool:
 class StageRunner:
     """Forward+backward of one stage on one micro-batch, its timing and its memory."""
 
-    def __init__(self, cfg: ModelConfig, pp: int, stage: int, options: MeasureOptions, module=None) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        pp: int,
+        stage: int,
+        options: MeasureOptions,
+        module: torch.nn.Module | None = None,
+        shard: Callable[[PackedBatch], PackedBatch] | None = None,
+    ) -> None:
+        """`module`: an already built (e.g. TP-sharded) stage; `shard`: this rank's part of a batch."""
         self.cfg, self.pp, self.stage, self.options = cfg, pp, stage, options
+        self.shard = shard
         self.device = torch.device(options.device)
         self.module = module or build_stage(
             cfg,
@@ -283,6 +293,8 @@ class StageRunner:
         base = dict(tp=tp, pp=pp, cp=cp, stage=self.stage, lengths=list(lengths), mix=mix)
         try:
             batch = PackedBatch.from_lengths(list(lengths), self.cfg.vocab_size, self.options.seed, self.device)
+            if self.shard is not None:
+                batch = self.shard(batch)
             hidden, grad = self.inputs(batch)
             memory = self.activation_bytes(batch, hidden, grad)
             total_s, forward_s = self.time(batch, hidden, grad)
