@@ -144,6 +144,14 @@ def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop measuring after S seconds and write what was measured (default: 240)",
     )
     measuring.add_argument(
+        "--token-counts",
+        type=positive_int,
+        nargs="+",
+        metavar="T",
+        help="micro-batch token counts, each measured in every length mix (long, short, mixed) "
+        "(default: 128 256 512 768)",
+    )
+    measuring.add_argument(
         "--repeats", type=positive_int, default=3, metavar="N", help="timed runs per micro-batch (default: %(default)s)"
     )
     measuring.add_argument(

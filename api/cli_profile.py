@@ -15,6 +15,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from hydraplan.api.cli_progress import PROG
@@ -84,7 +85,9 @@ def check_device(device: str) -> None:
     """torch is installed and, for cuda, a CUDA device is visible."""
     try:
         from hydraplan.runtime.profiler import cuda_device_count
-    except ImportError:
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
         raise ValueError(RUNTIME_MISSING) from None
     if device == "cuda" and cuda_device_count() == 0:
         raise ValueError(
@@ -252,6 +255,8 @@ def run_device_profile(args: argparse.Namespace) -> int:
     from hydraplan.runtime.profiler import MeasureOptions, device_description, torch_version
 
     options = MeasureOptions(device=args.device, num_threads=args.threads, repeats=args.repeats)
+    if args.token_counts:
+        options = replace(options, token_counts=tuple(sorted(set(args.token_counts))))
     cfg = ModelConfig.from_catalog(model.name, args.models_file)
     started = time.time()
     deadline = started + (args.budget_s or DEFAULT_BUDGET_S)

@@ -368,6 +368,15 @@ def device_description(device: str) -> str:
     return f"{model_name}, {os.cpu_count()} cores"
 
 
+def torch_version() -> str:
+    return torch.__version__
+
+
+def cuda_device_count() -> int:
+    """CUDA devices torch can use (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def device_memory_bytes(device: str) -> float:
     """Total memory of the device: the GPU's, or the machine's RAM (`/proc/meminfo`)."""
     if device == "cuda":
