@@ -152,6 +152,14 @@ def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: 128 256 512 768)",
     )
     measuring.add_argument(
+        "--mixes",
+        nargs="+",
+        choices=["long", "short", "mixed", "random"],
+        metavar="MIX",
+        help="length mixes per token count: long (one sequence), short (32-token sequences), mixed, "
+        "random (log-uniform lengths) (default: long short mixed)",
+    )
+    measuring.add_argument(
         "--repeats", type=positive_int, default=3, metavar="N", help="timed runs per micro-batch (default: %(default)s)"
     )
     measuring.add_argument(

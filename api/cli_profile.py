@@ -255,6 +255,8 @@ def run_device_profile(args: argparse.Namespace) -> int:
     from hydraplan.runtime.profiler import MeasureOptions, device_description, torch_version
 
     options = MeasureOptions(device=args.device, num_threads=args.threads, repeats=args.repeats)
+    if args.mixes:
+        options = replace(options, mixes=tuple(dict.fromkeys(args.mixes)))
     if args.token_counts:
         options = replace(options, token_counts=tuple(sorted(set(args.token_counts))))
     cfg = ModelConfig.from_catalog(model.name, args.models_file)

@@ -218,7 +218,9 @@ def calibrate(
     features = np.array(
         [[sample_features(model, s, options, element_bytes)[name] for name in FEATURES] for s in samples]
     )
-    comm = np.array([communication_s(model, s, base, gpu) for s in samples])
+    # Thread-CPU-time samples hold the compute only (the thread sleeps while peers communicate).
+    compute_only = provenance.clock == "thread"
+    comm = np.array([0.0 if compute_only else communication_s(model, s, base, gpu) for s in samples])
     scaled = features / measured[:, None]
     kept = independent_features(scaled / np.linalg.norm(scaled, axis=0).clip(min=1e-300), FEATURES)
     fit = relative_nnls(features[:, kept], np.maximum(measured - comm, 0.0))
@@ -226,14 +228,23 @@ def calibrate(
     hardware = _parameters_from(coefficients, base)
     scale, memory_residuals = _activation_scale(model, samples, hardware, options)
     hardware = hardware.with_values(activation_memory_scale=scale)
-    residuals = tuple((predict_stage_time_s(model, gpu, s, hardware, options) - s.time_s) / s.time_s for s in samples)
+    residuals = tuple(
+        (predict_stage_time_s(model, gpu, s, hardware, options, not compute_only) - s.time_s) / s.time_s
+        for s in samples
+    )
     return Calibration(hardware, tuple(FEATURES[index] for index in kept), residuals, memory_residuals)
 
 
 def predict_stage_time_s(
-    model: ModelSpec, gpu: GpuSpec, sample: StageSample, hardware: HardwareParams, options: AnalyticOptions
+    model: ModelSpec,
+    gpu: GpuSpec,
+    sample: StageSample,
+    hardware: HardwareParams,
+    options: AnalyticOptions,
+    include_communication: bool = True,
 ) -> float:
-    """The calibrated model's time for the micro-batch, scheme and stage of `sample`."""
+    """The calibrated model's time for the micro-batch, scheme and stage of `sample` (its compute
+    alone with `include_communication=False`, as thread CPU time measures it)."""
     values = sample_features(model, sample, options, hardware.activation_element_bytes)
     coefficients = {
         "gemm": 1 / hardware.gemm_flops_per_s,
@@ -246,7 +257,7 @@ def predict_stage_time_s(
         "per_micro_batch": hardware.per_micro_batch_overhead_s,
     }
     compute = sum(values[name] * coefficients[name] for name in FEATURES)
-    return compute + communication_s(model, sample, hardware, gpu)
+    return compute + (communication_s(model, sample, hardware, gpu) if include_communication else 0.0)
 
 
 def modelled_activation_bytes(

@@ -149,3 +149,14 @@ def test_old_profile_files_keep_loading(tmp_path: Path) -> None:
     path.write_text(json.dumps(old))
     profile = load_profile(path)
     assert profile.provenance is None and profile.schemes[0].capacity_tokens == 4096
+
+
+def test_the_bundled_cpu_profile_is_measured_and_plans() -> None:
+    from hydraplan.cost_models.profile_io import bundled_profile
+
+    profile = bundled_profile("tiny-cpu")
+    assert profile.source == "profiled" and profile.model == "tiny" and profile.provenance.device == "cpu"
+    assert {entry.key for entry in profile.schemes} >= {(1, 1, 1), (2, 1, 1), (1, 1, 2), (1, 2, 1)}
+    assert all(fit.num_samples >= 3 for fit in profile.provenance.fits)
+    request = PlanRequest(lengths=[512, 256, 128, 64, 700, 300], num_gpus=2, options=SolverOptions(time_limit_s=0.3))
+    assert solve(request, profile).num_gpus == 2
