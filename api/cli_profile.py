@@ -27,6 +27,7 @@ EXIT_OK, EXIT_INTERRUPTED = 0, 130
 DEFAULT_BUDGET_S = 240.0
 DEFAULT_SCHEMES = ("<1,1,1>", "<2,1,1>", "<1,1,2>", "<1,2,1>")
 MEMORY_RESERVE_FRACTION = 0.08
+FP32_BYTES = 4
 RUNTIME_MISSING = "--device needs torch: pip install 'hydraplan[runtime]' (torch==2.13.0, the CPU wheel)"
 
 
@@ -124,9 +125,25 @@ def requested_schemes(args: argparse.Namespace, model: ModelSpec) -> list[Parall
             )
         if model.num_heads % scheme.tp or model.num_kv_heads % scheme.tp:
             raise ValueError(f"--schemes: {scheme}: tp {scheme.tp} does not divide the heads of {model.name}")
+        _check_stage_fits(args.device, model, scheme)
         if scheme not in schemes:
             schemes.append(scheme)
     return schemes
+
+
+def _check_stage_fits(device: str, model: ModelSpec, scheme: ParallelScheme) -> None:
+    """Refuse a stage whose fp32 weights and gradients alone take half the device's memory."""
+    from hydraplan.cost_models.analytic import stage_params
+    from hydraplan.runtime.profiler import device_memory_bytes
+
+    stage_bytes = max(stage_params(model, scheme.pp)) / scheme.tp * 2 * FP32_BYTES
+    memory = device_memory_bytes(device)
+    if stage_bytes > memory / 2:
+        raise ValueError(
+            f"--schemes: {scheme}: a stage of {model.name} needs {stage_bytes / 2**30:.1f} GiB of fp32 weights and "
+            f"gradients, more than half of the device's {memory / 2**30:.1f} GiB; measure a smaller --model "
+            "(e.g. tiny) and plan this one with --calibrate"
+        )
 
 
 # ---------------------------------------------------------------------------------------------

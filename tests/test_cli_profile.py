@@ -18,7 +18,9 @@ from hydraplan.planner.schemas import CostProfile, SchemeCost
 @pytest.fixture
 def fake_runtime(monkeypatch: pytest.MonkeyPatch):
     """A stand-in for `hydraplan.runtime.profiler` (no torch needed) with `count` CUDA devices."""
-    module = types.SimpleNamespace(cuda_device_count=lambda: module.count, count=0)
+    module = types.SimpleNamespace(
+        cuda_device_count=lambda: module.count, count=0, device_memory_bytes=lambda device: 16 * 2.0**30
+    )
     monkeypatch.setitem(__import__("sys").modules, "hydraplan.runtime.profiler", module)
     return module
 
@@ -46,6 +48,11 @@ def test_a_scheme_larger_than_the_local_ranks_is_named_with_the_advice(
     assert "pp 3 does not divide the 4 layers of tiny" in assert_one_line_error(code, err)
     code, _, err = run(capsys, *argv, "--schemes", "1;1")
     assert "--schemes: scheme '1;1' is not of the form <tp,pp,cp>" in assert_one_line_error(code, err)
+    big = ["profile", "--device", "cpu", "--model", "llama3-70b", "--out", str(tmp_path / "p.json")]
+    code, _, err = run(capsys, *big, "--schemes", "<1,1,1>")
+    message = assert_one_line_error(code, err)
+    assert "a stage of llama3-70b needs" in message and "of the device's 16.0 GiB" in message
+    assert not (tmp_path / "p.json").exists()
 
 
 def test_device_needs_an_output_file(capsys: pytest.CaptureFixture[str]) -> None:
