@@ -145,10 +145,14 @@ def calibrated_rows(provenance: ProfileProvenance) -> tuple[list[list[object]], 
         median, p95 = summary(errors)
         rows.append([_name(scheme), len(targets), median, p95, summary(memory_errors)[0]])
     fitted = (
-        f"fitted: {', '.join(calibration.fitted)}; GEMM {hardware.gemm_flops_per_s / 1e9:.1f} GFLOP/s, attention "
-        f"{hardware.attention_flops_per_s / 1e9:.1f} GFLOP/s, {hardware.per_layer_overhead_s * 1e3:.2f} ms per layer, "
-        f"activation scale {hardware.activation_memory_scale:.2f} (fp32); in-sample error median "
-        f"{calibration.error()['time_median_abs_error']:.1%}"
+        f"Fitted features: {', '.join(calibration.fitted)}. GEMM {hardware.gemm_flops_per_s / 1e9:.1f} GFLOP/s "
+        f"(half-point {hardware.gemm_half_dim:.3g}), per-token work TP does not split "
+        f"{hardware.unsplit_s_per_token_per_layer * 1e6:.2f} us per layer, attention "
+        f"{hardware.attention_flops_per_s / 1e9:.1f} GFLOP/s (half-points {hardware.attention_half_length_tokens:.3g} "
+        f"tokens, {hardware.attention_half_heads:.3g} heads), {hardware.per_layer_overhead_s * 1e3:.2f} ms per layer "
+        f"and {hardware.per_micro_batch_overhead_s * 1e3:.2f} ms per micro-batch, activation memory "
+        f"{hardware.activation_memory_scale:.2f}x Korthikanti's count at fp32; in-sample error median "
+        f"{calibration.error()['time_median_abs_error']:.1%}."
     )
     return rows, pooled, fitted
 

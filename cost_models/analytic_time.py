@@ -308,6 +308,13 @@ def memory_bound_bytes_per_token(model: ModelSpec, scheme: ParallelScheme, eleme
     return 3 * layers * per_layer * element_bytes / scheme.gpus_per_stage
 
 
+def unsplit_s_per_token(model: ModelSpec, scheme: ParallelScheme, hardware: HardwareParams) -> float:
+    """Per-token time every TP rank spends on work TP does not split (CP still splits the tokens)."""
+    if hardware.unsplit_s_per_token_per_layer == 0:
+        return 0.0
+    return hardware.unsplit_s_per_token_per_layer * (model.num_layers // scheme.pp) / scheme.cp
+
+
 def memory_bound_s_per_token(model: ModelSpec, scheme: ParallelScheme, hardware: HardwareParams) -> float:
     if math.isinf(hardware.memory_bound_bytes_per_s):
         return 0.0
@@ -333,6 +340,7 @@ def scheme_cost(
         + pp_comm_s_per_token(model, gpu, scheme, gpus_per_node, hardware)
         + attention_short_s_per_token(model, scheme, options, hardware)
         + memory_bound_s_per_token(model, scheme, hardware)
+        + unsplit_s_per_token(model, scheme, hardware)
     )
     c = hardware.per_layer_overhead_s * (model.num_layers // scheme.pp)
     c += hardware.per_micro_batch_overhead_s + comm_latency_s_per_micro_batch(model, scheme, gpus_per_node, hardware)

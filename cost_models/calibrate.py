@@ -10,10 +10,11 @@ far larger than the devices measured.
 The stage time of a measured micro-batch is linear in the reciprocal rates and overheads:
 
     t = G / F_gemm + Gs * d0 / F_gemm + A / F_attn + Al * l0 / F_attn + Ah * h0 / F_attn
-        + M / B_mem + L * overhead_layer + overhead_micro_batch + communication
+        + M / B_mem + U * unsplit + L * overhead_layer + overhead_micro_batch + communication
 
 with the features (FLOPs per device `G`, the shape penalty `Gs`, attention FLOPs `A`, its short-
-sequence and few-heads terms `Al` and `Ah`, memory-bound bytes `M`, the stage's layers `L`) taken
+sequence and few-heads terms `Al` and `Ah`, memory-bound bytes `M`, the tokens times layers per
+CP rank `U` for work TP does not split, the stage's layers `L`) taken
 from the analytic formulas for that sample's scheme and stage, and the communication from the
 collectives fitted first (`fit.fit_collectives`). The unknowns are found by non-negative least
 squares on the relative error. A feature that the samples cannot tell apart from the ones before
@@ -62,6 +63,7 @@ __all__ = ["Calibration", "calibrate", "calibrated_profile", "element_bytes_of",
 # from the earlier ones. Each maps to the parameter it determines.
 FEATURES = (
     "gemm",
+    "unsplit",
     "attention",
     "per_layer",
     "per_micro_batch",
@@ -114,6 +116,7 @@ def sample_features(
         "attention_short": attention * scheme.cp * tokens,
         "attention_heads": attention * sq_tokens / (model.num_heads / scheme.tp),
         "memory_bound": memory_bound_bytes_per_token(model, scheme, element_bytes) * tokens,
+        "unsplit": float(model.num_layers // scheme.pp) / scheme.cp * tokens,
         "per_layer": float(model.num_layers // scheme.pp),
         "per_micro_batch": 1.0,
     }
@@ -131,21 +134,38 @@ def communication_s(model: ModelSpec, sample: StageSample, hardware: HardwarePar
     return per_token * sample.num_tokens + comm_latency_s_per_micro_batch(model, scheme, nodes, hardware)
 
 
+def _base_coefficient(base: float, dependents: Sequence[float]) -> float:
+    """The seconds per FLOP at full speed; when the fit put all the time in the shape-dependent
+    terms (e.g. TP shards that run no faster than the whole matrix), a rate a billion times the
+    shape terms' keeps their products (the half-points times 1/rate) exactly."""
+    if base > 0 or not any(value > 0 for value in dependents):
+        return base
+    return max(dependents) * 1e-9
+
+
 def _parameters_from(coefficients: dict[str, float], base: HardwareParams) -> HardwareParams:
     """Hardware parameters from fitted feature coefficients (seconds per unit feature)."""
     values: dict[str, float] = {}
-    gemm, attention = coefficients.get("gemm", 0.0), coefficients.get("attention", 0.0)
-    if gemm > 0:
-        values["gemm_flops_per_s"] = 1 / gemm
-        values["gemm_half_dim"] = coefficients.get("gemm_shape", 0.0) / gemm
-    if attention > 0:
-        values["attention_flops_per_s"] = 1 / attention
-        values["attention_half_length_tokens"] = coefficients.get("attention_short", 0.0) / attention
-        values["attention_half_heads"] = coefficients.get("attention_heads", 0.0) / attention
+    gemm = _base_coefficient(coefficients.get("gemm", 0.0), [coefficients.get("gemm_shape", 0.0)])
+    attention = _base_coefficient(
+        coefficients.get("attention", 0.0),
+        [coefficients.get("attention_short", 0.0), coefficients.get("attention_heads", 0.0)],
+    )
+    if "gemm" in coefficients:  # fitted; 0 means the measured time has no such part
+        values["gemm_flops_per_s"] = 1 / gemm if gemm > 0 else math.inf
+        values["gemm_half_dim"] = coefficients.get("gemm_shape", 0.0) / gemm if gemm > 0 else 0.0
+    if "attention" in coefficients:
+        values["attention_flops_per_s"] = 1 / attention if attention > 0 else math.inf
+        for name, parameter in (
+            ("attention_short", "attention_half_length_tokens"),
+            ("attention_heads", "attention_half_heads"),
+        ):
+            values[parameter] = coefficients.get(name, 0.0) / attention if attention > 0 else 0.0
     if "per_layer" in coefficients:
         values["per_layer_overhead_s"] = coefficients["per_layer"]
     if "per_micro_batch" in coefficients:
         values["per_micro_batch_overhead_s"] = coefficients["per_micro_batch"]
+    values["unsplit_s_per_token_per_layer"] = coefficients.get("unsplit", 0.0)
     memory_bound = coefficients.get("memory_bound", 0.0)
     values["memory_bound_bytes_per_s"] = 1 / memory_bound if memory_bound > 0 else math.inf
     return base.with_values(**values)
@@ -253,6 +273,7 @@ def predict_stage_time_s(
         "attention_short": hardware.attention_half_length_tokens / hardware.attention_flops_per_s,
         "attention_heads": hardware.attention_half_heads / hardware.attention_flops_per_s,
         "memory_bound": 1 / hardware.memory_bound_bytes_per_s,
+        "unsplit": hardware.unsplit_s_per_token_per_layer,
         "per_layer": hardware.per_layer_overhead_s,
         "per_micro_batch": hardware.per_micro_batch_overhead_s,
     }

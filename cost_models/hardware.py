@@ -15,6 +15,8 @@ shape-dependent terms are Roofline-style saturation curves, each with one half-p
 - a fixed time per layer and per micro-batch (kernel launches, Python, synchronisation);
 - memory-bound kernels (norms, rotary, SwiGLU, residual adds) at `memory_bound_bytes_per_s`
   (infinite by default: the analytic model has always left them out);
+- per-token work that TP does not split (`unsplit_s_per_token_per_layer`: norms, residual adds and
+  framework overhead on every TP rank when there is no sequence parallelism; 0 by default);
 - collectives: `latency + bytes / bandwidth` inside a node and between nodes.
 """
 
@@ -48,6 +50,7 @@ class HardwareParams:
     attention_half_heads: float = 0.0
     per_micro_batch_overhead_s: float = 0.0
     memory_bound_bytes_per_s: float = math.inf
+    unsplit_s_per_token_per_layer: float = 0.0
     intra_node_latency_s: float = 0.0
     inter_node_latency_s: float = 0.0
     # Bytes of one activation element as the device runs (2: bf16 on GPUs; 4: fp32 on CPU).
@@ -87,8 +90,8 @@ class HardwareParams:
         return self.intra_node_latency_s if in_node else self.inter_node_latency_s
 
     def as_dict(self) -> dict[str, float]:
-        """Plain finite numbers for a profile's provenance (an infinite rate, "not modelled", is left
-        out: `from_dict` restores it as the default)."""
+        """Plain finite numbers for a profile's provenance; an infinite rate (that part of the time
+        is absent or not modelled) is left out."""
         return {name: float(value) for name, value in asdict(self).items() if math.isfinite(value)}
 
     @classmethod

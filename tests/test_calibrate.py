@@ -36,6 +36,7 @@ TRUE = HardwareParams(
     attention_half_heads=0.75,
     per_micro_batch_overhead_s=3e-3,
     memory_bound_bytes_per_s=6e9,
+    unsplit_s_per_token_per_layer=3e-7,
     intra_node_latency_s=4e-5,
     activation_element_bytes=4.0,
     activation_memory_scale=1.3,
@@ -84,6 +85,7 @@ def test_calibration_recovers_known_hardware_parameters() -> None:
     calibration = calibrate(MODEL, GPU, _provenance(_samples(TRUE, WIDE)), OPTIONS)
     assert set(calibration.fitted) == {
         "gemm",
+        "unsplit",
         "attention",
         "per_layer",
         "per_micro_batch",
@@ -153,3 +155,20 @@ def test_calibrating_a_profile_without_samples_or_of_another_model_is_refused() 
     other = bare.model_copy(update={"model": "tiny", "provenance": _provenance(_samples(TRUE, WIDE))})
     with pytest.raises(ValueError, match="measurements are of model 'tiny', not 'calib-test'"):
         calibrated_profile(MODEL, GPU, 64, 8, other, OPTIONS)
+
+
+def test_time_that_does_not_shrink_with_tp_is_kept_in_the_shape_terms() -> None:
+    """On a small model TP shards may run no faster than the whole matrices (the CPU measurements
+    show it): the fit then puts the time in the shape-dependent terms, and it must survive."""
+    samples = []
+    for key in [(1, 1, 1), (2, 1, 1)]:
+        for lengths in BATCHES:
+            tokens, squares = sum(lengths), sum(x * x for x in lengths)
+            time_s = 2e-4 * tokens + 1e-8 * squares + 0.02  # the same for both TP degrees
+            samples.append(StageSample(tp=key[0], pp=1, cp=1, lengths=lengths, time_s=time_s))
+    provenance = ProfileProvenance(dtype="float32", clock="thread", samples=samples)
+    calibration = calibrate(MODEL, GPU, provenance, OPTIONS)
+    assert max(map(abs, calibration.residuals)) < 1e-3
+    profile = {entry.key: entry for entry in build_profile(MODEL, GPU, 8, 8, OPTIONS, calibration.hardware).schemes}
+    for key in [(1, 1, 1), (2, 1, 1)]:
+        assert _time(profile[key], [1500, 300, 200]) == pytest.approx(2e-4 * 2000 + 1e-8 * 2_380_000 + 0.02, rel=1e-3)
