@@ -192,7 +192,9 @@ def time_default_run() -> float:
     """Wall seconds of the documented command (into a temporary file)."""
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
-        command = ["hydraplan", "profile", "--device", "cpu", "--model", "tiny", "--out", f"{folder}/p.json"]
+        script = Path(sys.executable).with_name("hydraplan")  # the one installed next to this Python
+        executable = str(script) if script.exists() else "hydraplan"
+        command = [executable, "profile", "--device", "cpu", "--model", "tiny", "--out", f"{folder}/p.json"]
         subprocess.run(command, check=True, timeout=2 * DEFAULT_RUN_LIMIT_S)
         return time.perf_counter() - started
 
@@ -215,7 +217,15 @@ def report(
 ) -> str:
     rows, pooled = measured_rows(provenance.samples)
     calibrated, calibrated_pooled, fitted = calibrated_rows(provenance)
+    source = (
+        f"Raw measurement: `{args.measured}` (taken by this script with `--repeats 5 --keep FILE`; measurement "
+        f"budget {provenance.budget_s:.0f} s, {'cut by the budget' if provenance.interrupted else 'complete'})."
+        if args.measured
+        else f"Measurement budget {provenance.budget_s:.0f} s "
+        f"({'cut by it' if provenance.interrupted else 'complete'})."
+    )
     parts = [
+        source,
         f"Measured {len(provenance.samples)} micro-batches ({provenance.hardware}, torch {provenance.torch_version}, "
         f"{provenance.num_threads} thread per rank, {provenance.dtype}, clock {provenance.clock}, {provenance.date}); "
         f"load average {load} on a CPU shared with other jobs while measuring: figures are noisy.",

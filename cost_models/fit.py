@@ -181,7 +181,9 @@ def fit_scheme(samples: Sequence[StageSample], usable_bytes: float | None) -> tu
         return None
     tp, pp, cp = stage_fits[0].scheme
     capacity = _capacity_tokens(stage_fits, pp, usable_bytes)
-    if capacity is not None and capacity < 1:
+    if capacity is None:  # no memory figure and no out-of-memory: what was measured is known to fit
+        capacity = max(s.num_tokens for s in samples if not s.oom)
+    if capacity < 1:
         return None
     first = min(stage_fits, key=lambda fit: fit.stage)
     cost = SchemeCost(

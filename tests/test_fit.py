@@ -160,3 +160,8 @@ def test_the_bundled_cpu_profile_is_measured_and_plans() -> None:
     assert all(fit.num_samples >= 3 for fit in profile.provenance.fits)
     request = PlanRequest(lengths=[512, 256, 128, 64, 700, 300], num_gpus=2, options=SolverOptions(time_limit_s=0.3))
     assert solve(request, profile).num_gpus == 2
+
+
+def test_without_a_memory_figure_the_largest_measured_batch_is_the_capacity() -> None:
+    cost, _ = fit_scheme(synthetic_samples(), usable_bytes=None)
+    assert cost.capacity_tokens == 1536
