@@ -28,6 +28,7 @@ from typing import Any
 __all__ = ["RankFailedError", "RankTimeoutError", "free_port", "run_ranks"]
 
 BACKENDS = ("gloo", "nccl")
+FAILURE_GRACE_S = 1.0
 
 
 class RankFailedError(RuntimeError):
@@ -57,9 +58,14 @@ def free_port() -> int:
 def _rank_main(
     fn: Callable, rank: int, world_size: int, backend: str, port: int, timeout_s: float, num_threads: int | None, args
 ) -> None:
-    """Body of one rank's process: join the group, run `fn`, report `(rank, ok, payload)`."""
+    """Body of one rank's process: join the group, run `fn`, report `(rank, ok, time, payload)`.
+
+    A failure is reported before the group is torn down, stamped with the time it was caught: the
+    ranks whose connections then break report later, so the parent can name the first one.
+    """
     results = args[-1]
     args = args[:-1]
+    dist = None
     try:
         import torch
         import torch.distributed as dist
@@ -70,13 +76,14 @@ def _rank_main(
         if backend == "nccl":
             torch.cuda.set_device(rank % torch.cuda.device_count())
         dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s))
-        try:
-            value = fn(rank, world_size, *args)
-        finally:
-            dist.destroy_process_group()
-        results.put((rank, True, pickle.dumps(value)))
+        value = fn(rank, world_size, *args)
+        results.put((rank, True, time.time(), pickle.dumps(value)))
     except BaseException as exc:  # reported to the parent, which raises it with the rank's name
-        results.put((rank, False, pickle.dumps((f"{type(exc).__name__}: {exc}", traceback.format_exc()))))
+        report = (f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        results.put((rank, False, time.time(), pickle.dumps(report)))
+    finally:
+        if dist is not None and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def run_ranks(
@@ -121,38 +128,49 @@ def run_ranks(
 
 
 def _collect(processes: list, results, timeout_s: float) -> list[Any]:
-    """Wait for every rank's report; raise on the first failure, a silent death or the deadline."""
+    """Wait for every rank's report; raise on a failure, a silent death or the deadline."""
     deadline = time.monotonic() + timeout_s
     values: dict[int, Any] = {}
     while len(values) < len(processes):
         try:
-            rank, ok, payload = results.get(timeout=0.1)
+            report = results.get(timeout=0.1)
         except queue.Empty:
-            _check_alive(processes, values, results)
+            _check_alive(processes, values)
             if time.monotonic() > deadline:
                 missing = [rank for rank in range(len(processes)) if rank not in values]
                 raise RankTimeoutError(missing, timeout_s) from None
             continue
+        rank, ok, _, payload = report
         if not ok:
-            message, traceback_text = pickle.loads(payload)
-            raise RankFailedError(rank, message, traceback_text)
+            raise _first_failure(report, results)
         values[rank] = pickle.loads(payload)
     return [values[rank] for rank in range(len(processes))]
 
 
-def _check_alive(processes: list, values: dict[int, Any], results) -> None:
+def _first_failure(report: tuple, results, grace_s: float = FAILURE_GRACE_S) -> RankFailedError:
+    """The failure caught first among `report` and those arriving within `grace_s`: when one rank
+    raises, its peers' collectives break soon after, and those are not the cause."""
+    failures = [report]
+    end = time.monotonic() + grace_s
+    while (left := end - time.monotonic()) > 0:
+        try:
+            other = results.get(timeout=left)
+        except queue.Empty:
+            break
+        if not other[1]:
+            failures.append(other)
+    rank, _, _, payload = min(failures, key=lambda failure: failure[2])
+    message, traceback_text = pickle.loads(payload)
+    return RankFailedError(rank, message, traceback_text)
+
+
+def _check_alive(processes: list, values: dict[int, Any]) -> None:
     """A rank that exited without reporting failed (killed, or crashed in native code)."""
     for rank, process in enumerate(processes):
         if rank in values or process.is_alive() or process.exitcode is None:
             continue
-        try:  # its report may have arrived just after the last look
-            late_rank, ok, payload = results.get(timeout=0.5)
-        except queue.Empty:
-            raise RankFailedError(rank, f"exited with code {process.exitcode} without a result") from None
-        if not ok:
-            message, traceback_text = pickle.loads(payload)
-            raise RankFailedError(late_rank, message, traceback_text)
-        values[late_rank] = pickle.loads(payload)
+        if process.exitcode != 0:
+            raise RankFailedError(rank, f"exited with code {process.exitcode} without a result")
 
 
 def _stop(processes: list, wait_s: float) -> None:

@@ -17,7 +17,7 @@ torch = require_torch()
 import torch.distributed as dist  # noqa: E402
 
 from hydraplan.runtime.collectives import measure_collectives  # noqa: E402
-from hydraplan.runtime.launch import RankFailedError, run_ranks  # noqa: E402
+from hydraplan.runtime.launch import RankFailedError, RankTimeoutError, run_ranks  # noqa: E402
 from hydraplan.runtime.model import ModelConfig, PackedBatch, build_stage  # noqa: E402
 from hydraplan.runtime.parallel import cp_shard, parallelize_stage, parameter_slices, reduce_replica_grads  # noqa: E402
 
@@ -150,6 +150,29 @@ def test_a_failing_rank_is_named_and_the_others_are_stopped():
     with pytest.raises(RankFailedError, match=r"rank 1 failed: ValueError: broken on purpose") as failure:
         run_ranks(fail_on_rank_one, 2, timeout_s=60.0)
     assert failure.value.rank == 1 and "fail_on_rank_one" in failure.value.traceback_text
+
+
+def exit_without_a_word(rank: int, world_size: int) -> None:
+    import os
+
+    os._exit(3)
+
+
+def sleep_for_ever(rank: int, world_size: int) -> None:
+    import time
+
+    time.sleep(3600)
+
+
+def test_a_rank_that_dies_silently_is_named_with_its_exit_code():
+    with pytest.raises(RankFailedError, match=r"rank 0 failed: exited with code 3 without a result"):
+        run_ranks(exit_without_a_word, 1, timeout_s=60.0)
+
+
+def test_nothing_waits_past_the_timeout():
+    # 3 s: the rank is stopped while it still starts (imports torch) or sleeps; either way it is named.
+    with pytest.raises(RankTimeoutError, match=r"ranks \[0\] did not finish within 3 s"):
+        run_ranks(sleep_for_ever, 1, timeout_s=3.0)
 
 
 def test_run_ranks_refuses_bad_arguments():

@@ -16,6 +16,8 @@ loss is the sum over the rank's own tokens; the sum over the group is the micro-
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -24,15 +26,23 @@ from torch import nn
 from hydraplan.runtime.batch import CpLayout, PackedBatch
 from hydraplan.runtime.parallel.comm import gather_along_first_dim, group_size
 
-__all__ = ["ContextParallelAttentionCore", "full_order_index"]
+__all__ = ["ContextParallelAttentionCore", "full_order_index", "padded_tokens"]
 
 
-def full_order_index(layout: CpLayout, padded_tokens: int) -> torch.Tensor:
-    """For each token of the full stream, its row in the gathered `[cp * padded_tokens]` tensor."""
+def padded_tokens(layout: CpLayout) -> int:
+    """Rows each rank contributes to the K/V all-gather: the largest local token count."""
+    return max(sum(layout.local_lengths(rank)) for rank in range(layout.cp))
+
+
+@functools.lru_cache(maxsize=64)
+def full_order_index(layout: CpLayout) -> torch.Tensor:
+    """For each token of the full stream, its row in the gathered `[cp * padded_tokens]` tensor
+    (computed once per micro-batch layout, not once per layer)."""
+    padded = padded_tokens(layout)
     index = torch.empty(sum(layout.full_lengths), dtype=torch.long)
     for rank in range(layout.cp):
         owned = torch.tensor(layout.local_token_indices(rank), dtype=torch.long)
-        index[owned] = rank * padded_tokens + torch.arange(owned.numel())
+        index[owned] = rank * padded + torch.arange(owned.numel())
     return index
 
 
@@ -66,12 +76,11 @@ class ContextParallelAttentionCore(nn.Module):
 
     def _gather(self, tensor: torch.Tensor, layout: CpLayout) -> torch.Tensor:
         """`[T_full, heads, d]` in full-stream order from every rank's local `[T_local, heads, d]`."""
-        padded = max(sum(layout.local_lengths(rank)) for rank in range(layout.cp))
-        pad = padded - tensor.shape[0]
+        pad = padded_tokens(layout) - tensor.shape[0]
         if pad:
             tensor = torch.cat([tensor, tensor.new_zeros(pad, *tensor.shape[1:])])
         gathered = gather_along_first_dim(tensor, self.group).flatten(0, 1)
-        index = full_order_index(layout, padded).to(tensor.device)
+        index = full_order_index(layout).to(tensor.device)
         return gathered.index_select(0, index)
 
 
