@@ -9,7 +9,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from hydraplan.api.cli_args import add_catalog_file_option, add_cluster_options, add_json_option, add_profile_option
+from hydraplan.api.cli_args import (
+    add_catalog_file_option,
+    add_cluster_options,
+    add_json_option,
+    add_profile_option,
+    add_progress_option,
+    positive_float,
+    positive_int,
+)
 from hydraplan.api.cli_inputs import analytic_profile, cluster_profile, read_gpus, read_models, read_plan, read_profile
 from hydraplan.api.cli_progress import PROG
 
@@ -119,8 +127,14 @@ def add_schemes_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_profile(args: argparse.Namespace) -> int:
-    """Write (or print) the analytic cost profile as JSON."""
+    """Write (or print) the analytic cost profile as JSON; `--device` measures one, `--calibrate`
+    calibrates one (`api.cli_profile`)."""
     from hydraplan.cost_models.profile_io import save_profile
+
+    if args.device is not None or args.calibrate is not None:
+        from hydraplan.api.cli_profile import run_calibrate, run_device_profile
+
+        return run_device_profile(args) if args.device is not None else run_calibrate(args)
 
     profile = analytic_profile(args)
     if args.out:
@@ -137,12 +151,70 @@ def run_profile(args: argparse.Namespace) -> int:
 
 def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `hydraplan profile`."""
-    parser.description = "Write the cost profile of --model on --gpu for the cluster."
-    add_cluster_options(parser)
-    parser.add_argument(
-        "--analytic", action="store_true", required=True, help="build the profile from hardware specs and formulas"
+    parser.description = (
+        "Write the cost profile of --model: from hardware specs (--analytic, on --gpu for the cluster), "
+        "measured on this machine (--device), or calibrated to a measured one (--calibrate, on --gpu for "
+        "the cluster)."
     )
-    parser.add_argument("--out", metavar="FILE", help="write to FILE (default: standard output)")
+    add_cluster_options(parser)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--analytic", action="store_true", help="build the profile from hardware specs and formulas")
+    source.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        help="measure stage times, memory and collectives of --model on the local device(s) and fit "
+        "them (needs torch: the runtime extra)",
+    )
+    source.add_argument(
+        "--calibrate",
+        metavar="MEASURED.json",
+        help="fit the analytic model's hardware parameters to a --device profile, then write the profile "
+        "of every scheme of --num-gpus x --gpu",
+    )
+    parser.add_argument(
+        "--out", metavar="FILE", help="write to FILE (default: standard output; required with --device)"
+    )
+    measuring = parser.add_argument_group("measuring (--device)")
+    measuring.add_argument(
+        "--schemes",
+        nargs="+",
+        metavar="SCHEME",
+        help="schemes to measure, e.g. '<1,1,1>' 2,1,1 (default: <1,1,1> <2,1,1> <1,1,2> <1,2,1>, those "
+        "that fit the local ranks); one stage runs per process, TP x CP on that many local ranks",
+    )
+    measuring.add_argument(
+        "--budget-s",
+        type=positive_float,
+        metavar="S",
+        help="stop measuring after S seconds and write what was measured (default: 240)",
+    )
+    measuring.add_argument(
+        "--token-counts",
+        type=positive_int,
+        nargs="+",
+        metavar="T",
+        help="micro-batch token counts, each measured in every length mix (long, short, mixed) "
+        "(default: 128 256 512 768)",
+    )
+    measuring.add_argument(
+        "--mixes",
+        nargs="+",
+        choices=["long", "short", "mixed", "random"],
+        metavar="MIX",
+        help="length mixes per token count: long (one sequence), short (32-token sequences), mixed, "
+        "random (log-uniform lengths) (default: long short mixed)",
+    )
+    measuring.add_argument(
+        "--repeats", type=positive_int, default=3, metavar="N", help="timed runs per micro-batch (default: %(default)s)"
+    )
+    measuring.add_argument(
+        "--threads",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="intra-op threads per rank on CPU (default: %(default)s)",
+    )
+    add_progress_option(measuring)
     parser.set_defaults(handler=run_profile)
 
 

@@ -23,24 +23,32 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
+from hydraplan.cost_models.analytic_time import (
+    BF16_BYTES,
+    Recompute,
+    _link_bandwidth,
+    activation_scale,
+    ring_all_reduce_factor,
+    scheme_cost,
+    training_flops_per_token,
+)
+from hydraplan.cost_models.hardware import HardwareParams
 from hydraplan.planner import limits
-from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, SchemeCost
+from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec
 from hydraplan.planner.scheme import ParallelScheme
 
 __all__ = [
     "AnalyticOptions",
+    "HardwareParams",
     "Recompute",
     "activation_bytes_per_layer",
     "build_profile",
     "candidate_schemes",
+    "ring_all_reduce_factor",
     "training_flops_per_token",
 ]
 
-Recompute = Literal["none", "selective", "full"]
-
-BF16_BYTES = 2
 FP32_BYTES = 4
 GIB = 2**30
 # bf16 weight + fp32 gradient accumulator per parameter of the GPU's own weight shard.
@@ -48,9 +56,6 @@ WEIGHT_AND_GRAD_BYTES_PER_PARAM = BF16_BYTES + FP32_BYTES
 # fp32 master weight + Adam m and v per parameter, sharded over all GPUs (ZeRO-1,
 # Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models").
 OPTIMIZER_BYTES_PER_PARAM = 3 * FP32_BYTES
-# The LM head is never recomputed: fwd+bwd = 3x forward (Narayanan et al. 2021 count 6hV).
-HEAD_PASS_FACTOR = 3.0
-FWD_FRACTION = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -97,79 +102,6 @@ class AnalyticOptions:
             raise ValueError(f"per_layer_overhead_s must be >= 0, got {self.per_layer_overhead_s}")
         if self.min_capacity_tokens < 1 or self.max_cp < 1:
             raise ValueError("min_capacity_tokens and max_cp must be >= 1")
-
-
-# ---------------------------------------------------------------------------------------------
-# FLOPs (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
-# Using Megatron-LM", §5.1: 2 FLOPs per multiply-add, backward = 2x forward)
-# ---------------------------------------------------------------------------------------------
-
-
-def linear_forward_flops_per_token(model: ModelSpec) -> float:
-    """Forward FLOPs per token of one layer's weight matmuls: 2 per weight.
-
-    Attention projections `2*(h*(h + 2*kv_dim) + h*h)`, MLP `2*(3 if gated else 2)*h*f`.
-    """
-    h, f = model.hidden_size, model.ffn_hidden_size
-    attention = 2 * (h * (h + 2 * model.kv_dim) + h * h)
-    mlp = 2 * (3 if model.gated_mlp else 2) * h * f
-    return float(attention + mlp)
-
-
-def attention_forward_flops_per_sq_token(model: ModelSpec, causal: bool) -> float:
-    """Forward FLOPs of one layer's attention scores per squared sequence length.
-
-    `Q K^T` and `softmax(.) V` cost `2*l^2*h` each for a sequence of length l: `4*l^2*h`; a causal
-    mask halves it (only the lower triangle is computed by causal kernels).
-    """
-    return 4.0 * model.hidden_size * (0.5 if causal else 1.0)
-
-
-def lm_head_forward_flops_per_token(model: ModelSpec) -> float:
-    """Forward FLOPs of the output projection to the vocabulary: `2*h*V` per token."""
-    return 2.0 * model.hidden_size * model.vocab_size
-
-
-def linear_pass_factor(recompute: Recompute) -> float:
-    """Forward+backward FLOPs of weight matmuls as a multiple of forward: 3, or 4 under full
-    recompute (the forward runs again; Narayanan et al. 2021 §5.1)."""
-    return 4.0 if recompute == "full" else 3.0
-
-
-def attention_pass_factor(recompute: Recompute, flash_attention: bool) -> float:
-    """Forward+backward FLOPs of attention scores as a multiple of forward.
-
-    Forward 1 + backward 2; full recompute reruns the forward (+1). Selective recompute reruns the
-    core attention (+1, Korthikanti et al. 2022 §5) unless flash attention is used: its backward
-    recomputes `Q K^T`, one of the two forward matmuls (+0.5, Dao et al. 2022, Algorithm 4), and
-    Megatron-LM does not checkpoint the flash core attention again.
-    """
-    factor = 3.0 + (1.0 if recompute == "full" else 0.0)
-    if flash_attention:
-        return factor + 0.5
-    return factor + (1.0 if recompute == "selective" else 0.0)
-
-
-def training_flops_per_token(
-    model: ModelSpec,
-    seq_len: int,
-    recompute: Recompute = "full",
-    causal: bool = False,
-    flash_attention: bool = False,
-) -> float:
-    """Forward+backward FLOPs per token of a whole model for sequences of length `seq_len`.
-
-    With the defaults (full recompute, non-causal, no flash) this is Narayanan et al. 2021's
-    `F = 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h))` divided by the `B*s` tokens, for a GPT model.
-    """
-    per_layer = linear_forward_flops_per_token(model) * linear_pass_factor(recompute)
-    per_layer += (
-        attention_forward_flops_per_sq_token(model, causal)
-        * seq_len
-        * attention_pass_factor(recompute, flash_attention)
-    )
-    head = lm_head_forward_flops_per_token(model) * HEAD_PASS_FACTOR
-    return model.num_layers * per_layer + head
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,6 +240,7 @@ def scheme_memory(
     scheme: ParallelScheme,
     num_gpus: int,
     options: AnalyticOptions,
+    hardware: HardwareParams | None = None,
 ) -> SchemeMemory:
     """Static memory, stored activations per token, and the capacity of one scheme.
 
@@ -315,18 +248,20 @@ def scheme_memory(
     stage holds one plus the fp32 logits (`4*V` bytes per token, split over TP and CP). Full
     recompute needs one layer's full activations as working memory in the backward pass. CP splits
     every sequence's tokens, so per-GPU bytes per token are divided by cp. Llama models have no
-    dropout.
+    dropout. `hardware` scales the stored activations by its element size (bf16: 1) and its
+    measured-over-modelled activation scale (1 uncalibrated).
     """
     tp, pp, cp = scheme.tp, scheme.pp, scheme.cp
     layers = model.num_layers // pp
+    scale = 1.0 if hardware is None else activation_scale(hardware)
     per_token, per_sq = activation_coefficients(
         model, tp, True, options.recompute, options.flash_attention, dropout=False
     )
-    stored, stored_sq = layers * per_token / cp, layers * per_sq / cp
+    stored, stored_sq = layers * per_token / cp * scale, layers * per_sq / cp * scale
     work, work_sq = 0.0, 0.0
     if options.recompute == "full":
         work, work_sq = activation_coefficients(model, tp, True, "none", options.flash_attention, dropout=False)
-        work, work_sq = work / cp, work_sq / cp
+        work, work_sq = work / cp * scale, work_sq / cp * scale
     logits = FP32_BYTES * model.vocab_size / (tp * cp)
     usable = gpu.memory_bytes * (1 - options.memory_reserve_fraction)
     first_params, last_params = stage_params(model, pp)
@@ -340,116 +275,6 @@ def scheme_memory(
         activation_bytes_per_token_sq=stored_sq,
         capacity_tokens=min(first_bound, last_bound),
         grad_bytes_per_gpu=max(first_params, last_params) / tp * BF16_BYTES,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Time per scheme
-# ---------------------------------------------------------------------------------------------
-
-
-def ring_all_reduce_factor(num_ranks: int) -> float:
-    """Bytes each rank sends per byte of buffer in a ring all-reduce, `2(n-1)/n` (Patarasuk & Yuan
-    2009, "Bandwidth optimal all-reduce algorithms for clusters of workstations")."""
-    return 2 * (num_ranks - 1) / num_ranks
-
-
-def _link_bandwidth(gpu: GpuSpec, in_node: bool) -> float:
-    """Per-GPU bandwidth of NVLink inside a node, else of the network."""
-    if in_node:
-        return gpu.intra_node_bandwidth_bytes_per_s
-    return gpu.inter_node_bandwidth_bytes_per_s
-
-
-def tp_comm_s_per_token(model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme) -> float:
-    """Tensor-parallel communication of one stage per micro-batch token.
-
-    With sequence parallelism each layer runs all-gathers and reduce-scatters worth two all-reduces
-    of the `2h`-byte activation forward and two backward (Korthikanti et al. 2022 §4.2.2), over
-    NVLink; each GPU handles the `1/cp` of the tokens of its CP rank.
-    """
-    layers = model.num_layers // scheme.pp
-    per_layer_bytes = 4 * ring_all_reduce_factor(scheme.tp) * BF16_BYTES * model.hidden_size
-    return layers * per_layer_bytes / scheme.cp / gpu.intra_node_bandwidth_bytes_per_s
-
-
-def cp_comm_s_per_token(model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme, gpus_per_node: int) -> float:
-    """Context-parallel (ring attention) communication of one stage per micro-batch token.
-
-    Each layer passes the K and V blocks (`2*kv_dim*2` bytes per token, heads split over TP) around
-    the ring, `(cp-1)/cp` of them per GPU, in the forward pass and twice that in the backward pass
-    (K, V and their gradients) (Liu et al. 2023, "Ring Attention with Blockwise Transformers").
-    NVLink if the TP x CP group fits in a node, else the network.
-    """
-    layers = model.num_layers // scheme.pp
-    kv_bytes = 2 * model.kv_dim * BF16_BYTES / scheme.tp
-    per_layer_bytes = 3 * (scheme.cp - 1) / scheme.cp * kv_bytes
-    bandwidth = _link_bandwidth(gpu, scheme.tp * scheme.cp <= gpus_per_node)
-    return layers * per_layer_bytes / bandwidth
-
-
-def pp_comm_s_per_token(model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme, gpus_per_node: int) -> float:
-    """Pipeline point-to-point time of one stage per micro-batch token.
-
-    The stage-boundary activation (`2h` bytes per token, split over TP by the scatter/gather
-    optimisation and over CP) is sent forward and its gradient backward (Narayanan et al. 2021
-    §4.1); over the network when the pipeline spans nodes.
-    """
-    if scheme.pp == 1:
-        return 0.0
-    boundary_bytes = BF16_BYTES * model.hidden_size / (scheme.tp * scheme.cp)
-    bandwidth = _link_bandwidth(gpu, scheme.num_gpus <= gpus_per_node)
-    return 2 * boundary_bytes / bandwidth
-
-
-def attention_s_per_sq_token(model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme, options: AnalyticOptions) -> float:
-    """`a`: attention score time of one stage per squared sequence length."""
-    layers = model.num_layers // scheme.pp
-    flops = (
-        layers
-        * attention_forward_flops_per_sq_token(model, options.causal)
-        * attention_pass_factor(options.recompute, options.flash_attention)
-    )
-    return flops / scheme.gpus_per_stage / (gpu.peak_bf16_flops * options.attention_efficiency)
-
-
-def matmul_s_per_token(model: ModelSpec, gpu: GpuSpec, scheme: ParallelScheme, options: AnalyticOptions) -> float:
-    """Compute part of `b`: weight matmuls of the last stage (its layers plus the LM head)."""
-    layers = model.num_layers // scheme.pp
-    flops = layers * linear_forward_flops_per_token(model) * linear_pass_factor(options.recompute)
-    flops += lm_head_forward_flops_per_token(model) * HEAD_PASS_FACTOR
-    return flops / scheme.gpus_per_stage / (gpu.peak_bf16_flops * options.matmul_efficiency)
-
-
-def scheme_cost(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    scheme: ParallelScheme,
-    gpus_per_node: int,
-    memory: SchemeMemory,
-    options: AnalyticOptions,
-) -> SchemeCost:
-    """The profile entry of one runnable scheme (times in seconds)."""
-    b = (
-        matmul_s_per_token(model, gpu, scheme, options)
-        + tp_comm_s_per_token(model, gpu, scheme)
-        + cp_comm_s_per_token(model, gpu, scheme, gpus_per_node)
-        + pp_comm_s_per_token(model, gpu, scheme, gpus_per_node)
-    )
-    return SchemeCost(
-        tp=scheme.tp,
-        pp=scheme.pp,
-        cp=scheme.cp,
-        a=attention_s_per_sq_token(model, gpu, scheme, options),
-        b=b,
-        c=options.per_layer_overhead_s * (model.num_layers // scheme.pp),
-        fwd_fraction=FWD_FRACTION,
-        capacity_tokens=memory.capacity_tokens,
-        static_bytes=memory.static_bytes,
-        activation_bytes_per_token=memory.activation_bytes_per_token,
-        activation_bytes_per_token_sq=memory.activation_bytes_per_token_sq,
-        in_flight_micro_batches=scheme.pp,
-        grad_bytes_per_gpu=memory.grad_bytes_per_gpu,
     )
 
 
@@ -500,24 +325,32 @@ def build_profile(
     num_gpus: int,
     gpus_per_node: int,
     options: AnalyticOptions = AnalyticOptions(),
+    hardware: HardwareParams | None = None,
 ) -> CostProfile:
     """The analytic `CostProfile` of every runnable scheme of `model` on `num_gpus` x `gpu`.
 
-    Raises `ValueError` naming the closest scheme when no scheme fits in memory.
+    `hardware` replaces the parameters derived from the GPU's specs and `options` (what
+    `cost_models.calibrate` fits); None keeps the uncalibrated ones. Raises `ValueError` naming
+    the closest scheme when no scheme fits in memory.
     """
     _check_cluster(num_gpus, gpus_per_node)
     memories = {
-        scheme: scheme_memory(model, gpu, scheme, num_gpus, options)
+        scheme: scheme_memory(model, gpu, scheme, num_gpus, options, hardware)
         for scheme in candidate_schemes(model, num_gpus, gpus_per_node, options.max_cp)
     }
     schemes = [
-        scheme_cost(model, gpu, scheme, gpus_per_node, memory, options)
+        scheme_cost(model, gpu, scheme, gpus_per_node, memory, options, hardware)
         for scheme, memory in memories.items()
         if memory.capacity_tokens >= options.min_capacity_tokens
     ]
     if not schemes:
         raise _does_not_fit(model, gpu, num_gpus, memories, options)
     multi_node = num_gpus > gpus_per_node
+    bandwidth = _link_bandwidth(gpu, in_node=not multi_node)
+    notes = _notes(num_gpus, gpus_per_node, options)
+    if hardware is not None:
+        bandwidth = hardware.link_bandwidth(in_node=not multi_node)
+        notes += f" Hardware parameters: {hardware}."
     return CostProfile(
         source="analytic",
         model=model.name,
@@ -526,9 +359,9 @@ def build_profile(
         num_layers=model.num_layers,
         gpu_memory_bytes=gpu.memory_bytes,
         memory_reserve_bytes=gpu.memory_bytes * options.memory_reserve_fraction,
-        grad_sync_bandwidth_bytes_per_s=_link_bandwidth(gpu, in_node=not multi_node),
+        grad_sync_bandwidth_bytes_per_s=bandwidth,
         schemes=schemes,
-        notes=_notes(num_gpus, gpus_per_node, options),
+        notes=notes,
     )
 
 

@@ -16,6 +16,9 @@ The helpers `read_json_object` and `format_validation_error` are shared with `ca
 from __future__ import annotations
 
 import json
+import os
+import tempfile
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,11 @@ from pydantic import ValidationError
 
 from hydraplan.planner.schemas import PROFILE_SCHEMA, CostProfile
 
-__all__ = ["ProfileError", "load_profile", "save_profile"]
+__all__ = ["BUNDLED_PROFILES", "ProfileError", "bundled_profile", "load_profile", "save_profile"]
+
+# Measured profiles shipped in cost_models/data/, by name. `tiny-cpu` is regenerated with
+# `hydraplan profile --device cpu --model tiny --out cost_models/data/tiny-cpu.json`.
+BUNDLED_PROFILES = {"tiny-cpu": "tiny-cpu.json"}
 
 
 class ProfileError(ValueError):
@@ -93,6 +100,37 @@ def load_profile(source: str | Path | dict[str, Any]) -> CostProfile:
         raise ProfileError(f"{name}: {format_validation_error(exc)}") from None
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def save_profile(profile: CostProfile, path: str | Path) -> None:
-    """Write `profile` as indented JSON; `load_profile` of the file gives an equal profile."""
-    Path(path).write_text(profile.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    """Write `profile` as indented JSON; `load_profile` of the file gives an equal profile.
+
+    Atomic: the text goes to a temporary file next to `path`, renamed over it once complete, so an
+    interrupted write never leaves a half-written profile (the old file, if any, stays).
+    """
+    target = Path(path)
+    text = profile.model_dump_json(indent=2) + "\n"
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp's file is private; give it a new file's mode
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def bundled_profile(name: str = "tiny-cpu") -> CostProfile:
+    """A measured profile shipped with hydraplan (`BUNDLED_PROFILES`): `tiny-cpu` is the `tiny`
+    model measured on a CPU, the runtime's default cost source."""
+    try:
+        file_name = BUNDLED_PROFILES[name]
+    except KeyError:
+        raise ProfileError(f"unknown bundled profile {name!r}; valid: {', '.join(BUNDLED_PROFILES)}") from None
+    with resources.as_file(resources.files("hydraplan.cost_models").joinpath("data", file_name)) as path:
+        return load_profile(path)

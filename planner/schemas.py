@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator, model_validator
 
 from hydraplan.planner import limits
+from hydraplan.planner.measurements import ProfileProvenance
 from hydraplan.planner.strategies import check_strategy_fits
 
 PLAN_SCHEMA = "hydraplan.plan/1"
@@ -175,7 +176,11 @@ class CostProfile(Frozen):
     """Stage-time and memory coefficients of every runnable scheme for one (model, GPU, cluster)."""
 
     schema_version: Literal["hydraplan.profile/1"] = Field(PROFILE_SCHEMA)
-    source: Literal["analytic", "profiled", "user"] = Field("user", description="Who produced the coefficients.")
+    source: Literal["analytic", "profiled", "calibrated", "user"] = Field(
+        "user",
+        description="Who produced the coefficients: formulas (analytic), a fit to measurements "
+        "(profiled), the analytic model with measured hardware parameters (calibrated), or a user.",
+    )
     model: str | None = Field(None, description="Model name the profile is for.")
     gpu: str | None = Field(None, description="GPU name the profile is for.")
     time_unit: Literal["s", "ms"] = Field("s", description="Unit of a, b, c and grad_sync_s.")
@@ -198,6 +203,9 @@ class CostProfile(Frozen):
         min_length=1, max_length=limits.MAX_NUM_GPUS, description="One entry per runnable scheme."
     )
     notes: str = Field("", description="Free text: assumptions, calibration error, provenance.")
+    provenance: ProfileProvenance | None = Field(
+        None, description="Raw samples, fitted values, fit error, hardware, torch version and date of a measurement."
+    )
 
     @model_validator(mode="after")
     def _capacities_derivable(self) -> CostProfile:

@@ -17,7 +17,7 @@ ALLOWED = {
     "planner": {"planner"},
     "cost_models": {"planner", "cost_models"},
     "runtime": {"runtime", "planner", "cost_models"},
-    "api": {"api", "planner", "cost_models"},
+    "api": {"api", "planner", "cost_models", "runtime"},  # runtime only inside functions (below)
 }
 PROJECT = set(ALLOWED) | {"benchmarks", "tests"}
 
@@ -70,7 +70,7 @@ def test_runtime_uses_only_the_plan_schema_from_planner():
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module.startswith("hydraplan.planner"):
-                allowed = {"hydraplan.planner.schemas", "hydraplan.planner.scheme"}
+                allowed = {"hydraplan.planner.schemas", "hydraplan.planner.scheme", "hydraplan.planner.measurements"}
                 assert node.module in allowed, f"{path}: {node.module}"
 
 
@@ -79,6 +79,19 @@ def test_runtime_uses_only_the_model_catalog_from_cost_models():
         for name in imported_modules(path):
             if name.startswith("hydraplan.cost_models"):
                 assert name == "hydraplan.cost_models.catalog", f"{path}: {name}"
+
+
+def test_api_imports_the_runtime_only_inside_functions():
+    """`hydraplan profile --device` imports the torch runtime when it runs, never at import time."""
+    offenders = []
+    for path in sorted((ROOT / "api").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:  # module-level statements only
+            if isinstance(node, ast.ImportFrom) and node.module.startswith("hydraplan.runtime"):
+                offenders.append(f"{path.relative_to(ROOT)}: {node.module}")
+            if isinstance(node, ast.Import) and any(alias.name.startswith("hydraplan.runtime") for alias in node.names):
+                offenders.append(str(path.relative_to(ROOT)))
+    assert offenders == []
 
 
 def test_torch_is_imported_only_inside_the_runtime():

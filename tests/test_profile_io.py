@@ -159,3 +159,27 @@ def test_missing_file_and_wrong_top_level(tmp_path: Path) -> None:
 def test_dict_errors_are_named_too() -> None:
     with pytest.raises(ProfileError, match=r"^<profile>: num_layers: Field required$"):
         load_profile(_mutated(lambda d: d.pop("num_layers")))
+
+
+def test_saving_is_atomic_and_keeps_a_new_files_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    profile = build_profile(get_model("tiny"), get_gpu("h100-sxm-80gb"), 8, 8)
+    path = tmp_path / "p.json"
+    save_profile(profile, path)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_current_umask()
+
+    def fail(*_args):
+        raise KeyboardInterrupt  # Ctrl-C between writing and renaming
+
+    monkeypatch.setattr("os.replace", fail)
+    with pytest.raises(KeyboardInterrupt):
+        save_profile(profile.model_copy(update={"notes": "new"}), path)
+    assert load_profile(path) == profile  # the old file is intact
+    assert [p.name for p in tmp_path.iterdir()] == ["p.json"]  # no temporary file left
+
+
+def _current_umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

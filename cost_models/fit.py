@@ -1,0 +1,425 @@
+"""Fit the cost model's coefficients to measured samples and build a `profiled` CostProfile.
+
+Per measured scheme (and PP stage), from the profiler's `StageSample`s:
+
+- stage time `t = a * sum(l^2) + b * sum(l) + c` by non-negative least squares on the *relative*
+  error (every row divided by its measured time, so a 2 ms and a 2 s micro-batch weigh the same:
+  the planner cares about ratios between pipelines);
+- the forward fraction `phi` with `phi * t ~ t_fwd`, also on relative error;
+- the memory model `activation = m0 + m1 * sum(l) + m2 * sum(l^2)` (relative error again); `m0`,
+  bytes that do not grow with the batch, is added to the measured static bytes;
+- collectives `seconds = latency + bytes / bandwidth` per (operation, ranks).
+
+Each fit keeps its residuals `(predicted - measured) / measured`. Numpy/scipy only: no torch here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import nnls
+
+from hydraplan.cost_models.analytic import max_tokens, ring_all_reduce_factor
+from hydraplan.cost_models.analytic_time import (
+    comm_latency_s_per_micro_batch,
+    cp_comm_s_per_token,
+    pp_comm_s_per_token,
+    tp_comm_s_per_token,
+)
+from hydraplan.cost_models.hardware import HardwareParams
+from hydraplan.planner.measurements import CollectiveSample, ProfileProvenance, SchemeFit, StageSample
+from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, SchemeCost
+from hydraplan.planner.scheme import ParallelScheme
+
+__all__ = [
+    "CollectiveFit",
+    "LinearFit",
+    "StageFit",
+    "abs_error_summary",
+    "build_profiled_profile",
+    "fit_collectives",
+    "fit_scheme",
+    "fit_stage",
+]
+
+MIN_TIME_SAMPLES = 3  # a, b and c need three independent micro-batches
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """Non-negative coefficients of a linear model and the relative residual of every sample."""
+
+    coefficients: tuple[float, ...]
+    residuals: tuple[float, ...]
+
+
+def relative_nnls(features: np.ndarray, measured: np.ndarray) -> LinearFit:
+    """min ||(features @ x - measured) / measured|| over x >= 0 (rows with measured <= 0 dropped).
+
+    Columns are scaled to unit norm before solving so that coefficients of very different
+    magnitudes (s per token^2 next to s per micro-batch) are found to full precision.
+    """
+    keep = measured > 0
+    rows = features[keep] / measured[keep, None]
+    scale = np.linalg.norm(rows, axis=0)
+    scale[scale == 0] = 1.0
+    solution, _ = nnls(rows / scale, np.ones(int(keep.sum())), maxiter=50 * features.shape[1])
+    coefficients = solution / scale
+    predicted = features @ coefficients
+    residuals = np.where(measured > 0, (predicted - measured) / np.where(measured > 0, measured, 1), 0.0)
+    return LinearFit(tuple(float(x) for x in coefficients), tuple(float(r) for r in residuals))
+
+
+def abs_error_summary(residuals: Sequence[float]) -> tuple[float, float]:
+    """(median, p95) of |residual|; (0, 0) when there is none."""
+    if not residuals:
+        return 0.0, 0.0
+    values = np.abs(np.asarray(residuals, dtype=float))
+    return float(np.median(values)), float(np.percentile(values, 95))
+
+
+@dataclass(frozen=True)
+class StageFit:
+    """Fitted time, forward fraction and memory of one PP stage of one scheme."""
+
+    scheme: tuple[int, int, int]
+    stage: int
+    a: float
+    b: float
+    c: float
+    fwd_fraction: float
+    static_bytes: float
+    activation_bytes_per_token: float
+    activation_bytes_per_token_sq: float
+    time_residuals: tuple[float, ...]
+    memory_residuals: tuple[float, ...]
+    num_samples: int
+    oom_tokens: int | None
+
+    def stage_time_s(self, lengths: Sequence[int]) -> float:
+        return self.a * sum(x * x for x in lengths) + self.b * sum(lengths) + self.c
+
+    def activation_bytes(self, lengths: Sequence[int]) -> float:
+        return self.activation_bytes_per_token * sum(lengths) + self.activation_bytes_per_token_sq * sum(
+            x * x for x in lengths
+        )
+
+
+def _time_features(samples: Sequence[StageSample]) -> np.ndarray:
+    return np.array([[s.sum_sq_tokens, s.num_tokens, 1.0] for s in samples], dtype=float)
+
+
+def fit_forward_fraction(samples: Sequence[StageSample]) -> float:
+    """phi minimising sum(((phi * t - f) / f)^2): sum(t/f) / sum((t/f)^2); 1/3 without data."""
+    ratios = [s.time_s / s.fwd_s for s in samples if s.time_s and s.fwd_s]
+    if not ratios:
+        return 1 / 3
+    phi = sum(ratios) / sum(r * r for r in ratios)
+    return min(max(phi, 0.01), 0.99)
+
+
+def fit_stage(samples: Sequence[StageSample]) -> StageFit:
+    """Fit one (scheme, stage) from its samples; out-of-memory samples only bound the capacity.
+
+    Raises `ValueError` with fewer than three timed samples or fewer than three distinct
+    (tokens, squared tokens) points.
+    """
+    first = samples[0]
+    timed = [s for s in samples if not s.oom and s.time_s is not None]
+    where = f"scheme <{first.tp},{first.pp},{first.cp}> stage {first.stage}"
+    if len({(s.num_tokens, s.sum_sq_tokens) for s in timed}) < MIN_TIME_SAMPLES:
+        raise ValueError(f"{where}: {len(timed)} timed micro-batches, at least {MIN_TIME_SAMPLES} distinct needed")
+    time_fit = relative_nnls(_time_features(timed), np.array([s.time_s for s in timed], dtype=float))
+    a, b, c = time_fit.coefficients
+    measured_memory = [s for s in timed if s.activation_bytes is not None]
+    m0 = m1 = m2 = 0.0
+    memory_residuals: tuple[float, ...] = ()
+    if measured_memory:
+        features = np.array([[1.0, s.num_tokens, s.sum_sq_tokens] for s in measured_memory], dtype=float)
+        memory_fit = relative_nnls(features, np.array([s.activation_bytes for s in measured_memory], dtype=float))
+        (m0, m1, m2), memory_residuals = memory_fit.coefficients, memory_fit.residuals
+    statics = [s.static_bytes for s in samples if s.static_bytes is not None]
+    ooms = [s.num_tokens for s in samples if s.oom]
+    return StageFit(
+        scheme=first.key,
+        stage=first.stage,
+        a=a,
+        b=b,
+        c=c,
+        fwd_fraction=fit_forward_fraction(timed),
+        static_bytes=(max(statics) if statics else 0.0) + m0,
+        activation_bytes_per_token=m1,
+        activation_bytes_per_token_sq=m2,
+        time_residuals=time_fit.residuals,
+        memory_residuals=memory_residuals,
+        num_samples=len(timed),
+        oom_tokens=min(ooms) if ooms else None,
+    )
+
+
+def fit_scheme(samples: Sequence[StageSample], usable_bytes: float | None) -> tuple[SchemeCost, SchemeFit] | None:
+    """The profile entry of one scheme from all its samples (every measured stage).
+
+    Time: the coefficient-wise maximum over the measured stages (an upper bound on the slowest
+    stage, since every term is non-negative). Memory: 1F1B stage s holds `pp - s` micro-batches in
+    flight; the capacity is the smallest stage bound, and below the smallest out-of-memory batch.
+    Returns None when no stage has enough samples.
+    """
+    by_stage: dict[int, list[StageSample]] = {}
+    for sample in samples:
+        by_stage.setdefault(sample.stage, []).append(sample)
+    stage_fits = []
+    for stage_samples in by_stage.values():
+        try:
+            stage_fits.append(fit_stage(stage_samples))
+        except ValueError:
+            continue
+    if not stage_fits:
+        return None
+    tp, pp, cp = stage_fits[0].scheme
+    capacity = _capacity_tokens(stage_fits, pp, usable_bytes)
+    if capacity is None:  # no memory figure and no out-of-memory: what was measured is known to fit
+        capacity = max(s.num_tokens for s in samples if not s.oom)
+    if capacity < 1:
+        return None
+    first = min(stage_fits, key=lambda fit: fit.stage)
+    cost = SchemeCost(
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        a=max(fit.a for fit in stage_fits),
+        b=max(fit.b for fit in stage_fits),
+        c=max(fit.c for fit in stage_fits),
+        fwd_fraction=_weighted_fwd_fraction(stage_fits),
+        capacity_tokens=capacity,
+        static_bytes=max(fit.static_bytes for fit in stage_fits),
+        activation_bytes_per_token=first.activation_bytes_per_token,
+        activation_bytes_per_token_sq=first.activation_bytes_per_token_sq,
+        in_flight_micro_batches=pp,
+        grad_bytes_per_gpu=0.0,
+    )
+    return cost, _scheme_fit(cost, stage_fits)
+
+
+def _weighted_fwd_fraction(stage_fits: Sequence[StageFit]) -> float:
+    return float(np.mean([fit.fwd_fraction for fit in stage_fits]))
+
+
+def _capacity_tokens(stage_fits: Sequence[StageFit], pp: int, usable_bytes: float | None) -> int | None:
+    """Smallest per-stage token bound (None when neither memory nor an out-of-memory is known)."""
+    bounds = []
+    for fit in stage_fits:
+        if usable_bytes is not None and (fit.activation_bytes_per_token or fit.activation_bytes_per_token_sq):
+            in_flight = max(pp - fit.stage, 1)
+            bounds.append(
+                max_tokens(
+                    usable_bytes - fit.static_bytes,
+                    in_flight * fit.activation_bytes_per_token,
+                    in_flight * fit.activation_bytes_per_token_sq,
+                )
+            )
+        if fit.oom_tokens is not None:
+            bounds.append(fit.oom_tokens - 1)
+    return min(bounds) if bounds else None
+
+
+def _scheme_fit(cost: SchemeCost, stage_fits: Sequence[StageFit]) -> SchemeFit:
+    time_residuals = [r for fit in stage_fits for r in fit.time_residuals]
+    memory_residuals = [r for fit in stage_fits for r in fit.memory_residuals]
+    time_median, time_p95 = abs_error_summary(time_residuals)
+    memory_median, _ = abs_error_summary(memory_residuals)
+    ooms = [fit.oom_tokens for fit in stage_fits if fit.oom_tokens is not None]
+    return SchemeFit(
+        tp=cost.tp,
+        pp=cost.pp,
+        cp=cost.cp,
+        a=cost.a,
+        b=cost.b,
+        c=cost.c,
+        fwd_fraction=cost.fwd_fraction,
+        static_bytes=cost.static_bytes or 0.0,
+        activation_bytes_per_token=cost.activation_bytes_per_token or 0.0,
+        activation_bytes_per_token_sq=cost.activation_bytes_per_token_sq,
+        num_samples=sum(fit.num_samples for fit in stage_fits),
+        time_residuals=time_residuals,
+        memory_residuals=memory_residuals,
+        time_median_abs_error=time_median,
+        time_p95_abs_error=time_p95,
+        memory_median_abs_error=memory_median,
+        capacity_from_oom_tokens=min(ooms) if ooms else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Collectives
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CollectiveFit:
+    """`seconds = latency_s + bytes / bandwidth_bytes_per_s` of one (operation, ranks)."""
+
+    op: str
+    ranks: int
+    latency_s: float
+    bandwidth_bytes_per_s: float
+    residuals: tuple[float, ...]
+
+    def seconds(self, num_bytes: float) -> float:
+        return self.latency_s + num_bytes / self.bandwidth_bytes_per_s
+
+
+def fit_collectives(samples: Iterable[CollectiveSample]) -> dict[tuple[str, int], CollectiveFit]:
+    """One latency + bandwidth fit per (operation, ranks) with at least two message sizes."""
+    groups: dict[tuple[str, int], list[CollectiveSample]] = {}
+    for sample in samples:
+        groups.setdefault((sample.op, sample.ranks), []).append(sample)
+    fits = {}
+    for (op, ranks), group in groups.items():
+        if len({s.bytes for s in group}) < 2:
+            continue
+        features = np.array([[1.0, float(s.bytes)] for s in group])
+        fit = relative_nnls(features, np.array([s.seconds for s in group]))
+        latency, seconds_per_byte = fit.coefficients
+        bandwidth = 1 / seconds_per_byte if seconds_per_byte > 0 else math.inf
+        fits[(op, ranks)] = CollectiveFit(op, ranks, latency, bandwidth, fit.residuals)
+    return fits
+
+
+def grad_sync_bandwidth(fits: dict[tuple[str, int], CollectiveFit]) -> float | None:
+    """Bus bandwidth of the measured all-reduce with the most ranks: bytes * 2(n-1)/n per second."""
+    reduces = [fit for (op, _), fit in fits.items() if op == "all_reduce" and math.isfinite(fit.bandwidth_bytes_per_s)]
+    if not reduces:
+        return None
+    widest = max(reduces, key=lambda fit: fit.ranks)
+    return widest.bandwidth_bytes_per_s * ring_all_reduce_factor(widest.ranks)
+
+
+def link_parameters(fits: dict[tuple[str, int], CollectiveFit], base: HardwareParams) -> HardwareParams:
+    """Intra-node latency and link bandwidth from the measured all-reduce (else send/recv).
+
+    An all-reduce of B bytes over n ranks sends `2(n-1)/n * B` per rank (ring), so the link
+    bandwidth is the fitted bytes-per-second times that factor.
+    """
+    reduces = [fit for (op, _), fit in fits.items() if op == "all_reduce"]
+    p2p = [fit for (op, _), fit in fits.items() if op == "send_recv"]
+    if reduces:
+        fit = max(reduces, key=lambda item: item.ranks)
+        bandwidth = fit.bandwidth_bytes_per_s * ring_all_reduce_factor(fit.ranks)
+    elif p2p:
+        fit = p2p[0]
+        bandwidth = fit.bandwidth_bytes_per_s
+    else:
+        return base
+    values = {"intra_node_latency_s": fit.latency_s}
+    if math.isfinite(bandwidth):
+        values["intra_node_bandwidth_bytes_per_s"] = bandwidth
+    return base.with_values(**values)
+
+
+def element_bytes_of(dtype: str) -> float:
+    """Bytes per element of a torch dtype name ('float32', 'torch.bfloat16'); 2 (bf16) when unknown."""
+    return {"float32": 4.0, "float64": 8.0, "bfloat16": 2.0, "float16": 2.0}.get(dtype.removeprefix("torch."), 2.0)
+
+
+def with_communication(cost: SchemeCost, model: ModelSpec, provenance: ProfileProvenance) -> SchemeCost:
+    """`cost` plus the TP, CP and PP communication of its scheme at the measured link figures.
+
+    Used when stage times are thread CPU time (`provenance.clock == "thread"`): they hold the
+    compute only, so the per-token transfer time and per-micro-batch latency of the analytic
+    formulas (`analytic_time`) are added, evaluated with the measured collectives' fit.
+    """
+    scheme = ParallelScheme(cost.tp, cost.pp, cost.cp)
+    if scheme.num_gpus == 1:
+        return cost
+    fits = fit_collectives(provenance.collectives)
+    unknown = HardwareParams(
+        gemm_flops_per_s=1.0,
+        attention_flops_per_s=1.0,
+        intra_node_bandwidth_bytes_per_s=math.inf,
+        inter_node_bandwidth_bytes_per_s=math.inf,
+        per_layer_overhead_s=0.0,
+        activation_element_bytes=element_bytes_of(provenance.dtype),
+    )
+    link = link_parameters(fits, unknown)
+    if math.isinf(link.intra_node_bandwidth_bytes_per_s):
+        return cost  # no collective measured: nothing to add
+    link = link.with_values(inter_node_bandwidth_bytes_per_s=link.intra_node_bandwidth_bytes_per_s)
+    gpu = GpuSpec(
+        name="local",
+        memory_bytes=1.0,
+        peak_bf16_flops=1.0,
+        hbm_bandwidth_bytes_per_s=1.0,
+        intra_node_bandwidth_bytes_per_s=link.intra_node_bandwidth_bytes_per_s,
+        inter_node_bandwidth_bytes_per_s=link.intra_node_bandwidth_bytes_per_s,
+    )
+    nodes = scheme.num_gpus  # the measured ranks share one machine
+    per_token = (
+        tp_comm_s_per_token(model, gpu, scheme, link)
+        + cp_comm_s_per_token(model, gpu, scheme, nodes, link)
+        + pp_comm_s_per_token(model, gpu, scheme, nodes, link)
+    )
+    latency = comm_latency_s_per_micro_batch(model, scheme, nodes, link)
+    return cost.model_copy(update={"b": cost.b + per_token, "c": cost.c + latency})
+
+
+# ---------------------------------------------------------------------------------------------
+# The profile
+# ---------------------------------------------------------------------------------------------
+
+
+def build_profiled_profile(
+    provenance: ProfileProvenance,
+    *,
+    model: str,
+    device_name: str,
+    num_layers: int,
+    memory_bytes: float | None,
+    memory_reserve_bytes: float = 0.0,
+    model_spec: ModelSpec | None = None,
+) -> CostProfile:
+    """A `source: "profiled"` profile of every scheme with enough samples in `provenance`.
+
+    With `model_spec` and thread-CPU-time samples, each scheme's communication is added from the
+    measured collectives (`with_communication`); the fits in the provenance stay the compute's.
+
+    Raises `ValueError` when no scheme could be fitted (too few samples).
+    """
+    usable = None if memory_bytes is None else memory_bytes - memory_reserve_bytes
+    by_scheme: dict[tuple[int, int, int], list[StageSample]] = {}
+    for sample in provenance.samples:
+        by_scheme.setdefault(sample.key, []).append(sample)
+    entries, fits = [], []
+    for key in sorted(by_scheme):
+        result = fit_scheme(by_scheme[key], usable)
+        if result is not None:
+            cost = result[0]
+            if model_spec is not None and provenance.clock == "thread":
+                cost = with_communication(cost, model_spec, provenance)
+            entries.append(cost)
+            fits.append(result[1])
+    if not entries:
+        raise ValueError(f"no scheme has {MIN_TIME_SAMPLES} distinct timed micro-batches to fit; nothing to write")
+    bandwidth = grad_sync_bandwidth(fit_collectives(provenance.collectives))
+    missing = sorted(set(by_scheme) - {entry.key for entry in entries})
+    notes = "fitted to measurements (cost_models.fit): relative-error NNLS per scheme and stage"
+    if missing:
+        notes += f"; too few samples for {', '.join(f'<{t},{p},{c}>' for t, p, c in missing)}"
+    if provenance.interrupted:
+        notes += "; measurement interrupted: partial"
+    return CostProfile(
+        source="profiled",
+        model=model,
+        gpu=device_name,
+        time_unit="s",
+        num_layers=num_layers,
+        gpu_memory_bytes=memory_bytes,
+        memory_reserve_bytes=memory_reserve_bytes,
+        grad_sync_bandwidth_bytes_per_s=bandwidth,
+        schemes=entries,
+        notes=notes,
+        provenance=provenance.model_copy(update={"fits": fits}),
+    )

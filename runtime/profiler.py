@@ -1,0 +1,391 @@
+"""Measure one pipeline stage's forward+backward time and memory on packed micro-batches.
+
+What `hydraplan profile --device cpu|cuda` measures (the fitting is `cost_models.fit`, numpy only):
+
+- **Micro-batches**: a grid of token counts times length mixes (`length_mixes`): one long
+  sequence, many short ones, a mixture, and seeded random lengths; each packed into one stream.
+- **Time**: warm-up runs, then the median of `repeats` timed runs of forward+backward; on CPU
+  with `torch.utils.benchmark.Timer` at a fixed intra-op thread count, on CUDA between CUDA
+  events. The forward time is taken inside the same runs.
+- **Memory**: on CPU the bytes of the tensors autograd saves for the backward pass
+  (`torch.autograd.graph.saved_tensors_hooks`; parameters and repeated views of one storage
+  counted once and parameters not at all): the activation memory that grows with the batch. On
+  CUDA the peak of `torch.cuda.max_memory_allocated` over the step minus what was allocated
+  before it.
+- **Out of memory**: a micro-batch that runs out of memory is recorded (`oom: true`) and tells
+  the fit the capacity it reveals; it is not an error.
+- **Schemes**: `<1,pp,1>` stages run here in one process; schemes with TP or CP run on
+  `tp*cp` local ranks (`runtime.launch.run_ranks`, gloo on CPU) with the model's parallel
+  layers, every rank timing its own share and the slowest rank's time kept.
+
+Samples are yielded one by one, so the caller can stop (budget, Ctrl-C) and keep what it has.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from hydraplan.planner.measurements import StageSample
+from hydraplan.runtime.model import ModelConfig, PackedBatch, build_stage
+
+__all__ = [
+    "DEFAULT_TOKEN_COUNTS",
+    "FIT_MIXES",
+    "MeasureOptions",
+    "SavedActivationMeter",
+    "device_description",
+    "length_mixes",
+    "measure_stage",
+    "static_bytes_of",
+]
+
+FIT_MIXES = ("long", "short", "mixed")
+ALL_MIXES = (*FIT_MIXES, "random")
+DEFAULT_TOKEN_COUNTS = (128, 256, 512, 768)
+SHORT_LENGTH = 32
+# Adam keeps two moments per parameter next to the weight and its gradient.
+STATE_COPIES_PER_PARAM = 4
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """How a stage is measured."""
+
+    device: str = "cpu"
+    num_threads: int = 1
+    repeats: int = 3
+    warmup: int = 1
+    dtype: torch.dtype = torch.float32
+    seed: int = 0
+    token_counts: tuple[int, ...] = DEFAULT_TOKEN_COUNTS
+    mixes: tuple[str, ...] = FIT_MIXES
+    attention: str = "auto"
+    # "thread": CPU time of the measuring thread (all of a 1-thread stage's work runs on it, and
+    # it does not count time the thread waits for a core another process holds); "wall": elapsed.
+    cpu_clock: str = "thread"
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device {self.device!r}: cpu or cuda")
+        if self.repeats < 1 or self.warmup < 0 or self.num_threads < 1:
+            raise ValueError("repeats and num_threads must be >= 1, warmup >= 0")
+        unknown = sorted(set(self.mixes) - set(ALL_MIXES))
+        if unknown:
+            raise ValueError(f"unknown length mixes {unknown}; valid: {', '.join(ALL_MIXES)}")
+
+
+def length_mixes(token_counts: Sequence[int], mixes: Sequence[str], seed: int = 0) -> list[tuple[str, list[int]]]:
+    """The micro-batches to measure: for every token count T, one batch per mix.
+
+    - `long`: one sequence of T tokens;
+    - `short`: sequences of 32 tokens (T/32 of them, at least one);
+    - `mixed`: one sequence of T/2, two of T/8 and the rest in 32-token sequences;
+    - `random`: lengths drawn log-uniformly in [16, T] until T is reached (seeded).
+
+    Ordered by token count first, so a batch cut short by a budget still holds every mix of the
+    smaller sizes.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    batches = []
+    for tokens in sorted(token_counts):
+        for mix in mixes:
+            batches.append((mix, _lengths_of(mix, tokens, generator)))
+    return batches
+
+
+def _lengths_of(mix: str, tokens: int, generator: torch.Generator) -> list[int]:
+    if mix == "long":
+        return [tokens]
+    if mix == "short":
+        return _fill([], tokens)
+    if mix == "mixed":
+        return _fill([max(tokens // 2, 1), max(tokens // 8, 1), max(tokens // 8, 1)], tokens)
+    lengths: list[int] = []
+    while sum(lengths) < tokens:
+        draw = float(torch.rand((), generator=generator))
+        length = int(round(math.exp(math.log(16) + draw * (math.log(max(tokens, 17)) - math.log(16)))))
+        lengths.append(min(length, tokens - sum(lengths)))
+    return lengths
+
+
+def _fill(lengths: list[int], tokens: int) -> list[int]:
+    """`lengths` topped up with 32-token sequences (and one remainder) to exactly `tokens`."""
+    lengths = [length for length in lengths if length > 0]
+    while sum(lengths) > tokens:
+        lengths.pop()
+    rest = tokens - sum(lengths)
+    lengths += [SHORT_LENGTH] * (rest // SHORT_LENGTH)
+    if rest % SHORT_LENGTH:
+        lengths.append(rest % SHORT_LENGTH)
+    return lengths
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory
+# ---------------------------------------------------------------------------------------------
+
+
+class SavedActivationMeter:
+    """Counts the bytes of the distinct storages autograd saves for backward (parameters excluded).
+
+    Use as a context manager around the forward pass; `bytes` is then the activation memory the
+    micro-batch holds until its backward pass.
+    """
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self._parameters = {parameter.untyped_storage().data_ptr() for parameter in module.parameters()}
+        self._seen: set[int] = set()
+        self.bytes = 0
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        pointer = storage.data_ptr()
+        if pointer not in self._parameters and pointer not in self._seen:
+            self._seen.add(pointer)
+            self.bytes += storage.nbytes()
+        return tensor
+
+    @staticmethod
+    def _unpack(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def __enter__(self) -> SavedActivationMeter:
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._hooks.__exit__(*exc_info)
+
+
+def static_bytes_of(module: torch.nn.Module) -> float:
+    """Weights, gradients and Adam's two moments of the module's parameters, bytes."""
+    return float(sum(p.numel() * p.element_size() for p in module.parameters()) * STATE_COPIES_PER_PARAM)
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """A CUDA out-of-memory, or the CPU allocator failing to allocate."""
+    if isinstance(error, torch.OutOfMemoryError):
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+# ---------------------------------------------------------------------------------------------
+# One stage in this process
+# ---------------------------------------------------------------------------------------------
+
+
+class StageRunner:
+    """Forward+backward of one stage on one micro-batch, its timing and its memory."""
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        pp: int,
+        stage: int,
+        options: MeasureOptions,
+        module: torch.nn.Module | None = None,
+        shard: Callable[[PackedBatch], PackedBatch] | None = None,
+    ) -> None:
+        """`module`: an already built (e.g. TP-sharded) stage; `shard`: this rank's part of a batch."""
+        self.cfg, self.pp, self.stage, self.options = cfg, pp, stage, options
+        self.shard = shard
+        self.device = torch.device(options.device)
+        self.module = module or build_stage(
+            cfg,
+            pp=pp,
+            stage=stage,
+            seed=options.seed,
+            device=self.device,
+            dtype=options.dtype,
+            attention=options.attention,
+        )
+        self.is_first, self.is_last = stage == 0, stage == pp - 1
+
+    def inputs(self, batch: PackedBatch) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The hidden input of a later stage and the output gradient of an earlier one (random)."""
+        generator = torch.Generator().manual_seed(self.options.seed + 1)
+        shape = (batch.input_ids.shape[0], self.cfg.hidden_size)
+        hidden = grad = None
+        if not self.is_first:
+            hidden = torch.randn(shape, generator=generator, dtype=self.options.dtype).to(self.device)
+            hidden.requires_grad_(True)
+        if not self.is_last:
+            grad = torch.randn(shape, generator=generator, dtype=self.options.dtype).to(self.device) * 1e-3
+        return hidden, grad
+
+    def step(self, batch: PackedBatch, hidden, grad, forward_times: list[float]) -> None:
+        """One forward+backward; appends the forward's seconds to `forward_times`."""
+        clock = (
+            time.thread_time if self.device.type == "cpu" and self.options.cpu_clock == "thread" else time.perf_counter
+        )
+        started = clock()
+        output = self.module(batch, hidden)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        forward_times.append(clock() - started)
+        if self.is_last:
+            output.backward()
+        else:
+            output.backward(grad)
+        self.module.zero_grad(set_to_none=True)
+        if hidden is not None:
+            hidden.grad = None
+
+    def activation_bytes(self, batch: PackedBatch, hidden, grad) -> float:
+        """Saved-activation bytes (CPU) or allocator peak growth (CUDA) of one step."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            before = torch.cuda.memory_allocated(self.device)
+            self.step(batch, hidden, grad, [])
+            torch.cuda.synchronize(self.device)
+            return float(torch.cuda.max_memory_allocated(self.device) - before)
+        with SavedActivationMeter(self.module) as meter:
+            output = self.module(batch, hidden)
+        output.backward() if self.is_last else output.backward(grad)
+        self.module.zero_grad(set_to_none=True)
+        return float(meter.bytes)
+
+    def time(self, batch: PackedBatch, hidden, grad) -> tuple[float, float]:
+        """Median forward+backward and forward seconds over the repeats, after the warm-up (the
+        memory-measuring step counts as the first warm-up step)."""
+        forward_times: list[float] = []
+        for _ in range(self.options.warmup - 1):
+            self.step(batch, hidden, grad, forward_times)
+        forward_times.clear()
+        if self.device.type == "cuda":
+            totals = [self._cuda_time(batch, hidden, grad, forward_times) for _ in range(self.options.repeats)]
+        else:
+            totals = [self._cpu_time(batch, hidden, grad, forward_times) for _ in range(self.options.repeats)]
+        return statistics.median(totals), statistics.median(forward_times)
+
+    def _cpu_time(self, batch, hidden, grad, forward_times: list[float]) -> float:
+        from torch.utils import benchmark
+
+        timer = benchmark.Timer(
+            stmt="step(batch, hidden, grad, forward_times)",
+            globals={"step": self.step, "batch": batch, "hidden": hidden, "grad": grad, "forward_times": forward_times},
+            num_threads=self.options.num_threads,
+            timer=time.thread_time if self.options.cpu_clock == "thread" else time.perf_counter,
+        )
+        return float(timer.timeit(1).median)
+
+    def _cuda_time(self, batch, hidden, grad, forward_times: list[float]) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.step(batch, hidden, grad, forward_times)
+        end.record()
+        torch.cuda.synchronize(self.device)
+        return start.elapsed_time(end) / 1e3
+
+    def measure(self, mix: str, lengths: Sequence[int], scheme: tuple[int, int, int]) -> StageSample:
+        """One `StageSample`; an out-of-memory gives `oom: true` instead of an error."""
+        tp, pp, cp = scheme
+        base = dict(tp=tp, pp=pp, cp=cp, stage=self.stage, lengths=list(lengths), mix=mix)
+        try:
+            batch = PackedBatch.from_lengths(list(lengths), self.cfg.vocab_size, self.options.seed, self.device)
+            if self.shard is not None:
+                batch = self.shard(batch)
+            hidden, grad = self.inputs(batch)
+            memory = self.activation_bytes(batch, hidden, grad)
+            total_s, forward_s = self.time(batch, hidden, grad)
+        except (RuntimeError, MemoryError) as error:
+            if not (isinstance(error, MemoryError) or is_out_of_memory(error)):
+                raise
+            self.module.zero_grad(set_to_none=True)
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            return StageSample(**base, oom=True, static_bytes=static_bytes_of(self.module))
+        return StageSample(
+            **base,
+            time_s=total_s,
+            fwd_s=min(forward_s, total_s),
+            activation_bytes=memory,
+            static_bytes=static_bytes_of(self.module),
+            repeats=self.options.repeats,
+        )
+
+
+def measure_stage(
+    cfg: ModelConfig,
+    pp: int,
+    stage: int,
+    batches: Sequence[tuple[str, Sequence[int]]],
+    options: MeasureOptions,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> Iterator[StageSample]:
+    """Samples of stage `stage` of `<1,pp,1>`, one per micro-batch, until `should_stop()`.
+
+    A micro-batch larger than one that ran out of memory is skipped (recorded as out of memory
+    without running it).
+    """
+    torch.set_num_threads(options.num_threads)
+    runner = StageRunner(cfg, pp, stage, options)
+    smallest_oom = math.inf
+    for mix, lengths in batches:
+        if should_stop():
+            return
+        scheme = (1, pp, 1)
+        if sum(lengths) >= smallest_oom:
+            yield StageSample(tp=1, pp=pp, cp=1, stage=stage, lengths=list(lengths), mix=mix, oom=True)
+            continue
+        sample = runner.measure(mix, lengths, scheme)
+        if sample.oom:
+            smallest_oom = min(smallest_oom, sample.num_tokens)
+        yield sample
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the numbers come from
+# ---------------------------------------------------------------------------------------------
+
+
+def device_description(device: str) -> str:
+    """The CPU model and core count, or the CUDA device name and memory."""
+    if device == "cuda":
+        properties = torch.cuda.get_device_properties(0)
+        return f"{properties.name}, {properties.total_memory / 2**30:.0f} GiB"
+    model_name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    model_name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    import os
+
+    return f"{model_name}, {os.cpu_count()} cores"
+
+
+def torch_version() -> str:
+    return torch.__version__
+
+
+def cuda_device_count() -> int:
+    """CUDA devices torch can use (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def device_memory_bytes(device: str) -> float:
+    """Total memory of the device: the GPU's, or the machine's RAM (`/proc/meminfo`)."""
+    if device == "cuda":
+        return float(torch.cuda.get_device_properties(0).total_memory)
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("MemTotal:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 16 * 2.0**30

@@ -1,0 +1,82 @@
+"""The runtime profiler (torch, CPU): length mixes, saved-activation bytes, out-of-memory samples."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.runtime_support import require_torch
+
+torch = require_torch()
+
+from hydraplan.runtime.model import ModelConfig  # noqa: E402
+from hydraplan.runtime.profiler import (  # noqa: E402
+    MeasureOptions,
+    SavedActivationMeter,
+    StageRunner,
+    length_mixes,
+    measure_stage,
+)
+from hydraplan.runtime.profiler_ranks import _slowest  # noqa: E402
+
+pytestmark = pytest.mark.runtime
+SMALL = dict(num_layers=2, hidden_size=32, ffn_hidden_size=48, num_heads=4, num_kv_heads=2, vocab_size=64)
+
+
+def test_every_mix_holds_exactly_its_token_count() -> None:
+    batches = length_mixes([100, 37], ["long", "short", "mixed", "random"], seed=3)
+    assert [mix for mix, _ in batches] == ["long", "short", "mixed", "random"] * 2
+    assert [sum(lengths) for _, lengths in batches] == [37] * 4 + [100] * 4  # smaller first
+    assert dict(batches[4:])["long"] == [100] and set(dict(batches[4:])["short"][:-1]) == {32}
+    assert batches == length_mixes([100, 37], ["long", "short", "mixed", "random"], seed=3)  # seeded
+    with pytest.raises(ValueError, match="unknown length mixes"):
+        MeasureOptions(mixes=("long", "bimodal"))
+
+
+def test_saved_activation_bytes_count_each_storage_once_and_no_parameter() -> None:
+    weight = torch.nn.Parameter(torch.ones(8, 8))
+    module = torch.nn.Module()
+    module.weight = weight
+    x = torch.ones(4, 8, requires_grad=True)
+    with SavedActivationMeter(module) as meter:
+        y = x @ weight  # saves x (128 bytes) and the weight (a parameter: not counted)
+        z = (y * y).sum()  # saves y twice (one storage: 128 bytes)
+    z.backward()
+    assert meter.bytes == 2 * 4 * 8 * 4
+
+
+def test_a_micro_batch_out_of_memory_is_a_sample_and_larger_ones_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = ModelConfig.from_catalog("tiny", **SMALL)
+    calls = []
+
+    def fake_activation_bytes(self, batch, hidden, grad):
+        calls.append(batch.input_ids.shape[0])
+        if batch.input_ids.shape[0] >= 64:
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory")
+        return 1.0
+
+    monkeypatch.setattr(StageRunner, "activation_bytes", fake_activation_bytes)
+    batches = [("long", [32]), ("long", [64]), ("short", [32, 32, 32])]
+    samples = list(measure_stage(cfg, 1, 0, batches, MeasureOptions(repeats=1)))
+    assert [s.oom for s in samples] == [False, True, True]
+    assert calls == [32, 64]  # the 96-token batch is not run after 64 ran out of memory
+    assert samples[0].time_s > 0 and samples[1].time_s is None
+
+
+def test_a_real_stage_sample_has_time_forward_and_memory() -> None:
+    cfg = ModelConfig.from_catalog("tiny", **SMALL)
+    options = MeasureOptions(repeats=2)
+    first, last = (list(measure_stage(cfg, 2, stage, [("mixed", [24, 8])], options))[0] for stage in (0, 1))
+    for sample in (first, last):
+        assert 0 < sample.fwd_s < sample.time_s and sample.activation_bytes > 0 and sample.repeats == 2
+    assert (first.stage, last.stage, first.pp) == (0, 1, 2)
+
+
+def test_the_slowest_rank_is_kept() -> None:
+    base = dict(tp=2, pp=1, cp=1, lengths=[10], mix="long", repeats=1)
+    rows = [
+        {**base, "time_s": 1.0, "fwd_s": 0.3, "activation_bytes": 5.0},
+        {**base, "time_s": 2.0, "fwd_s": 0.5, "activation_bytes": 4.0},
+    ]
+    sample = _slowest(rows)
+    assert (sample.time_s, sample.fwd_s, sample.activation_bytes) == (2.0, 0.5, 5.0)
+    assert _slowest([rows[0], {**base, "oom": True}]).oom
