@@ -73,10 +73,6 @@ def render_pool(pool: StrategyPoolFile, num_candidates: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:,.1f} ms"
-
-
 def format_ranks(ranks: Sequence[int]) -> str:
     """Compact rank list: `[0, 1, 2, 3, 8, 9]` -> `0-3,8-9`."""
     ordered = sorted(set(ranks))
@@ -104,8 +100,11 @@ def _model_on_gpu(profile: CostProfile) -> str:
     return f"{model} on {gpu}"
 
 
-def _ms(seconds: float) -> str:
-    """Milliseconds: one decimal from 10 ms up, three significant digits below (tiny models)."""
+def _ms(seconds: float | None) -> str:
+    """Milliseconds: one decimal from 10 ms up, three significant digits below (tiny models);
+    `-` for a figure the file does not give."""
+    if seconds is None:
+        return "-"
     milliseconds = seconds * 1e3
     if abs(milliseconds) >= 10:
         return f"{milliseconds:,.1f} ms"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hydraplan.planner.render import format_ranks, render_plan, render_schemes
+from hydraplan.planner.render import format_ranks, render_plan, render_pool, render_schemes
 from hydraplan.planner.schemas import (
     BaselineResult,
     CostProfile,
@@ -13,6 +13,7 @@ from hydraplan.planner.schemas import (
     Plan,
     SchemeModel,
     SolverStats,
+    StrategyPoolFile,
 )
 
 
@@ -224,3 +225,11 @@ def test_small_plans_keep_one_row_per_pipeline_unless_grouped(profile: CostProfi
     assert len(_table_rows(render_plan(plan))) == 4
     grouped = _table_rows(render_plan(plan, "grouped"))
     assert [row.split()[0] for row in grouped] == ["1x", "3x"]
+
+
+def test_pool_summary_shows_missing_figures_as_a_dash() -> None:
+    """A pool file may leave its expected step times out: shown as '-', not a crash."""
+    pool = StrategyPoolFile(strategies=["2x<4,1,1>"], expected_step_time_s=0.0123)
+    text = render_pool(pool, num_candidates=3)
+    assert "expected step time with the pool: 12.3 ms" in text
+    assert "with each batch's best candidate:  -" in text and "with the best single strategy:     -" in text
