@@ -98,6 +98,9 @@ REFINED_SETS_PER_BATCH = 200
 MAX_PACKING_BOUNDED = 600  # enumerated strategies re-bounded with the packing bound after the search
 PACKING_BOUNDED_PER_BATCH = 30
 MAX_FEW_ITEMS_EXPANSIONS = 100  # sets expanded after the search to bound their strategies (few items)
+# steps (bisection steps of a packing bound, node blocks of the assignment bound) the bounds are
+# tightened with after the search: 190-330 were taken at 8-32 GPUs when only the clock ended them
+MAX_BOUND_STEPS = 400
 REFINE_ROUNDS = 20  # for the best candidate
 REFINE_ROUNDS_EACH = 4  # for every polished candidate
 PACKING_SEARCH_EVALUATIONS = 1500  # exact simulations per pipeline in the packing local search
@@ -131,6 +134,7 @@ class WorkLimits:
     max_refined_sets: int = MAX_REFINED_SETS
     max_packing_bounded: int = MAX_PACKING_BOUNDED
     max_few_items_expansions: int = MAX_FEW_ITEMS_EXPANSIONS
+    bound_steps: int = MAX_BOUND_STEPS
 
     @classmethod
     def for_budget(cls, time_limit_s: float) -> WorkLimits:
@@ -620,7 +624,14 @@ def _tighten_bounds(
     refined_strategies: set[Strategy] = set()
     expansions = 0
     fruitless = False
-    while not clock.stop():
+    steps_left = settings.work.bound_steps
+
+    def should_stop() -> bool:  # one step of a bound: the work limit first, the clock as safety net
+        nonlocal steps_left
+        steps_left -= 1
+        return steps_left < 0 or clock.stop()
+
+    while steps_left >= 0 and not clock.stop():
         waiting = [
             (entry.bound_s, index)
             for index, entry in enumerate(frontier.strategies)
@@ -633,7 +644,7 @@ def _tighten_bounds(
             and (not waiting or least_set_s <= min(waiting)[0])
         ):
             if frontier.sets[0][2] not in refined_sets and len(refined_sets) < settings.work.max_refined_sets:
-                _refine_set_batch(frontier, incumbent_s, refined_sets, clock.stop)
+                _refine_set_batch(frontier, incumbent_s, refined_sets, should_stop)
                 continue
             if frontier.tables.num_items <= FEW_ITEMS and expansions < settings.work.max_few_items_expansions:
                 # a set bound cannot see which few items share a pipeline: its strategies can
@@ -650,7 +661,7 @@ def _tighten_bounds(
         batch = [index for _, index in heapq.nsmallest(PACKING_BOUNDED_PER_BATCH, waiting)]
         refined_strategies.update(frontier.strategies[index].strategy for index in batch)
         before = [frontier.strategies[index].bound_s for index in batch]
-        promising = _pack_bound_batch(frontier, batch, incumbent_s, lengths, clock)
+        promising = _pack_bound_batch(frontier, batch, incumbent_s, lengths, should_stop)
         # the least bounds gained nothing: the next ones, alike but higher, will not matter either
         fruitless = all(frontier.strategies[i].bound_s <= b * (1 + 1e-9) for i, b in zip(batch, before))
         for strategy, assignment in promising:
@@ -694,7 +705,7 @@ def _refine_set_batch(
 
 
 def _pack_bound_batch(
-    frontier: Frontier, batch: list[int], incumbent_s: float, lengths: np.ndarray, clock: Clock
+    frontier: Frontier, batch: list[int], incumbent_s: float, lengths: np.ndarray, should_stop: Callable[[], bool]
 ) -> list[tuple[Strategy, tuple[np.ndarray, ...]]]:
     """Raise the bounds of these enumerated strategies (indices): for batches of a few items by
     the assignment bound (`planner.few_items`, exact given the pipeline floors, so at least the
@@ -707,14 +718,14 @@ def _pack_bound_batch(
     for index in batch:
         by_schemes.setdefault(tuple(frontier.strategies[index].strategy.schemes), []).append(index)
     for schemes, indices in by_schemes.items():
-        if clock.stop():
+        if should_stop():
             break
         sync = {index: strategy_sync_s(frontier.cost, frontier.strategies[index].strategy) for index in indices}
         raised: dict[int, float] = {}
         for index in indices if few else ():
             strategy = frontier.strategies[index].strategy
             pipelines = [tables.coefs[frontier.column_of[scheme]] for scheme in strategy.pipeline_schemes()]
-            exact = few_items_bound(pipelines, lengths, incumbent_s - sync[index], clock.stop)
+            exact = few_items_bound(pipelines, lengths, incumbent_s - sync[index], should_stop)
             if exact is not None:
                 raised[index] = exact.bound_s + sync[index]
                 if exact.assignment is not None:
@@ -726,7 +737,9 @@ def _pack_bound_batch(
             counts = np.array([[count for _, count in entry.strategy.counts] for entry in entries])
             syncs = np.array([sync[index] for index in rest])
             bounds = np.array([entry.bound_s for entry in entries])
-            packed = tables.packing_bounds(columns, counts, bounds - syncs, incumbent_s - syncs, should_stop=clock.stop)
+            packed = tables.packing_bounds(
+                columns, counts, bounds - syncs, incumbent_s - syncs, should_stop=should_stop
+            )
             raised.update(zip(rest, (packed + syncs).tolist()))
         for index, value in raised.items():
             entry = frontier.strategies[index]
