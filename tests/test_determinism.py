@@ -83,28 +83,38 @@ PROFILE_COEF = _first_coef()
 @pytest.mark.slow
 def test_default_plans_are_byte_identical_under_cpu_load(tmp_path: Path) -> None:
     """The README's first command (8B on 64 H100s, ~1M tokens of Wikipedia, every default) run twice,
-    in fresh processes with different hash seeds, while a CPU-bound process competes for the cores."""
+    in fresh processes with different hash seeds, while a CPU-bound process competes for the cores.
+
+    Whether the clock cut a run depends on the machine's pace (the benchmark `determinism.py`
+    measures how often): a pair with a cut run proves nothing and another pair is run, up to three.
+    Every pair the clock did not cut must be byte-identical, and one such pair must come."""
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    uncut = 0
     try:
-        outputs = []
-        for run in range(2):
-            out = tmp_path / f"plan-{run}.json"
-            env = {**os.environ, "PYTHONHASHSEED": str(run + 1)}
-            subprocess.run(
-                [sys.executable, "-m", "hydraplan.api.cli", "plan", "--out", str(out), "--json"],
-                check=True,
-                capture_output=True,
-                env=env,
-                timeout=120,
-            )
-            outputs.append(out.read_bytes())
+        for attempt in range(3):
+            outputs = []
+            for run in range(2):
+                out = tmp_path / f"plan-{attempt}-{run}.json"
+                env = {**os.environ, "PYTHONHASHSEED": str(run + 1)}
+                subprocess.run(
+                    [sys.executable, "-m", "hydraplan.api.cli", "plan", "--out", str(out), "--json"],
+                    check=True,
+                    capture_output=True,
+                    env=env,
+                    timeout=120,
+                )
+                outputs.append(out.read_bytes())
+            plans = [Plan.model_validate(json.loads(text)) for text in outputs]
+            assert plans[0].num_gpus == 64 and plans[0].cost_profile.model == "llama3-8b"
+            if any(plan.solver.cut_by_clock for plan in plans):
+                continue
+            uncut += 1
+            assert outputs[0] == outputs[1], "two runs the clock did not cut gave different plans"
+            break
     finally:
         burner.kill()
         burner.wait()
-    plans = [Plan.model_validate(json.loads(text)) for text in outputs]
-    assert not any(plan.solver.cut_by_clock for plan in plans), "the 2 s default was cut by the clock"
-    assert outputs[0] == outputs[1]
-    assert plans[0].num_gpus == 64 and plans[0].cost_profile.model == "llama3-8b"
+    assert uncut == 1, "every run of the 2 s default was cut by the clock (3 pairs)"
 
 
 def test_ctrl_c_after_a_cp_sat_solve_is_still_a_keyboard_interrupt(tmp_path: Path) -> None:
