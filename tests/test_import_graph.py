@@ -1,5 +1,6 @@
 """Imports flow one way: planner <- cost_models <- api; runtime depends only on the plan schema
-(and on the model catalog, to build a catalog model). torch is imported inside runtime/ only.
+and the plan checker (to refuse a plan that fails it before any compute), and on the model
+catalog, to build a catalog model. torch is imported inside runtime/ only.
 
 Every layer imports the others through the one namespace, `hydraplan.<layer>`; a bare `planner` or
 `api` import would only work from the repository root and is an error here.
@@ -65,12 +66,12 @@ def test_packages_import_only_downstream_layers():
     assert offenders == []
 
 
-def test_runtime_uses_only_the_plan_schema_from_planner():
+def test_runtime_uses_only_the_plan_schema_and_checker_from_planner():
     for path in (ROOT / "runtime").rglob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module.startswith("hydraplan.planner"):
-                allowed = {"hydraplan.planner.schemas", "hydraplan.planner.scheme"}
+                allowed = {"hydraplan.planner.schemas", "hydraplan.planner.scheme", "hydraplan.planner.check"}
                 assert node.module in allowed, f"{path}: {node.module}"
 
 
