@@ -50,6 +50,7 @@ COMMANDS: dict[str, Command] = {
     "gpus": Command("hydraplan.api.cli_inspect", "list the catalog GPUs (--gpu, --gpus-file)"),
     "schema": Command("hydraplan.api.cli_inspect", "print the JSON Schema of a format: plan, profile, request, pool"),
     "serve": Command(__name__, "run the REST service (needs the service extra)"),
+    "run": Command("hydraplan.api.cli_run", "execute a plan on local torch ranks (needs the runtime extra)"),
 }
 
 

@@ -464,6 +464,7 @@ HELP_COMMANDS = [
     ["gpus"],
     ["schema"],
     ["serve"],
+    ["run"],
 ]
 
 
