@@ -1,5 +1,5 @@
-"""`hydraplan run`: execute a plan on local torch ranks (the bundled runtime), optionally checking
-it against one process.
+"""`hydraplan run`: execute a plan (`--plan`, for `--steps` steps) or one plan per step (`--plans
+DIR`, strategy switches between them) on local torch ranks, optionally checking against one process.
 
 The plan is read and refused here before any rank starts (the checker, the rank count against
 `--nproc`, the model the runtime must build): one line, exit 2. The ranks run
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from hydraplan.api.cli_args import non_negative_int, positive_float, positive_int
 from hydraplan.api.cli_inputs import read_plan
@@ -25,20 +26,23 @@ RUNTIME_MISSING = "the runtime extra is not installed: pip install 'hydraplan[ru
 
 def run_run(args: argparse.Namespace) -> int:
     """`hydraplan run`: see the module docstring."""
-    plan = read_plan(args.plan)
+    plans = _read_plans(args)
+    plan = plans[0]
     try:
         from hydraplan.runtime.assignment import model_config_for, validate_plan
     except ImportError as exc:
         raise ValueError(f"{RUNTIME_MISSING} ({exc})") from None
     nproc = plan.num_gpus if args.nproc is None else args.nproc
     cfg = model_config_for(plan, args.models_file)
-    validate_plan(plan, nproc, cfg)
+    for step_plan in plans:
+        validate_plan(step_plan, nproc, cfg)
     from hydraplan.runtime.launch import RankFailedError, RankTimeoutError, run_ranks
     from hydraplan.runtime.worker import RunSpec, run_worker
 
     spec = RunSpec(
         plan_json=plan.model_dump_json(),
-        steps=args.steps,
+        plan_jsons=tuple(step_plan.model_dump_json() for step_plan in plans) if args.plans else (),
+        steps=len(plans) if args.plans else args.steps,
         dtype=args.dtype,
         lr=args.lr,
         init_seed=args.seed,
@@ -63,6 +67,25 @@ def run_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _read_plans(args: argparse.Namespace) -> list:
+    """`--plan FILE`, or `--plans DIR`: one plan per step, the directory's `*.json` in name order."""
+    if args.plan is not None:
+        return [read_plan(args.plan)]
+    directory = Path(args.plans)
+    if not directory.is_dir():
+        raise ValueError(f"--plans {args.plans}: not a directory")
+    files = sorted(directory.glob("*.json"))
+    if not files:
+        raise ValueError(f"--plans {args.plans}: holds no *.json plan")
+    if args.steps != 1:
+        raise ValueError(f"--steps {args.steps}: with --plans, every plan is one step")
+    plans = [read_plan(str(path)) for path in files]
+    names = {p.cost_profile.model for p in plans}
+    if len(names) > 1:
+        raise ValueError(f"--plans {args.plans}: the plans name different models {sorted(map(str, names))}")
+    return plans
+
+
 def _check(plan, spec, reports: list[dict]) -> dict:
     from hydraplan.runtime.equivalence import compare_with_reference, single_process_run
 
@@ -80,6 +103,14 @@ def _print_summary(plan, reports: list[dict], check: dict | None) -> None:
     for step in reports[0]["steps"]:
         slowest = max(report["steps"][step["step"]]["pipeline_s"] for report in reports)
         print(f"  step {step['step']}: loss {step['loss']:.12g}, slowest rank {slowest:.3f} s (wall)")
+        switches = [report["steps"][step["step"]]["switch"] for report in reports]
+        if switches[0] is not None:
+            sent = sum(switch["weight_bytes"] for switch in switches)
+            print(
+                f"    strategy switch before it: {sent:,} weight bytes sent in all (x3 with the AdamW moments), "
+                f"slowest rank {max(switch['seconds'] for switch in switches):.3f} s; the plan's "
+                f"switch_cost_s {switches[0]['planned_switch_cost_s']:.3g} s"
+            )
     print("  gradient sync per rank (last step): bytes sent by a ring all-reduce, vs the planner's model (bf16)")
     for report in reports:
         sync = report["steps"][-1]["sync"]
@@ -119,7 +150,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "Execute a plan on local torch ranks (gloo on CPU, NCCL on GPU): TP/PP/CP inside each pipeline, "
         "gradient sync across pipelines, AdamW. Needs the runtime extra."
     )
-    parser.add_argument("--plan", required=True, metavar="FILE", help="plan JSON (`hydraplan plan --out`)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--plan", metavar="FILE", help="plan JSON (`hydraplan plan --out`), run for --steps steps")
+    source.add_argument(
+        "--plans", metavar="DIR", help="one plan per step: DIR's *.json in name order (strategies may differ)"
+    )
     parser.add_argument("--nproc", type=positive_int, metavar="N", help="ranks to spawn (default: the plan's GPUs)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="default: %(default)s")
     parser.add_argument("--steps", type=positive_int, default=1, metavar="K", help="training steps (default: 1)")

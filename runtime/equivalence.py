@@ -46,16 +46,20 @@ class CheckResult:
 
 
 def single_process_run(plan: Plan, spec: RunSpec) -> dict:
-    """Losses of every step, first-step gradients and final parameters of the whole model."""
-    cfg = model_config_for(plan, spec.models_file)
+    """Losses of every step, first-step gradients and final parameters of the whole model.
+
+    `plan` is the run's plan when every step has the same one; with `spec.plan_jsons` each step
+    takes its own plan's batch (the strategy does not matter on one process)."""
+    plans = [Plan.model_validate_json(text) for text in spec.plan_jsons] or [plan] * spec.steps
+    cfg = model_config_for(plans[0], spec.models_file)
     model = build_stage(cfg, seed=spec.init_seed, dtype=DTYPES[spec.dtype])
     optimizer = make_optimizer(model.parameters(), spec)
-    works = [work for rank in _first_ranks(plan) for work in rank.micro_batches]
-    global_tokens = global_token_count(plan)
     losses, grads = [], None
-    for step in range(spec.steps):
+    for step, step_plan in enumerate(plans):
+        works = [work for rank in _first_ranks(step_plan) for work in rank.micro_batches]
+        global_tokens = global_token_count(step_plan)
         optimizer.zero_grad(set_to_none=True)
-        batch = whole_batch(works, plan.input_lengths, spec.data_seed, step, cfg.vocab_size)
+        batch = whole_batch(works, step_plan.input_lengths, spec.data_seed, step, cfg.vocab_size)
         loss_sum = model(batch)
         (loss_sum / global_tokens).backward()
         losses.append(float(loss_sum.detach()) / global_tokens)

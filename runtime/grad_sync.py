@@ -103,6 +103,7 @@ class GradSync:
     rank: int
     layout: dict[str, tuple[Box, bool]]
     buckets: list[tuple[tuple[int, ...], list[Piece], dist.ProcessGroup | None]]
+    layouts: list[dict[str, tuple[Box, bool]]]  # every rank's layout (what a strategy switch cuts)
 
     @classmethod
     def build(cls, module: nn.Module, tp_rank: int) -> GradSync:
@@ -119,7 +120,7 @@ class GradSync:
             group = None if len(holders) == world_size else dist.new_group(list(holders))
             if rank in holders:
                 buckets.append((holders, by_holders[holders], group))
-        return cls(rank, layout, buckets)
+        return cls(rank, layout, buckets, layouts)
 
     @property
     def num_groups(self) -> int:

@@ -38,6 +38,7 @@ from hydraplan.runtime.grad_sync import GradSync
 from hydraplan.runtime.model import build_stage
 from hydraplan.runtime.parallel import cp_shard, parallelize_stage
 from hydraplan.runtime.pipeline_exec import run_pipeline_step
+from hydraplan.runtime.reshard import reshard
 from hydraplan.runtime.step_data import micro_batch
 
 __all__ = ["DTYPES", "NonFiniteLossError", "RunSpec", "make_optimizer", "run_worker"]
@@ -53,7 +54,7 @@ class NonFiniteLossError(RuntimeError):
 class RunSpec:
     """What every rank runs (picklable: it travels to spawned ranks)."""
 
-    plan_json: str
+    plan_json: str = ""
     steps: int = 1
     dtype: str = "float32"
     lr: float = 1e-3
@@ -63,6 +64,11 @@ class RunSpec:
     collect_state: bool = False  # return shards and step-0 gradients (for --check)
     models_file: str | None = None
     inject_nan_step: int | None = None  # test hook: make this step's loss NaN
+    plan_jsons: tuple[str, ...] = ()  # one plan per step (strategy switches); overrides plan_json, steps
+
+    def step_plans(self) -> list[str]:
+        """The plan of every step."""
+        return list(self.plan_jsons) if self.plan_jsons else [self.plan_json] * self.steps
 
 
 def make_optimizer(parameters, spec: RunSpec) -> torch.optim.Optimizer:
@@ -99,26 +105,58 @@ def _planned_sync(plan: Plan, me: RankAssignment) -> dict:
     }
 
 
-def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
-    """Run `spec` on this rank (inside an initialised default process group); returns its report."""
-    plan = Plan.model_validate_json(spec.plan_json)
-    cfg = model_config_for(plan, spec.models_file)
-    validate_plan(plan, world_size, cfg)
-    dtype = DTYPES[spec.dtype]
+@dataclass
+class _Layout:
+    """This rank's part of one strategy: built once, kept while the strategy stays."""
+
+    key: tuple
+    me: RankAssignment
+    stage: torch.nn.Module
+    sync: GradSync
+    optimizer: torch.optim.Optimizer
+
+
+def _placement(plan: Plan) -> tuple:
+    return tuple((str(p.scheme), tuple(p.ranks)) for p in plan.pipelines)
+
+
+def _build_layout(plan: Plan, cfg, spec: RunSpec, rank: int) -> _Layout:
+    """Groups, stage, gradient sync and optimizer of this rank under `plan`'s strategy (collective)."""
     assignments = assign_ranks(plan)
     me = assignments[rank]
     tp_group, cp_group = _build_groups(assignments, me)
-    stage = build_stage(cfg, pp=me.scheme.pp, stage=me.stage, seed=spec.init_seed, dtype=dtype)
+    stage = build_stage(cfg, pp=me.scheme.pp, stage=me.stage, seed=spec.init_seed, dtype=DTYPES[spec.dtype])
     parallelize_stage(stage, tp=me.scheme.tp, cp=me.scheme.cp, tp_group=tp_group, cp_group=cp_group)
     sync = GradSync.build(stage, me.tp_rank)
-    optimizer = make_optimizer(stage.parameters(), spec)
-    global_tokens = global_token_count(plan)
-    steps, grads = [], None
-    for step in range(spec.steps):
-        steps.append(_one_step(plan, cfg, spec, me, stage, sync, optimizer, step, global_tokens, dtype))
+    return _Layout(_placement(plan), me, stage, sync, make_optimizer(stage.parameters(), spec))
+
+
+def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
+    """Run `spec` on this rank (inside an initialised default process group); returns its report."""
+    plans = [Plan.model_validate_json(text) for text in spec.step_plans()]
+    cfg = model_config_for(plans[0], spec.models_file)
+    for plan in plans:
+        validate_plan(plan, world_size, cfg)
+    layout, steps, grads = None, [], None
+    for step, plan in enumerate(plans):
+        switch = None
+        if layout is None or layout.key != _placement(plan):
+            new = _build_layout(plan, cfg, spec, rank)
+            if layout is not None:
+                switch = reshard(
+                    layout.stage, layout.optimizer, layout.sync.layouts, new.stage, new.optimizer, new.sync.layouts
+                )
+                switch |= _planned_switch(plan, new.me)
+            layout = new
+        else:
+            layout.me = assign_ranks(plan)[rank]  # the same layout, this step's micro-batches
+        record = _one_step(plan, cfg, spec, layout, step)
+        record["switch"] = switch
+        steps.append(record)
         if spec.collect_state and step == 0:
-            grads = {name: p.grad.detach().clone() for name, p in stage.named_parameters()}
-        optimizer.step()
+            grads = {name: p.grad.detach().clone() for name, p in layout.stage.named_parameters()}
+        layout.optimizer.step()
+    me = layout.me
     report = {
         "rank": rank,
         "pipeline": me.pipeline_index,
@@ -126,19 +164,35 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
         "stage": me.stage,
         "tp_rank": me.tp_rank,
         "cp_rank": me.cp_rank,
-        "num_sync_groups": sync.num_groups,
-        "planned_sync": _planned_sync(plan, me),
+        "num_sync_groups": layout.sync.num_groups,
+        "planned_sync": _planned_sync(plans[-1], me),
         "steps": steps,
     }
     if spec.collect_state:
-        report["boxes"] = {name: box for name, (box, _) in sync.layout.items()}
-        report["params"] = {name: p.detach().clone() for name, p in stage.named_parameters()}
+        report["boxes"] = {name: box for name, (box, _) in layout.sync.layout.items()}
+        report["params"] = {name: p.detach().clone() for name, p in layout.stage.named_parameters()}
         report["grads"] = grads
     return report
 
 
-def _one_step(plan, cfg, spec, me, stage, sync, optimizer, step, global_tokens, dtype) -> dict:
-    optimizer.zero_grad(set_to_none=True)
+def _planned_switch(plan: Plan, me: RankAssignment) -> dict:
+    """The planner's switch model: a moved pipeline's GPUs load their bf16 weight shard
+    (`grad_bytes_per_gpu`; optimizer states do not move there), `switch_cost_s` in the plan."""
+    entry = next(
+        (e for e in plan.cost_profile.schemes if (e.tp, e.pp, e.cp) == (me.scheme.tp, me.scheme.pp, me.scheme.cp)),
+        None,
+    )
+    return {
+        "planned_weight_bytes": entry.grad_bytes_per_gpu if entry is not None else 0.0,
+        "planned_switch_cost_s": plan.switch_cost_s,
+        "previous_strategy": plan.previous_strategy,
+    }
+
+
+def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int) -> dict:
+    me, stage, dtype = layout.me, layout.stage, DTYPES[spec.dtype]
+    global_tokens = global_token_count(plan)
+    layout.optimizer.zero_grad(set_to_none=True)
     started = time.perf_counter()
 
     def batch_of(index: int):
@@ -148,7 +202,7 @@ def _one_step(plan, cfg, spec, me, stage, sync, optimizer, step, global_tokens, 
     result = run_pipeline_step(stage, me, batch_of, global_tokens, dtype)
     compute_s = time.perf_counter() - started
     sync_started = time.perf_counter()
-    sync_bytes = sync.sync(stage)
+    sync_bytes = layout.sync.sync(stage)
     sync_s = time.perf_counter() - sync_started
     contributes = me.is_last_stage and me.tp_rank == 0
     loss = torch.tensor([result.loss_sum if contributes else 0.0], dtype=torch.float64)

@@ -58,12 +58,16 @@ def tiny_profile(capacity_tokens: int = CAPACITY_TOKENS, model: str = "tiny", nu
     )
 
 
-def fixed_plan(strategy: str, lengths: list[int], num_gpus: int, seed: int = 0, model: str = "tiny") -> Plan:
-    """The planner's plan of `lengths` on the fixed `strategy` (checked by the planner itself)."""
+def fixed_plan(
+    strategy: str, lengths: list[int], num_gpus: int, seed: int = 0, model: str = "tiny", previous: str | None = None
+) -> Plan:
+    """The planner's plan of `lengths` on the fixed `strategy` (checked by the planner itself);
+    `previous`: the previous step's strategy (the plan then costs the switch)."""
     request = PlanRequest(
         lengths=lengths,
         num_gpus=num_gpus,
         gpus_per_node=num_gpus,
+        previous_strategy=previous,
         options=SolverOptions(solver="greedy", time_limit_s=1.0, seed=seed, oversize="split"),
     )
     num_layers = MINI_MODEL["num_layers"] if model == MINI_MODEL["name"] else 4

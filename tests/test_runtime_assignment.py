@@ -128,3 +128,20 @@ def test_pieces_are_the_intersections_of_every_ranks_slices():
         ("w", ((0, 2), (0, 3))): (0, 2),
         ("w", ((2, 4), (0, 3))): (1, 2),
     }
+
+
+def test_a_switch_takes_each_new_cell_from_its_old_holder_and_keeps_what_stays():
+    require_torch()
+    from hydraplan.runtime.reshard import Transfer, transfers_between
+
+    old = [{"w": (((0, 2), (0, 3)), True)}, {"w": (((2, 4), (0, 3)), True)}, {"w": (((0, 4), (0, 3)), True)}]
+    new = [{"w": (((0, 4), (0, 3)), True)}, {"w": (((1, 3), (0, 3)), True)}, {"w": (((2, 4), (0, 3)), True)}]
+    assert transfers_between(old, new) == [
+        Transfer("w", ((0, 2), (0, 3)), 0, 0),  # kept
+        Transfer("w", ((2, 4), (0, 3)), 1, 0),  # the lowest old holder (ranks 1 and 2 hold it)
+        Transfer("w", ((1, 2), (0, 3)), 0, 1),
+        Transfer("w", ((2, 3), (0, 3)), 1, 1),  # kept
+        Transfer("w", ((2, 4), (0, 3)), 2, 2),  # kept
+    ]
+    with pytest.raises(ValueError, match="no rank of the old layout holds it"):
+        transfers_between([{"w": (((0, 2), (0, 3)), True)}], [{"w": (((0, 4), (0, 3)), True)}])

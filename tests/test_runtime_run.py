@@ -29,10 +29,28 @@ LENGTHS = [5, 9, 2, 7, 12, 30, 8, 4, 11]  # sequence 5 (30 tokens) is split at t
 STRATEGIES = {"tp_pp": "1x<2,1,1> + 1x<1,2,1>", "cp_dp": "1x<1,1,2> + 2x<1,1,1>"}
 
 
+# a 3-step run switching strategy every step, each step its own batch
+SWITCHES = (("tp_pp", (6, 3, 14, 9, 27, 5)), ("cp_dp", (8, 2, 11, 20, 7, 4, 9)), ("tp_pp", tuple(LENGTHS)))
+
+
 @functools.cache
-def plan_of(name: str):
-    """One plan per strategy for the whole module (a plan records its solve time: made once)."""
-    return fixed_plan(STRATEGIES[name], LENGTHS, 4, model=MINI_MODEL["name"])
+def plan_of(name: str, lengths: tuple[int, ...] = tuple(LENGTHS), previous: str | None = None):
+    """One plan per strategy and batch for the whole module (a plan records its solve time: made once)."""
+    previous_strategy = STRATEGIES[previous] if previous else None
+    return fixed_plan(STRATEGIES[name], list(lengths), 4, model=MINI_MODEL["name"], previous=previous_strategy)
+
+
+def switch_plans() -> list:
+    """The plans of the switching run, each planned with the previous step's strategy."""
+    names = [None] + [name for name, _ in SWITCHES]
+    return [plan_of(name, lengths, previous) for (name, lengths), previous in zip(SWITCHES, names)]
+
+
+def switch_spec(models_file: str, dtype: str = "float64") -> RunSpec:
+    plan_jsons = tuple(plan.model_dump_json() for plan in switch_plans())
+    return RunSpec(
+        plan_jsons=plan_jsons, steps=len(plan_jsons), dtype=dtype, collect_state=True, models_file=models_file
+    )
 
 
 def specs(models_file: str) -> dict[str, RunSpec]:
@@ -45,6 +63,7 @@ def specs(models_file: str) -> dict[str, RunSpec]:
         "tp_pp_float32": spec("tp_pp", steps=1, dtype="float32", collect_state=True),
         "cp_dp_float32": spec("cp_dp", steps=1, dtype="float32", collect_state=True),
         "nan": spec("tp_pp", steps=3, dtype="float64", inject_nan_step=1),
+        "switch": switch_spec(models_file),
     }
 
 
@@ -116,6 +135,31 @@ def test_float32_first_step_gradients_within_1e_5_of_their_norm(ranks, name):
     plan = plan_of(name.removesuffix("_float32"))
     result = compare_with_reference(reports_of(ranks, name), single_process_run(plan, spec), "float32")
     assert result.passed and result.max_grad_rel_to_norm <= 1e-5, result
+
+
+def test_three_steps_switching_strategy_every_step_equal_one_process(ranks):
+    spec = ranks[0]["switch"]
+    reports = reports_of(ranks, "switch")
+    result = compare_with_reference(reports, single_process_run(plan_of("tp_pp"), spec), "float64")
+    assert result.passed and result.max_param_rel <= 1e-9 and result.max_loss_rel <= 1e-9, result
+    assert [report["scheme"] for report in reports] == ["<2,1,1>", "<2,1,1>", "<1,2,1>", "<1,2,1>"]
+    for report in reports:
+        assert report["steps"][0]["switch"] is None
+        assert all(step["switch"]["seconds"] > 0 for step in report["steps"][1:])
+    # <2,1,1> + <1,2,1> -> <1,1,2> + 2x<1,1,1>: every rank now holds the whole model and receives
+    # exactly what it lacked (parameter and two AdamW moments, 8 bytes each), nothing more
+    whole = sum(p.numel() for p in reports_of(ranks, "cp_dp")[0]["params"].values())
+    held_before = [sum(p.numel() for p in report["params"].values()) for report in reports_of(ranks, "tp_pp")]
+    sent = sum(report["steps"][1]["switch"]["sent_bytes"] for report in reports)
+    assert sent == sum(3 * 8 * (whole - held) for held in held_before) > 0
+    # and back: every rank held everything, so each keeps its new slice and nothing travels
+    assert [report["steps"][2]["switch"]["sent_bytes"] for report in reports] == [0, 0, 0, 0]
+    # the planner costs both switches (it loads every moved pipeline's shard, kept or not)
+    assert all(plan.switch_cost_s > 0 for plan in switch_plans()[1:])
+    assert reports[0]["steps"][1]["switch"]["planned_switch_cost_s"] == switch_plans()[1].switch_cost_s
+    assert all(
+        step["switch"]["weight_bytes"] * 3 == step["switch"]["sent_bytes"] for r in reports for step in r["steps"][1:]
+    )
 
 
 def test_a_wrong_shard_fails_the_check(ranks):
@@ -195,6 +239,22 @@ def test_cli_run_check_and_report(ranks, models_file, tmp_path, monkeypatch, cap
     document = json.loads(report_path.read_text())
     assert document["check"]["passed"] and len(document["ranks"]) == 4
     assert "params" not in document["ranks"][0] and document["ranks"][0]["steps"][0]["sync"]["elements"] > 0
+
+
+def test_cli_run_plans_one_per_step(ranks, models_file, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(launch, "run_ranks", lambda fn, nproc, **kwargs: reports_of(ranks, "switch"))
+    directory = tmp_path / "plans"
+    directory.mkdir()
+    for index, plan in enumerate(switch_plans()):
+        (directory / f"step-{index:02d}.json").write_text(plan.model_dump_json(), encoding="utf-8")
+    argv = ["run", "--plans", str(directory), "--models-file", models_file, "--dtype", "float64", "--check"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("strategy switch before it") == 2 and "check (float64) PASSED" in out
+    assert main([*argv, "--steps", "2"]) == 2
+    assert "--steps 2: with --plans, every plan is one step" in capsys.readouterr().err
+    assert main(["run", "--plans", str(tmp_path / "none"), "--models-file", models_file]) == 2
+    assert "not a directory" in capsys.readouterr().err
 
 
 def test_cli_run_refuses_before_any_rank_starts(ranks, models_file, tmp_path, monkeypatch, capsys):
