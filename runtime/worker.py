@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
+import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from hydraplan.planner.schemas import Plan
 from hydraplan.runtime.assignment import (
+    PlanRefusedError,
     RankAssignment,
     assign_ranks,
     global_token_count,
@@ -231,13 +232,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=1)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    parser.add_argument("--models-file", help="extra model catalog (the plan names its model)")
     parser.add_argument("--report", help="rank 0 writes every rank's report (JSON) here")
     args = parser.parse_args(argv)
     with open(args.plan, encoding="utf-8") as handle:
-        spec = RunSpec(plan_json=handle.read(), steps=args.steps, dtype=args.dtype)
+        spec = RunSpec(plan_json=handle.read(), steps=args.steps, dtype=args.dtype, models_file=args.models_file)
     dist.init_process_group(args.backend)
     try:
-        report = run_worker(dist.get_rank(), dist.get_world_size(), spec)
+        try:
+            report = run_worker(dist.get_rank(), dist.get_world_size(), spec)
+        except PlanRefusedError as exc:  # every rank refuses the same plan before any compute
+            print(f"hydraplan worker: rank {dist.get_rank()}: error: {exc}", file=sys.stderr)
+            return 2
         reports: list = [None] * dist.get_world_size()
         dist.all_gather_object(reports, report)
         if dist.get_rank() == 0:
@@ -253,4 +259,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(os.sys.argv[1:]))
+    raise SystemExit(main(sys.argv[1:]))
