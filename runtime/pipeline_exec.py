@@ -43,14 +43,14 @@ class StepResult:
 class _Channel:
     """Shape-headed point-to-point messages of one step (tags: 4 per micro-batch)."""
 
-    def __init__(self, dtype: torch.dtype, result: StepResult) -> None:
-        self.dtype = dtype
+    def __init__(self, dtype: torch.dtype, device: torch.device, result: StepResult) -> None:
+        self.dtype, self.device = dtype, device
         self.result = result
         self.pending: list = []
 
     def send(self, tensor: torch.Tensor, peer: int, tag: int) -> None:
         payload = tensor.detach().contiguous()
-        header = torch.tensor(payload.shape, dtype=torch.int64)
+        header = torch.tensor(payload.shape, dtype=torch.int64, device=payload.device)
         self.pending += [
             (dist.isend(header, peer, tag=2 * tag), header),
             (dist.isend(payload, peer, tag=2 * tag + 1), payload),
@@ -59,9 +59,9 @@ class _Channel:
 
     def recv(self, peer: int, tag: int) -> tuple[torch.Tensor, float]:
         started = time.perf_counter()
-        header = torch.empty(HEADER_DIMS, dtype=torch.int64)
+        header = torch.empty(HEADER_DIMS, dtype=torch.int64, device=self.device)
         dist.recv(header, peer, tag=2 * tag)
-        payload = torch.empty(tuple(header.tolist()), dtype=self.dtype)
+        payload = torch.empty(tuple(header.tolist()), dtype=self.dtype, device=self.device)
         dist.recv(payload, peer, tag=2 * tag + 1)
         return payload, time.perf_counter() - started
 
@@ -90,7 +90,7 @@ def run_pipeline_step(
     accumulated in `.grad`; the caller synchronises and steps). `batch_of(i)` is micro-batch i as
     this rank sees it (its CP shard)."""
     result = StepResult()
-    channel = _Channel(dtype, result)
+    channel = _Channel(dtype, next(stage.parameters()).device, result)
     saved: dict[int, tuple[torch.Tensor | None, torch.Tensor, int]] = {}
     order = one_f_one_b(assignment.stage, assignment.scheme.pp, len(assignment.micro_batches))
     for is_forward, index in order:

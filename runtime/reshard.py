@@ -116,7 +116,8 @@ def reshard(
             if transfer.source == rank:
                 _unpack(payload, targets)
                 continue
-            buffer = torch.empty(sum(t.numel() for t in targets), dtype=new_params[transfer.name].dtype)
+            like = new_params[transfer.name]
+            buffer = torch.empty(sum(t.numel() for t in targets), dtype=like.dtype, device=like.device)
             pending.append(dist.irecv(buffer, transfer.source, tag=tag))
             received.append((buffer, targets))
         else:

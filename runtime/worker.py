@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -77,6 +78,14 @@ def make_optimizer(parameters, spec: RunSpec) -> torch.optim.Optimizer:
     return torch.optim.AdamW(parameters, lr=spec.lr, weight_decay=spec.weight_decay, foreach=False)
 
 
+def _device() -> torch.device:
+    """Where this rank computes: its CUDA device under NCCL (`run_ranks` and torchrun set it),
+    else the CPU. (The NCCL path has not run here: no GPU in CI.)"""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def _build_groups(assignments: list[RankAssignment], me: RankAssignment):
     """Every TP and CP group of the strategy (collective: all ranks, one sorted order); this
     rank's two (None where the degree is 1)."""
@@ -126,7 +135,9 @@ def _build_layout(plan: Plan, cfg, spec: RunSpec, rank: int) -> _Layout:
     assignments = assign_ranks(plan)
     me = assignments[rank]
     tp_group, cp_group = _build_groups(assignments, me)
-    stage = build_stage(cfg, pp=me.scheme.pp, stage=me.stage, seed=spec.init_seed, dtype=DTYPES[spec.dtype])
+    stage = build_stage(
+        cfg, pp=me.scheme.pp, stage=me.stage, seed=spec.init_seed, dtype=DTYPES[spec.dtype], device=_device()
+    )
     parallelize_stage(stage, tp=me.scheme.tp, cp=me.scheme.cp, tp_group=tp_group, cp_group=cp_group)
     sync = GradSync.build(stage, me.tp_rank)
     return _Layout(_placement(plan), me, stage, sync, make_optimizer(stage.parameters(), spec))
@@ -171,8 +182,8 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
     }
     if spec.collect_state:
         report["boxes"] = {name: box for name, (box, _) in layout.sync.layout.items()}
-        report["params"] = {name: p.detach().clone() for name, p in layout.stage.named_parameters()}
-        report["grads"] = grads
+        report["params"] = {name: p.detach().cpu().clone() for name, p in layout.stage.named_parameters()}
+        report["grads"] = {name: grad.cpu() for name, grad in grads.items()}
     return report
 
 
@@ -197,7 +208,8 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int) -> dic
     started = time.perf_counter()
 
     def batch_of(index: int):
-        batch = micro_batch(me.micro_batches[index], plan.input_lengths, spec.data_seed, step, cfg.vocab_size)
+        work = me.micro_batches[index]
+        batch = micro_batch(work, plan.input_lengths, spec.data_seed, step, cfg.vocab_size).to(_device())
         return cp_shard(batch, me.cp_rank, me.scheme.cp) if me.scheme.cp > 1 else batch
 
     result = run_pipeline_step(stage, me, batch_of, global_tokens, dtype)
@@ -206,7 +218,7 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int) -> dic
     sync_bytes = layout.sync.sync(stage)
     sync_s = time.perf_counter() - sync_started
     contributes = me.is_last_stage and me.tp_rank == 0
-    loss = torch.tensor([result.loss_sum if contributes else 0.0], dtype=torch.float64)
+    loss = torch.tensor([result.loss_sum if contributes else 0.0], dtype=torch.float64, device=_device())
     dist.all_reduce(loss)
     value = float(loss) / global_tokens
     if spec.inject_nan_step == step:
@@ -237,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with open(args.plan, encoding="utf-8") as handle:
         spec = RunSpec(plan_json=handle.read(), steps=args.steps, dtype=args.dtype, models_file=args.models_file)
+    if args.backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(args.backend)
     try:
         try:
