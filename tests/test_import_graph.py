@@ -20,6 +20,9 @@ ALLOWED = {
     "runtime": {"runtime", "planner", "cost_models"},
     "api": {"api", "planner", "cost_models"},
 }
+# Layers a layer may import only inside a function, never at module level: `hydraplan run`
+# (api/cli_run.py) imports the runtime when the command runs, so the CLI never needs torch.
+ALLOWED_LAZY = {"api": {"runtime"}}
 PROJECT = set(ALLOWED) | {"benchmarks", "tests"}
 
 
@@ -60,9 +63,27 @@ def test_packages_import_only_downstream_layers():
     offenders = []
     for package, allowed in ALLOWED.items():
         for path in sorted((ROOT / package).rglob("*.py")):
-            extra = imported_project_packages(path) - allowed
+            extra = imported_project_packages(path) - allowed - ALLOWED_LAZY.get(package, set())
             if extra:
                 offenders.append(f"{path.relative_to(ROOT)} imports {sorted(extra)}")
+    assert offenders == []
+
+
+def test_lazily_allowed_layers_are_not_imported_at_module_level():
+    offenders = []
+    for package, lazy in ALLOWED_LAZY.items():
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            for node in tree.body:  # module-level statements only (a function body is not walked)
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = [node.module]
+                for name in names:
+                    parts = name.split(".")
+                    if parts[0] == "hydraplan" and len(parts) > 1 and parts[1] in lazy:
+                        offenders.append(f"{path.relative_to(ROOT)} imports {name} at module level")
     assert offenders == []
 
 

@@ -1,5 +1,6 @@
 """Plan -> per-rank execution without launching ranks: the 1F1B order, rank assignment, refusals,
-and the slice-intersection pieces of the gradient sync."""
+and the slice-intersection pieces of the gradient sync and of a strategy switch (the tests marked
+`runtime` need torch: skipped without it, failed under CI=true)."""
 
 from __future__ import annotations
 
@@ -74,17 +75,20 @@ def mini(tmp_path):
     return plan, models_file, model_config_for(plan, models_file)
 
 
+@pytest.mark.runtime
 def test_a_valid_plan_is_accepted(mini):
     plan, _, cfg = mini
     validate_plan(plan, 4, cfg)
 
 
+@pytest.mark.runtime
 def test_a_world_size_other_than_the_plans_is_refused(mini):
     plan, _, cfg = mini
     with pytest.raises(PlanRefusedError, match="^the plan has 4 ranks but the world size is 3$"):
         validate_plan(plan, 3, cfg)
 
 
+@pytest.mark.runtime
 def test_a_plan_failing_the_checker_is_refused(mini):
     plan, _, cfg = mini
     pipelines = list(plan.pipelines)
@@ -95,6 +99,7 @@ def test_a_plan_failing_the_checker_is_refused(mini):
         validate_plan(broken, 4, cfg)
 
 
+@pytest.mark.runtime
 def test_a_model_the_runtime_cannot_build_is_refused(mini):
     from hydraplan.runtime.assignment import model_config_for
 
@@ -111,6 +116,7 @@ def test_a_model_the_runtime_cannot_build_is_refused(mini):
         validate_plan(plan, 4, type(cfg)(**{**cfg.__dict__, "num_layers": 3}))
 
 
+@pytest.mark.runtime
 def test_pieces_are_the_intersections_of_every_ranks_slices():
     require_torch()
     from hydraplan.runtime.grad_sync import pieces_of
@@ -130,6 +136,7 @@ def test_pieces_are_the_intersections_of_every_ranks_slices():
     }
 
 
+@pytest.mark.runtime
 def test_a_switch_takes_each_new_cell_from_its_old_holder_and_keeps_what_stays():
     require_torch()
     from hydraplan.runtime.reshard import Transfer, transfers_between
