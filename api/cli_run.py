@@ -56,7 +56,7 @@ def run_run(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_RUN_FAILED
     check = _check(plan, spec, reports) if args.check else None
-    _print_summary(plan, reports, check)
+    _print_summary(plans, reports, check)
     if args.report:
         _write_report(args.report, spec, reports, check)
     if check is not None and not check["passed"]:
@@ -98,7 +98,8 @@ def _public(report: dict) -> dict:
     return {key: value for key, value in report.items() if key not in ("params", "grads", "boxes")}
 
 
-def _print_summary(plan, reports: list[dict], check: dict | None) -> None:
+def _print_summary(plans: list, reports: list[dict], check: dict | None) -> None:
+    plan = plans[0]
     print(f"ran {plan.strategy} on {len(reports)} ranks ({len(plan.input_lengths)} sequences)")
     for step in reports[0]["steps"]:
         slowest = max(report["steps"][step["step"]]["pipeline_s"] for report in reports)
@@ -111,6 +112,17 @@ def _print_summary(plan, reports: list[dict], check: dict | None) -> None:
                 f"slowest rank {max(switch['seconds'] for switch in switches):.3f} s; the plan's "
                 f"switch_cost_s {switches[0]['planned_switch_cost_s']:.3g} s"
             )
+    from hydraplan.runtime.timeline import pipeline_critical_paths_s
+
+    last = len(reports[0]["steps"]) - 1
+    measured = pipeline_critical_paths_s(reports, last)
+    print("  pipelines, last step: the plan's simulated 1F1B time vs the critical path of the measured op CPU times")
+    for pipeline in plans[-1].pipelines:
+        scheme = f"<{pipeline.scheme.tp},{pipeline.scheme.pp},{pipeline.scheme.cp}>"
+        print(
+            f"    pipeline {pipeline.index} {scheme}: planned {pipeline.time_s * 1e3:.3f} ms, "
+            f"measured {measured[pipeline.index] * 1e3:.3f} ms"
+        )
     print("  gradient sync per rank (last step): bytes sent by a ring all-reduce, vs the planner's model (bf16)")
     for report in reports:
         sync = report["steps"][-1]["sync"]
@@ -134,9 +146,12 @@ def _element_bytes(sync: dict) -> float:
 
 
 def _write_report(path: str, spec, reports: list[dict], check: dict | None) -> None:
+    from hydraplan.runtime.timeline import pipeline_critical_paths_s
+
     document = {
         "steps": spec.steps,
         "dtype": spec.dtype,
+        "critical_path_s": [pipeline_critical_paths_s(reports, step) for step in range(len(reports[0]["steps"]))],
         "ranks": [_public(report) for report in reports],
         "check": check,
     }

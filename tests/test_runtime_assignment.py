@@ -152,3 +152,32 @@ def test_a_switch_takes_each_new_cell_from_its_old_holder_and_keeps_what_stays()
     ]
     with pytest.raises(ValueError, match="no rank of the old layout holds it"):
         transfers_between([{"w": (((0, 2), (0, 3)), True)}], [{"w": (((0, 4), (0, 3)), True)}])
+
+
+def test_the_critical_path_of_a_hand_computed_schedule():
+    from hydraplan.runtime.timeline import critical_path_s
+
+    # pp=2, m=2, forwards 1 s, backwards 2 s: s1 F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7]; s0 B1 [7,9]
+    durations = {
+        (stage, forward, index): 1.0 if forward else 2.0
+        for stage in (0, 1)
+        for forward in (True, False)
+        for index in (0, 1)
+    }
+    assert critical_path_s(durations, 2, 2) == 9.0
+
+
+@pytest.mark.parametrize("num_stages", [1, 2, 3, 4])
+def test_the_critical_path_equals_the_planners_simulation_with_the_same_times(num_stages):
+    from hydraplan.planner.simulate import simulate_1f1b
+    from hydraplan.runtime.timeline import critical_path_s
+
+    stage_times = [0.3, 1.7, 0.9, 2.4, 0.5, 1.1]
+    fwd_fraction = 0.3
+    durations = {}
+    for stage in range(num_stages):
+        for index, time_s in enumerate(stage_times):
+            durations[(stage, True, index)] = fwd_fraction * time_s
+            durations[(stage, False, index)] = time_s - fwd_fraction * time_s
+    expected = simulate_1f1b(stage_times, num_stages, fwd_fraction)
+    assert critical_path_s(durations, num_stages, len(stage_times)) == pytest.approx(expected, rel=1e-12)

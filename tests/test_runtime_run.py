@@ -201,6 +201,14 @@ def test_micro_batches_ran_in_the_1f1b_order(ranks):
         assert ops == one_f_one_b(assignment.stage, assignment.scheme.pp, len(assignment.micro_batches))
         if assignment.scheme.pp == 2:
             assert report["steps"][0]["p2p_sent_bytes"] > 0
+    # the measured critical path: at least the busiest rank's own work, at most all ranks' work in a row
+    from hydraplan.runtime.timeline import pipeline_critical_paths_s
+
+    reports = reports_of(ranks, "tp_pp")
+    paths = pipeline_critical_paths_s(reports, 0)
+    for index, path in paths.items():
+        mine = [sum(op["cpu_s"] for op in r["steps"][0]["ops"]) for r in reports if r["pipeline"] == index]
+        assert max(mine) <= path + 1e-12 and path <= sum(mine) + 1e-12
 
 
 def test_a_nan_loss_stops_every_rank_with_the_step_number(ranks):
@@ -236,8 +244,10 @@ def test_cli_run_check_and_report(ranks, models_file, tmp_path, monkeypatch, cap
     assert calls[0][0] is run_worker and calls[0][1:3] == (4, "gloo")
     assert calls[0][3] == ranks[0]["tp_pp"]  # the CLI's spec is the one the scenario ran
     assert "check (float64) PASSED" in out and "step 2: loss" in out
+    assert "pipeline 1 <1,2,1>: planned" in out
     document = json.loads(report_path.read_text())
     assert document["check"]["passed"] and len(document["ranks"]) == 4
+    assert len(document["critical_path_s"]) == 3 and sorted(document["critical_path_s"][0]) == ["0", "1"]
     assert "params" not in document["ranks"][0] and document["ranks"][0]["steps"][0]["sync"]["elements"] > 0
 
 
