@@ -185,4 +185,4 @@ def test_the_readme_runtime_example_runs():
     exec(compile(code, "README.md", "exec"), namespace)
     loss, cfg = namespace["loss"], namespace["cfg"]
     # A freshly initialised model predicts close to uniformly: mean loss near log(vocab).
-    assert abs(float(loss) - math.log(cfg.vocab_size)) < 0.5
+    assert abs(loss.item() - math.log(cfg.vocab_size)) < 0.5
