@@ -54,6 +54,7 @@ COMMANDS: dict[str, Command] = {
         "hydraplan.api.cli_whatif", "what-if capacity study: sweep clusters, models, data; plots and a report"
     ),
     "serve": Command(__name__, "run the REST service (needs the service extra)"),
+    "run": Command("hydraplan.api.cli_run", "execute a plan on local torch ranks (needs the runtime extra)"),
 }
 
 

@@ -1,10 +1,18 @@
-"""hydraplan runtime: all torch code (the model, its parallel layers, launching local ranks).
+"""hydraplan runtime: all torch code (the model, its parallel layers, the profiler, the workers).
 
-- `runtime.model`: the Llama-style decoder, cut into pipeline stages, on packed micro-batches;
+- `runtime.model` (`batch`, `attention`): the Llama-style decoder, cut into pipeline stages, on
+  packed micro-batches;
 - `runtime.parallel`: tensor and context parallelism of a stage (`parallelize_stage`, `cp_shard`);
 - `runtime.launch`: run a function on local ranks of a fresh process group (`run_ranks`);
-- `runtime.collectives`: measured all-reduce / all-gather / send-recv times.
+- `runtime.collectives`: measured all-reduce / all-gather / send-recv times;
+- `runtime.profiler` (`profiler_ranks`): the measurements of `hydraplan profile --device`;
+- executing plans (`hydraplan run`): `assignment` (plan -> what each rank runs), `step_data`
+  (the step's tokens), `pipeline_exec` (1F1B with variable-shape send/recv), `grad_sync`
+  (gradient sync across pipelines of different layouts by canonical slices), `reshard`
+  (strategy switches), `worker` (one rank's steps), `equivalence` (the one-process `--check`),
+  `timeline` (the measured critical path).
 
-It depends only on the plan schema and the model catalog, never re-plans; torch comes with the
-`runtime` extra (`pip install -e ".[runtime]"`, torch==2.13.0). Importing this package imports no torch.
+It depends on the plan schema, the measurement types and the plan checker, and on the model
+catalog; it never re-plans. torch comes with the `runtime` extra (`pip install -e ".[runtime]"`,
+torch==2.13.0). Importing this package imports no torch.
 """

@@ -468,6 +468,7 @@ HELP_COMMANDS = [
     ["schema"],
     ["whatif"],
     ["serve"],
+    ["run"],
 ]
 
 

@@ -1,0 +1,117 @@
+"""`--check`: the same steps on one process, and the largest differences from the ranks.
+
+The single-process run builds the whole model (`build_stage(cfg)`, the same init by canonical
+name), packs every entry of every pipeline's micro-batches of a step into one batch (the same
+tokens, `step_data.whole_batch`), divides the summed loss by the same global token count and takes
+the same AdamW step. The ranks' shards are compared with the matching index ranges of the full
+tensors (`boxes`, from `parameter_slices`): the sharded run trains the same model if and only if
+every shard equals its slice.
+
+Tolerances (issue 12): float64, the loss of every step and every parameter after the steps within
+1e-9 relative (`max |diff| / max |reference|` per tensor); float32, the gradients of the first step
+within 1e-5 relative to their norm (`||diff|| / ||reference||` per tensor).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hydraplan.planner.schemas import Plan
+from hydraplan.runtime.assignment import assign_ranks, global_token_count, model_config_for
+from hydraplan.runtime.model import build_stage
+from hydraplan.runtime.step_data import whole_batch
+from hydraplan.runtime.worker import DTYPES, RunSpec, make_optimizer
+
+__all__ = ["TOLERANCES", "CheckResult", "compare_with_reference", "single_process_run"]
+
+TOLERANCES = {"float64": {"loss": 1e-9, "params": 1e-9}, "float32": {"grads": 1e-5}}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Largest relative differences between the ranks and the single process, and the verdict."""
+
+    dtype: str
+    max_loss_rel: float
+    max_param_rel: float
+    max_grad_rel_to_norm: float
+    worst_param: str
+    worst_grad: str
+    passed: bool
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__, tolerances=TOLERANCES[self.dtype])
+
+
+def single_process_run(plan: Plan, spec: RunSpec) -> dict:
+    """Losses of every step, first-step gradients and final parameters of the whole model.
+
+    `plan` is the run's plan when every step has the same one; with `spec.plan_jsons` each step
+    takes its own plan's batch (the strategy does not matter on one process)."""
+    plans = [Plan.model_validate_json(text) for text in spec.plan_jsons] or [plan] * spec.steps
+    cfg = model_config_for(plans[0], spec.models_file)
+    model = build_stage(cfg, seed=spec.init_seed, dtype=DTYPES[spec.dtype])
+    optimizer = make_optimizer(model.parameters(), spec)
+    losses, grads = [], None
+    for step, step_plan in enumerate(plans):
+        works = [work for rank in _first_ranks(step_plan) for work in rank.micro_batches]
+        global_tokens = global_token_count(step_plan)
+        optimizer.zero_grad(set_to_none=True)
+        batch = whole_batch(works, step_plan.input_lengths, spec.data_seed, step, cfg.vocab_size)
+        loss_sum = model(batch)
+        (loss_sum / global_tokens).backward()
+        losses.append(float(loss_sum.detach()) / global_tokens)
+        if step == 0:
+            grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+        optimizer.step()
+    params = {name: p.detach().clone() for name, p in model.named_parameters()}
+    return {"losses": losses, "grads": grads, "params": params}
+
+
+def _first_ranks(plan: Plan):
+    """One assignment per pipeline (its micro-batches)."""
+    seen, firsts = set(), []
+    for assignment in assign_ranks(plan):
+        if assignment.pipeline_index not in seen:
+            seen.add(assignment.pipeline_index)
+            firsts.append(assignment)
+    return firsts
+
+
+def _piece(full: torch.Tensor, box) -> torch.Tensor:
+    view = full
+    for dim, (start, stop) in enumerate(box):
+        view = view.narrow(dim, start, stop - start)
+    return view
+
+
+def compare_with_reference(reports: list[dict], reference: dict, dtype: str) -> CheckResult:
+    """The largest differences over every rank, step and tensor (see the module docstring)."""
+    max_loss = 0.0
+    for report in reports:
+        for step, ref_loss in zip(report["steps"], reference["losses"], strict=True):
+            max_loss = max(max_loss, abs(step["loss"] - ref_loss) / abs(ref_loss))
+    max_param, worst_param = 0.0, ""
+    max_grad, worst_grad = 0.0, ""
+    for report in reports:
+        for name, shard in report["params"].items():
+            expected = _piece(reference["params"][name], report["boxes"][name])
+            scale = float(expected.abs().max()) or 1.0
+            diff = float((shard - expected).abs().max()) / scale
+            if diff >= max_param:
+                max_param, worst_param = diff, f"rank {report['rank']} {name}"
+        for name, grad in report["grads"].items():
+            expected = _piece(reference["grads"][name], report["boxes"][name])
+            norm = float(expected.norm()) or 1.0
+            diff = float((grad - expected).norm()) / norm
+            if diff >= max_grad:
+                max_grad, worst_grad = diff, f"rank {report['rank']} {name}"
+    limits = TOLERANCES[dtype]
+    passed = (
+        max_loss <= limits.get("loss", float("inf"))
+        and max_param <= limits.get("params", float("inf"))
+        and max_grad <= limits.get("grads", float("inf"))
+    )
+    return CheckResult(dtype, max_loss, max_param, max_grad, worst_param, worst_grad, passed)

@@ -1,0 +1,59 @@
+"""The executed 1F1B graph's critical path, from each op's measured thread CPU time.
+
+On this 2-core machine the ranks oversubscribe the cores, so wall time is not the parallel time.
+Each op (forward or backward of one micro-batch on one stage) records its thread CPU time; the
+step's pipeline time is rebuilt as the longest path through the schedule's dependencies: an op
+starts when the previous op of its stage and the op it waits for (the forward on the stage before,
+the backward on the stage after) have finished. A stage's op takes the longest of its TP/CP
+ranks' times (they run in lockstep through their collectives). Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hydraplan.runtime.assignment import one_f_one_b
+
+__all__ = ["critical_path_s", "pipeline_critical_paths_s"]
+
+
+def critical_path_s(durations_s: dict[tuple[int, bool, int], float], num_stages: int, num_micro_batches: int) -> float:
+    """Makespan of the 1F1B schedule with `durations_s[(stage, is_forward, micro_batch)]`."""
+    orders = [one_f_one_b(stage, num_stages, num_micro_batches) for stage in range(num_stages)]
+    finish: dict[tuple[int, bool, int], float] = {}
+    cursor = [0] * num_stages
+    stage_free = [0.0] * num_stages
+    remaining = sum(len(order) for order in orders)
+    while remaining:
+        progressed = False
+        for stage, order in enumerate(orders):
+            while cursor[stage] < len(order):
+                is_forward, index = order[cursor[stage]]
+                if is_forward:
+                    waits_for = (stage - 1, True, index) if stage > 0 else None
+                else:
+                    waits_for = (stage + 1, False, index) if stage < num_stages - 1 else None
+                if waits_for is not None and waits_for not in finish:
+                    break
+                start = max(stage_free[stage], finish[waits_for] if waits_for else 0.0)
+                finish[(stage, is_forward, index)] = stage_free[stage] = start + durations_s[(stage, is_forward, index)]
+                cursor[stage] += 1
+                remaining -= 1
+                progressed = True
+        assert progressed, "the 1F1B order has a cycle"  # our own invariant: it never does
+    return max(stage_free)
+
+
+def pipeline_critical_paths_s(reports: Sequence[dict], step: int) -> dict[int, float]:
+    """Pipeline index -> critical path of step `step` from every rank's report (`run_worker`)."""
+    durations: dict[int, dict[tuple[int, bool, int], float]] = {}
+    shapes: dict[int, tuple[int, int]] = {}
+    for report in reports:
+        ops = report["steps"][step]["ops"]
+        table = durations.setdefault(report["pipeline"], {})
+        for op in ops:
+            key = (report["stage"], op["op"] == "F", op["micro_batch"])
+            table[key] = max(table.get(key, 0.0), op["cpu_s"])
+        num_stages = int(report["scheme"].strip("<>").split(",")[1])
+        shapes[report["pipeline"]] = (num_stages, len(ops) // 2)
+    return {index: critical_path_s(durations[index], *shapes[index]) for index in sorted(durations)}

@@ -1,0 +1,276 @@
+"""The worker every rank runs: a plan's steps on this rank's shard, with cross-pipeline sync.
+
+`run_worker(rank, world_size, spec)` is what `hydraplan run` spawns on each rank (`run_ranks`);
+`python -m hydraplan.runtime.worker --plan plan.json` runs the same function under `torchrun`
+(rank and world size from its environment). Each rank:
+
+1. reads and checks the plan (`assignment.validate_plan`: refused before any compute);
+2. finds its pipeline, stage, TP/CP ranks and builds the TP and CP groups (every rank creates
+   every group, in one order, as `torch.distributed.new_group` requires);
+3. builds its stage (`build_stage`, deterministic init by canonical name) and shards it
+   (`parallelize_stage`);
+4. builds the cross-pipeline gradient sync once for the strategy (`grad_sync.GradSync`);
+5. per step: the plan's micro-batches under 1F1B (`pipeline_exec`), the sync, one AdamW step on
+   its shard (AdamW is elementwise, so stepping every shard equals stepping the full model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+
+from hydraplan.planner.schemas import Plan
+from hydraplan.runtime.assignment import (
+    PlanRefusedError,
+    RankAssignment,
+    assign_ranks,
+    global_token_count,
+    model_config_for,
+    validate_plan,
+)
+from hydraplan.runtime.grad_sync import GradSync
+from hydraplan.runtime.model import build_stage
+from hydraplan.runtime.parallel import cp_shard, parallelize_stage
+from hydraplan.runtime.pipeline_exec import run_pipeline_step
+from hydraplan.runtime.reshard import reshard
+from hydraplan.runtime.step_data import micro_batch
+
+__all__ = ["DTYPES", "NonFiniteLossError", "RunSpec", "make_optimizer", "run_worker"]
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+class NonFiniteLossError(RuntimeError):
+    """The step's loss is NaN or infinite; the run stops there (every rank sees the same loss)."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What every rank runs (picklable: it travels to spawned ranks)."""
+
+    plan_json: str = ""
+    steps: int = 1
+    dtype: str = "float32"
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    init_seed: int = 0
+    data_seed: int = 0
+    collect_state: bool = False  # return shards and step-0 gradients (for --check)
+    models_file: str | None = None
+    inject_nan_step: int | None = None  # test hook: make this step's loss NaN
+    plan_jsons: tuple[str, ...] = ()  # one plan per step (strategy switches); overrides plan_json, steps
+
+    def step_plans(self) -> list[str]:
+        """The plan of every step."""
+        return list(self.plan_jsons) if self.plan_jsons else [self.plan_json] * self.steps
+
+
+def make_optimizer(parameters, spec: RunSpec) -> torch.optim.Optimizer:
+    """The one optimizer of both the ranks and the single-process check."""
+    return torch.optim.AdamW(parameters, lr=spec.lr, weight_decay=spec.weight_decay, foreach=False)
+
+
+def _device() -> torch.device:
+    """Where this rank computes: its CUDA device under NCCL (`run_ranks` and torchrun set it),
+    else the CPU. (The NCCL path has not run here: no GPU in CI.)"""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _build_groups(assignments: list[RankAssignment], me: RankAssignment):
+    """Every TP and CP group of the strategy (collective: all ranks, one sorted order); this
+    rank's two (None where the degree is 1)."""
+    wanted = sorted(
+        {a.tp_ranks for a in assignments if len(a.tp_ranks) > 1}
+        | {a.cp_ranks for a in assignments if len(a.cp_ranks) > 1}
+    )
+    groups = {ranks: dist.new_group(list(ranks)) for ranks in wanted}
+    return groups.get(me.tp_ranks), groups.get(me.cp_ranks)
+
+
+def _planned_sync(plan: Plan, me: RankAssignment) -> dict:
+    """The planner's gradient-sync model for this rank: a ring over every replica of the weights
+    (`sum cp` over pipelines) of `grad_bytes_per_gpu` (`planner/cost.py` `grad_sync_s`)."""
+    replicas = sum(pipeline.scheme.cp for pipeline in plan.pipelines)
+    entry = next(
+        (e for e in plan.cost_profile.schemes if (e.tp, e.pp, e.cp) == (me.scheme.tp, me.scheme.pp, me.scheme.cp)),
+        None,
+    )
+    grad_bytes = entry.grad_bytes_per_gpu if entry is not None else 0.0
+    ring = 2 * (replicas - 1) / replicas * grad_bytes if replicas > 1 else 0.0
+    return {
+        "replicas": replicas,
+        "grad_bytes_per_gpu": grad_bytes,
+        "ring_sent_bytes": ring,
+        "grad_sync_s": plan.grad_sync_s,
+    }
+
+
+@dataclass
+class _Layout:
+    """This rank's part of one strategy: built once, kept while the strategy stays."""
+
+    key: tuple
+    me: RankAssignment
+    stage: torch.nn.Module
+    sync: GradSync
+    optimizer: torch.optim.Optimizer
+
+
+def _placement(plan: Plan) -> tuple:
+    return tuple((str(p.scheme), tuple(p.ranks)) for p in plan.pipelines)
+
+
+def _build_layout(plan: Plan, cfg, spec: RunSpec, rank: int) -> _Layout:
+    """Groups, stage, gradient sync and optimizer of this rank under `plan`'s strategy (collective)."""
+    assignments = assign_ranks(plan)
+    me = assignments[rank]
+    tp_group, cp_group = _build_groups(assignments, me)
+    stage = build_stage(
+        cfg, pp=me.scheme.pp, stage=me.stage, seed=spec.init_seed, dtype=DTYPES[spec.dtype], device=_device()
+    )
+    parallelize_stage(stage, tp=me.scheme.tp, cp=me.scheme.cp, tp_group=tp_group, cp_group=cp_group)
+    sync = GradSync.build(stage, me.tp_rank)
+    return _Layout(_placement(plan), me, stage, sync, make_optimizer(stage.parameters(), spec))
+
+
+def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
+    """Run `spec` on this rank (inside an initialised default process group); returns its report."""
+    plans = [Plan.model_validate_json(text) for text in spec.step_plans()]
+    cfg = model_config_for(plans[0], spec.models_file)
+    for plan in plans:
+        validate_plan(plan, world_size, cfg)
+    layout, steps, grads = None, [], None
+    for step, plan in enumerate(plans):
+        switch = None
+        if layout is None or layout.key != _placement(plan):
+            new = _build_layout(plan, cfg, spec, rank)
+            if layout is not None:
+                switch = reshard(
+                    layout.stage, layout.optimizer, layout.sync.layouts, new.stage, new.optimizer, new.sync.layouts
+                )
+                switch |= _planned_switch(plan, new.me)
+            layout = new
+        else:
+            layout.me = assign_ranks(plan)[rank]  # the same layout, this step's micro-batches
+        record = _one_step(plan, cfg, spec, layout, step)
+        record["switch"] = switch
+        steps.append(record)
+        if spec.collect_state and step == 0:
+            grads = {name: p.grad.detach().clone() for name, p in layout.stage.named_parameters()}
+        layout.optimizer.step()
+    me = layout.me
+    report = {
+        "rank": rank,
+        "pipeline": me.pipeline_index,
+        "scheme": str(me.scheme),
+        "stage": me.stage,
+        "tp_rank": me.tp_rank,
+        "cp_rank": me.cp_rank,
+        "num_sync_groups": layout.sync.num_groups,
+        "planned_sync": _planned_sync(plans[-1], me),
+        "steps": steps,
+    }
+    if spec.collect_state:
+        report["boxes"] = {name: box for name, (box, _) in layout.sync.layout.items()}
+        report["params"] = {name: p.detach().cpu().clone() for name, p in layout.stage.named_parameters()}
+        report["grads"] = {name: grad.cpu() for name, grad in grads.items()}
+    return report
+
+
+def _planned_switch(plan: Plan, me: RankAssignment) -> dict:
+    """The planner's switch model: a moved pipeline's GPUs load their bf16 weight shard
+    (`grad_bytes_per_gpu`; optimizer states do not move there), `switch_cost_s` in the plan."""
+    entry = next(
+        (e for e in plan.cost_profile.schemes if (e.tp, e.pp, e.cp) == (me.scheme.tp, me.scheme.pp, me.scheme.cp)),
+        None,
+    )
+    return {
+        "planned_weight_bytes": entry.grad_bytes_per_gpu if entry is not None else 0.0,
+        "planned_switch_cost_s": plan.switch_cost_s,
+        "previous_strategy": plan.previous_strategy,
+    }
+
+
+def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int) -> dict:
+    me, stage, dtype = layout.me, layout.stage, DTYPES[spec.dtype]
+    global_tokens = global_token_count(plan)
+    layout.optimizer.zero_grad(set_to_none=True)
+    started = time.perf_counter()
+
+    def batch_of(index: int):
+        work = me.micro_batches[index]
+        batch = micro_batch(work, plan.input_lengths, spec.data_seed, step, cfg.vocab_size).to(_device())
+        return cp_shard(batch, me.cp_rank, me.scheme.cp) if me.scheme.cp > 1 else batch
+
+    result = run_pipeline_step(stage, me, batch_of, global_tokens, dtype)
+    compute_s = time.perf_counter() - started
+    sync_started = time.perf_counter()
+    sync_bytes = layout.sync.sync(stage)
+    sync_s = time.perf_counter() - sync_started
+    contributes = me.is_last_stage and me.tp_rank == 0
+    loss = torch.tensor([result.loss_sum if contributes else 0.0], dtype=torch.float64, device=_device())
+    dist.all_reduce(loss)
+    value = float(loss) / global_tokens
+    if spec.inject_nan_step == step:
+        value = math.nan
+    if not math.isfinite(value):
+        raise NonFiniteLossError(f"step {step}: the loss is {value} (stopped before the optimizer step)")
+    return {
+        "step": step,
+        "loss": value,
+        "global_tokens": global_tokens,
+        "pipeline_s": compute_s,
+        "sync_s": sync_s,
+        "p2p_sent_bytes": result.sent_bytes,
+        "sync": sync_bytes,
+        "ops": result.ops,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`torchrun --nproc-per-node N -m hydraplan.runtime.worker --plan plan.json [--report out.json]`."""
+    parser = argparse.ArgumentParser(prog="python -m hydraplan.runtime.worker")
+    parser.add_argument("--plan", required=True)
+    parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    parser.add_argument("--models-file", help="extra model catalog (the plan names its model)")
+    parser.add_argument("--report", help="rank 0 writes every rank's report (JSON) here")
+    args = parser.parse_args(argv)
+    with open(args.plan, encoding="utf-8") as handle:
+        spec = RunSpec(plan_json=handle.read(), steps=args.steps, dtype=args.dtype, models_file=args.models_file)
+    if args.backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(args.backend)
+    try:
+        try:
+            report = run_worker(dist.get_rank(), dist.get_world_size(), spec)
+        except PlanRefusedError as exc:  # every rank refuses the same plan before any compute
+            print(f"hydraplan worker: rank {dist.get_rank()}: error: {exc}", file=sys.stderr)
+            return 2
+        reports: list = [None] * dist.get_world_size()
+        dist.all_gather_object(reports, report)
+        if dist.get_rank() == 0:
+            print(f"hydraplan worker: {len(reports)} ranks, losses {[s['loss'] for s in reports[0]['steps']]}")
+            if args.report:
+                with open(args.report, "w", encoding="utf-8") as handle:
+                    json.dump(
+                        {"spec": {k: v for k, v in asdict(spec).items() if k != "plan_json"}, "ranks": reports}, handle
+                    )
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,292 @@
+"""Heterogeneous plans executed on 4 gloo ranks equal one process (one launch, several scenarios).
+
+Starting torch ranks is slow here, so one `run_ranks` call runs every scenario on the same ranks
+(each builds its own groups, as a new strategy would) and returns what every rank holds; the tests
+compare it with the single-process run (`runtime.equivalence`) and drive `hydraplan run` with those
+reports (its launch replaced by them) for the CLI's check, summary and report.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+
+from tests.runtime_plans import MINI_MODEL, fixed_plan, write_models_file
+from tests.runtime_support import require_torch
+
+torch = require_torch()
+
+from hydraplan.api.cli import main  # noqa: E402
+from hydraplan.runtime import launch  # noqa: E402
+from hydraplan.runtime.equivalence import compare_with_reference, single_process_run  # noqa: E402
+from hydraplan.runtime.worker import NonFiniteLossError, RunSpec, run_worker  # noqa: E402
+
+pytestmark = pytest.mark.runtime
+
+LENGTHS = [5, 9, 2, 7, 12, 30, 8, 4, 11]  # sequence 5 (30 tokens) is split at the capacity of 24
+STRATEGIES = {"tp_pp": "1x<2,1,1> + 1x<1,2,1>", "cp_dp": "1x<1,1,2> + 2x<1,1,1>"}
+
+
+# a 3-step run switching strategy every step, each step its own batch
+SWITCHES = (("tp_pp", (6, 3, 14, 9, 27, 5)), ("cp_dp", (8, 2, 11, 20, 7, 4, 9)), ("tp_pp", tuple(LENGTHS)))
+
+
+@functools.cache
+def plan_of(name: str, lengths: tuple[int, ...] = tuple(LENGTHS), previous: str | None = None):
+    """One plan per strategy and batch for the whole module (a plan records its solve time: made once)."""
+    previous_strategy = STRATEGIES[previous] if previous else None
+    return fixed_plan(STRATEGIES[name], list(lengths), 4, model=MINI_MODEL["name"], previous=previous_strategy)
+
+
+def switch_plans() -> list:
+    """The plans of the switching run, each planned with the previous step's strategy."""
+    names = [None] + [name for name, _ in SWITCHES]
+    return [plan_of(name, lengths, previous) for (name, lengths), previous in zip(SWITCHES, names)]
+
+
+def switch_spec(models_file: str, dtype: str = "float64") -> RunSpec:
+    plan_jsons = tuple(plan.model_dump_json() for plan in switch_plans())
+    return RunSpec(
+        plan_jsons=plan_jsons, steps=len(plan_jsons), dtype=dtype, collect_state=True, models_file=models_file
+    )
+
+
+def specs(models_file: str) -> dict[str, RunSpec]:
+    def spec(name: str, **options) -> RunSpec:
+        return RunSpec(plan_json=plan_of(name).model_dump_json(), models_file=models_file, **options)
+
+    return {
+        "tp_pp": spec("tp_pp", steps=3, dtype="float64", collect_state=True),
+        "cp_dp": spec("cp_dp", steps=3, dtype="float64", collect_state=True),
+        "tp_pp_float32": spec("tp_pp", steps=1, dtype="float32", collect_state=True),
+        "cp_dp_float32": spec("cp_dp", steps=1, dtype="float32", collect_state=True),
+        "nan": spec("tp_pp", steps=3, dtype="float64", inject_nan_step=1),
+        "switch": switch_spec(models_file),
+    }
+
+
+def scenarios(rank: int, world_size: int, all_specs: dict[str, RunSpec]) -> dict:
+    results = {}
+    for name, spec in all_specs.items():
+        try:
+            results[name] = run_worker(rank, world_size, spec)
+        except NonFiniteLossError as exc:
+            results[name] = {"stopped": str(exc)}
+    return results
+
+
+@pytest.fixture(scope="module")
+def models_file(tmp_path_factory) -> str:
+    return write_models_file(tmp_path_factory.mktemp("models") / "models.json")
+
+
+@pytest.fixture(scope="module")
+def ranks(models_file) -> tuple[dict[str, RunSpec], list[dict]]:
+    all_specs = specs(models_file)
+    return all_specs, launch.run_ranks(scenarios, 4, args=(all_specs,), timeout_s=600.0)
+
+
+def reports_of(ranks, name: str) -> list[dict]:
+    return [rank_results[name] for rank_results in ranks[1]]
+
+
+@pytest.mark.parametrize("name", ["tp_pp", "cp_dp"])
+def test_float64_three_steps_equal_one_process(ranks, name):
+    spec = ranks[0][name]
+    reports = reports_of(ranks, name)
+    reference = single_process_run(plan_of(name), spec)
+    result = compare_with_reference(reports, reference, "float64")
+    assert result.passed, result
+    assert result.max_loss_rel <= 1e-9 and result.max_param_rel <= 1e-9
+    # the run trained: parameters moved by far more than the tolerance, losses changed
+    initial = initial_parameters(name, spec)
+    moved = max(
+        float((shard - piece(initial[n], report["boxes"][n])).abs().max())
+        for report in reports
+        for n, shard in report["params"].items()
+    )
+    assert moved > 1e-4
+    losses = [step["loss"] for step in reports[0]["steps"]]
+    assert len(set(losses)) == 3
+    assert all(report["steps"][-1]["loss"] == losses[-1] for report in reports)
+
+
+def piece(full, box):
+    for dim, (start, stop) in enumerate(box):
+        full = full.narrow(dim, start, stop - start)
+    return full
+
+
+def initial_parameters(name: str, spec: RunSpec) -> dict:
+    """The whole model's initial parameters (the ranks' shards start as their slices)."""
+    from hydraplan.runtime.assignment import model_config_for
+    from hydraplan.runtime.model import build_stage
+
+    cfg = model_config_for(plan_of(name), spec.models_file)
+    stage = build_stage(cfg, seed=spec.init_seed, dtype=torch.float64)
+    return {n: p.detach() for n, p in stage.named_parameters()}
+
+
+@pytest.mark.parametrize("name", ["tp_pp_float32", "cp_dp_float32"])
+def test_float32_first_step_gradients_within_1e_5_of_their_norm(ranks, name):
+    spec = ranks[0][name]
+    plan = plan_of(name.removesuffix("_float32"))
+    result = compare_with_reference(reports_of(ranks, name), single_process_run(plan, spec), "float32")
+    assert result.passed and result.max_grad_rel_to_norm <= 1e-5, result
+
+
+def test_three_steps_switching_strategy_every_step_equal_one_process(ranks):
+    spec = ranks[0]["switch"]
+    reports = reports_of(ranks, "switch")
+    result = compare_with_reference(reports, single_process_run(plan_of("tp_pp"), spec), "float64")
+    assert result.passed and result.max_param_rel <= 1e-9 and result.max_loss_rel <= 1e-9, result
+    assert [report["scheme"] for report in reports] == ["<2,1,1>", "<2,1,1>", "<1,2,1>", "<1,2,1>"]
+    for report in reports:
+        assert report["steps"][0]["switch"] is None
+        assert all(step["switch"]["seconds"] > 0 for step in report["steps"][1:])
+    # <2,1,1> + <1,2,1> -> <1,1,2> + 2x<1,1,1>: every rank now holds the whole model and receives
+    # exactly what it lacked (parameter and two AdamW moments, 8 bytes each), nothing more
+    whole = sum(p.numel() for p in reports_of(ranks, "cp_dp")[0]["params"].values())
+    held_before = [sum(p.numel() for p in report["params"].values()) for report in reports_of(ranks, "tp_pp")]
+    sent = sum(report["steps"][1]["switch"]["sent_bytes"] for report in reports)
+    assert sent == sum(3 * 8 * (whole - held) for held in held_before) > 0
+    # and back: every rank held everything, so each keeps its new slice and nothing travels
+    assert [report["steps"][2]["switch"]["sent_bytes"] for report in reports] == [0, 0, 0, 0]
+    # the planner costs both switches (it loads every moved pipeline's shard, kept or not)
+    assert all(plan.switch_cost_s > 0 for plan in switch_plans()[1:])
+    assert reports[0]["steps"][1]["switch"]["planned_switch_cost_s"] == switch_plans()[1].switch_cost_s
+    assert all(
+        step["switch"]["weight_bytes"] * 3 == step["switch"]["sent_bytes"] for r in reports for step in r["steps"][1:]
+    )
+
+
+def test_a_wrong_shard_fails_the_check(ranks):
+    spec = ranks[0]["tp_pp"]
+    reports = [dict(report) for report in reports_of(ranks, "tp_pp")]
+    reports[2] = dict(reports[2], params=dict(reports[2]["params"]))
+    name = "layers.0.attn.wq.weight"
+    reports[2]["params"][name] = reports[2]["params"][name] + 1e-7
+    result = compare_with_reference(reports, single_process_run(plan_of("tp_pp"), spec), "float64")
+    assert not result.passed and result.worst_param == f"rank 2 {name}"
+
+
+def test_layouts_and_sync_groups(ranks):
+    tp_pp = reports_of(ranks, "tp_pp")
+    assert [(r["scheme"], r["stage"], r["tp_rank"]) for r in tp_pp] == [
+        ("<2,1,1>", 0, 0),
+        ("<2,1,1>", 0, 1),
+        ("<1,2,1>", 0, 0),
+        ("<1,2,1>", 1, 0),
+    ]
+    # TP rank 1 holds rows [16, 32) of wq; the <1,2,1> pipeline's stage 1 holds layer 1 whole
+    assert tp_pp[1]["boxes"]["layers.0.attn.wq.weight"] == ((16, 32), (0, 32))
+    assert "layers.0.attn.wq.weight" not in tp_pp[3]["boxes"]
+    assert tp_pp[3]["boxes"]["layers.1.attn.wq.weight"] == ((0, 32), (0, 32))
+    # every element a rank holds is synchronised once: the buckets cover its shard exactly
+    for report in tp_pp:
+        held = sum(p.numel() for p in report["params"].values())
+        assert report["steps"][0]["sync"]["elements"] == held
+    cp_dp = reports_of(ranks, "cp_dp")
+    assert all(r["num_sync_groups"] == 1 for r in cp_dp)  # every rank holds the whole model: one group
+    assert cp_dp[0]["planned_sync"]["replicas"] == 4
+
+
+def test_micro_batches_ran_in_the_1f1b_order(ranks):
+    from hydraplan.runtime.assignment import assign_ranks, one_f_one_b
+
+    for assignment, report in zip(assign_ranks(plan_of("tp_pp")), reports_of(ranks, "tp_pp")):
+        ops = [(op["op"] == "F", op["micro_batch"]) for op in report["steps"][0]["ops"]]
+        assert ops == one_f_one_b(assignment.stage, assignment.scheme.pp, len(assignment.micro_batches))
+        if assignment.scheme.pp == 2:
+            assert report["steps"][0]["p2p_sent_bytes"] > 0
+    # the measured critical path: at least the busiest rank's own work, at most all ranks' work in a row
+    from hydraplan.runtime.timeline import pipeline_critical_paths_s
+
+    reports = reports_of(ranks, "tp_pp")
+    paths = pipeline_critical_paths_s(reports, 0)
+    for index, path in paths.items():
+        mine = [sum(op["cpu_s"] for op in r["steps"][0]["ops"]) for r in reports if r["pipeline"] == index]
+        assert max(mine) <= path + 1e-12 and path <= sum(mine) + 1e-12
+
+
+def test_a_nan_loss_stops_every_rank_with_the_step_number(ranks):
+    assert [report["stopped"] for report in reports_of(ranks, "nan")] == [
+        "step 1: the loss is nan (stopped before the optimizer step)"
+    ] * 4
+
+
+# ---------------------------------------------------------------------------------------------
+# hydraplan run: the CLI around the same worker (its launch replaced by the reports above)
+# ---------------------------------------------------------------------------------------------
+
+
+def write_plan(tmp_path, plan) -> str:
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json(), encoding="utf-8")
+    return str(path)
+
+
+def test_cli_run_check_and_report(ranks, models_file, tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def fake_run_ranks(fn, nproc, *, backend, args, timeout_s):
+        calls.append((fn, nproc, backend, args[0]))
+        return reports_of(ranks, "tp_pp")
+
+    monkeypatch.setattr(launch, "run_ranks", fake_run_ranks)
+    plan_path, report_path = write_plan(tmp_path, plan_of("tp_pp")), tmp_path / "report.json"
+    argv = ["run", "--plan", plan_path, "--models-file", models_file, "--steps", "3", "--dtype", "float64"]
+    code = main([*argv, "--check", "--report", str(report_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert calls[0][0] is run_worker and calls[0][1:3] == (4, "gloo")
+    assert calls[0][3] == ranks[0]["tp_pp"]  # the CLI's spec is the one the scenario ran
+    assert "check (float64) PASSED" in out and "step 2: loss" in out
+    assert "pipeline 1 <1,2,1>: planned" in out
+    document = json.loads(report_path.read_text())
+    assert document["check"]["passed"] and len(document["ranks"]) == 4
+    assert len(document["critical_path_s"]) == 3 and sorted(document["critical_path_s"][0]) == ["0", "1"]
+    assert "params" not in document["ranks"][0] and document["ranks"][0]["steps"][0]["sync"]["elements"] > 0
+
+
+def test_cli_run_plans_one_per_step(ranks, models_file, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(launch, "run_ranks", lambda fn, nproc, **kwargs: reports_of(ranks, "switch"))
+    directory = tmp_path / "plans"
+    directory.mkdir()
+    for index, plan in enumerate(switch_plans()):
+        (directory / f"step-{index:02d}.json").write_text(plan.model_dump_json(), encoding="utf-8")
+    argv = ["run", "--plans", str(directory), "--models-file", models_file, "--dtype", "float64", "--check"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("strategy switch before it") == 2 and "check (float64) PASSED" in out
+    assert main([*argv, "--steps", "2"]) == 2
+    assert "--steps 2: with --plans, every plan is one step" in capsys.readouterr().err
+    assert main(["run", "--plans", str(tmp_path / "none"), "--models-file", models_file]) == 2
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_cli_run_refuses_before_any_rank_starts(ranks, models_file, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(launch, "run_ranks", lambda *a, **k: pytest.fail("a refused plan must start no rank"))
+    plan = plan_of("tp_pp")
+    plan_path = write_plan(tmp_path, plan)
+    assert main(["run", "--plan", plan_path, "--models-file", models_file, "--nproc", "3"]) == 2
+    assert capsys.readouterr().err == "hydraplan: error: the plan has 4 ranks but the world size is 3\n"
+    assert main(["run", "--plan", plan_path]) == 2  # rt-mini is not in the bundled catalog
+    assert "the plan's model 'rt-mini' cannot be built" in capsys.readouterr().err
+    pipelines = list(plan.pipelines)
+    pipelines[1] = pipelines[1].model_copy(update={"ranks": [3, 2]})
+    broken = write_plan(tmp_path, plan.model_copy(update={"pipelines": pipelines}))
+    assert main(["run", "--plan", broken, "--models-file", models_file]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hydraplan: error: the plan fails the checker: pipeline 1") and err.count("\n") == 1
+
+
+def test_cli_run_names_a_failed_rank(models_file, tmp_path, monkeypatch, capsys):
+    def failing(*args, **kwargs):
+        raise launch.RankFailedError(2, "RuntimeError: connection reset")
+
+    monkeypatch.setattr(launch, "run_ranks", failing)
+    assert main(["run", "--plan", write_plan(tmp_path, plan_of("tp_pp")), "--models-file", models_file]) == 1
+    assert capsys.readouterr().err == "hydraplan: error: rank 2 failed: RuntimeError: connection reset\n"
