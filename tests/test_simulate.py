@@ -73,6 +73,13 @@ def test_empty_pipeline_takes_no_time():
     assert approximate_1f1b_s([], 4) == 0.0
 
 
+def test_the_packing_estimate_is_the_work_plus_pp_minus_one_largest():
+    """`approximate_1f1b_s` ranks packings: stage work plus a bubble of pp - 1 largest stage times
+    (no test pinned it down before: its mutants survived the mutation run)."""
+    assert approximate_1f1b_s([1.0, 2.0, 3.0], 3) == 6.0 + 2 * 3.0
+    assert approximate_1f1b_s([1.0, 2.0, 3.0], 1) == 6.0  # one stage: no bubble
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     times=st.lists(st.floats(min_value=1e-4, max_value=10.0), min_size=1, max_size=24),
