@@ -50,7 +50,11 @@ TARGETS = {
         Target("checker", "planner/check.py", ("tests/test_check.py",)),
         Target("reference", "planner/reference.py", ("tests/test_check_reference.py", "tests/test_check.py")),
         Target("simulate", "planner/simulate.py", ("tests/test_simulate.py", "tests/test_check_reference.py")),
-        Target("bubble-floor", "planner/bubble_floor.py", ("tests/test_bubble_floor.py", "tests/test_bounds.py")),
+        Target(
+            "bubble-floor",
+            "planner/bubble_floor.py",
+            ("tests/test_bubble_floor_table.py", "tests/test_bubble_floor.py", "tests/test_bounds.py"),
+        ),
         Target("auth", "api/auth.py", ("tests/test_api_auth.py",)),
     )
 }

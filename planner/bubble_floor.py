@@ -57,6 +57,10 @@ MAX_PRICED_MICRO_BATCHES = 1 << 16  # counts beyond are priced by their overhead
 MAX_CAPPED_MICRO_BATCHES = 128
 TAIL_RANGE_RATIO = 1.25  # counts above M are priced in ranges this wide
 SAFETY = 1e-6  # subtracted from every LP optimum before tabulating (HiGHS tolerances are ~1e-7)
+# the table covers these stage counts (every pp the bundled models' layer counts allow, up to 80)
+# at the profiles' forward share
+TABULATED_STAGE_COUNTS = (2, 3, 4, 5, 6, 8, 10, 12, 15, 16, 20, 30, 32, 40, 60, 80)
+TABULATED_FWD_FRACTION = 1 / 3
 
 
 def solve_floor_lp(num_stages: int, num_micro_batches: int, fwd_fraction: float) -> tuple[float, np.ndarray]:
@@ -191,7 +195,8 @@ def _pieces(coef: SchemeCoefficients, max_micro_batches: int | None) -> tuple[np
         return np.array([1.0]), np.array([c])  # one micro-batch at least, no bubble
     kappa = _path_kappa(coef)
     floors = tabulated_floors(stages, coef.fwd_fraction) or ()
-    counts = np.arange(1, min(max(len(floors), 1), most) + 1, dtype=np.float64)
+    # counts up to M are priced one by one (by the path floor alone where no table exists)
+    counts = np.arange(1, min(MAX_MICRO_BATCHES, most) + 1, dtype=np.float64)
     relative = kappa / counts
     tabulated = min(len(floors), len(counts))
     relative[:tabulated] = np.maximum(relative[:tabulated], floors[:tabulated])
@@ -248,15 +253,18 @@ def build_table(stage_counts: list[int], fwd_fractions: list[float], max_micro_b
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Regenerate the table for the stage counts of the bundled models' schemes."""
+    import argparse
     from pathlib import Path
 
-    stage_counts = [2, 3, 4, 5, 6, 8, 10, 12, 15, 16, 20, 30, 32, 40, 60, 80]
-    table = build_table(stage_counts, [1 / 3], MAX_MICRO_BATCHES)
-    path = Path(__file__).with_name("data") / TABLE_FILE
-    path.write_text(json.dumps(table, indent=None, separators=(",", ":")) + "\n")
-    print(f"wrote {path}")
+    parser = argparse.ArgumentParser(description="re-solve the bubble-floor LPs and write their table")
+    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("data") / TABLE_FILE)
+    parser.add_argument("--max-micro-batches", type=int, default=MAX_MICRO_BATCHES)
+    args = parser.parse_args(argv)
+    table = build_table(list(TABULATED_STAGE_COUNTS), [TABULATED_FWD_FRACTION], args.max_micro_batches)
+    args.out.write_text(json.dumps(table, indent=None, separators=(",", ":")) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
