@@ -10,6 +10,8 @@ tests cannot see.
 from __future__ import annotations
 
 import json
+import runpy
+import sys
 from importlib import resources
 
 import numpy as np
@@ -17,7 +19,9 @@ import pytest
 
 from hydraplan.cost_models.catalog import load_models
 from hydraplan.planner.bubble_floor import (
+    MAX_CAPPED_MICRO_BATCHES,
     MAX_MICRO_BATCHES,
+    MAX_PRICED_MICRO_BATCHES,
     SAFETY,
     TABLE_FILE,
     TABLE_SCHEMA,
@@ -25,7 +29,7 @@ from hydraplan.planner.bubble_floor import (
     TABULATED_STAGE_COUNTS,
     build_table,
     largest_micro_batch_floor_s,
-    main,
+    most_work_s,
     pipeline_time_floor_s,
     ramp_shape,
     solve_floor_lp,
@@ -60,9 +64,12 @@ def test_every_stage_count_the_bundled_models_allow_is_tabulated():
                 assert tabulated_floors(pp, THIRD) is not None, (model.name, pp)
 
 
-def test_regenerating_the_table_reproduces_the_committed_one(tmp_path, capsys):
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")
+def test_regenerating_the_table_reproduces_the_committed_one(tmp_path, capsys, monkeypatch):
     out = tmp_path / "floors.json"
-    main(["--out", str(out), "--max-micro-batches", "3"])
+    # as `python -m hydraplan.planner.bubble_floor` runs it
+    monkeypatch.setattr(sys, "argv", ["bubble_floor", "--out", str(out), "--max-micro-batches", "3"])
+    runpy.run_module("hydraplan.planner.bubble_floor", run_name="__main__")
     assert str(out) in capsys.readouterr().out
     regenerated, committed = json.loads(out.read_text()), _committed()
     assert regenerated["schema"] == TABLE_SCHEMA and regenerated["max_micro_batches"] == 3
@@ -71,6 +78,8 @@ def test_regenerating_the_table_reproduces_the_committed_one(tmp_path, capsys):
         assert new["floors"] == pytest.approx(old["floors"][:3], abs=2e-7)
         for new_shape, old_shape in zip(new["shapes"], old["shapes"][:3], strict=True):
             assert new_shape == pytest.approx(old_shape, abs=2e-4)
+            # shares are rounded to 4 decimals
+            assert np.allclose(np.asarray(new_shape) * 1e4, np.round(np.asarray(new_shape) * 1e4), atol=1e-6)
 
 
 @pytest.mark.parametrize(("stages", "count"), [(2, 5), (3, 4), (6, 2)])
@@ -152,3 +161,32 @@ def test_the_largest_micro_batch_floor_is_the_path_bound_and_holds():
         work = sum(float(works.sum()) for works in items)
         largest = max(float(works.max()) for works in items)
         assert makespan - work >= largest_micro_batch_floor_s(_coef(pp, f, c), largest) * (1 - 1e-9) - 1e-12
+
+
+def test_counts_past_every_range_are_priced_by_their_overheads_alone():
+    """Work so large that more micro-batches than any range covers pay: the last piece, `W + (m + pp - 1)
+    c` at the first count past the ranges (m = MAX_PRICED_MICRO_BATCHES + 1), is the floor."""
+    coef = _coef(4, c=1e-3)
+    work = 1e8
+    expected = work + (MAX_PRICED_MICRO_BATCHES + 1 + 4 - 1) * coef.c
+    assert float(pipeline_time_floor_s(coef, work)) == pytest.approx(expected, abs=1e-7)
+    assert float(most_work_s(coef, expected)) == pytest.approx(work, abs=1e-7)
+
+
+def test_caps_above_the_capped_limit_are_ignored_and_caps_at_it_are_kept():
+    coef = _coef(4, c=1e-3)
+    work = 300.0  # the best count is ~550 micro-batches: a cap of 128 binds
+    uncapped = float(pipeline_time_floor_s(coef, work))
+    assert float(pipeline_time_floor_s(coef, work, MAX_CAPPED_MICRO_BATCHES + 1)) == uncapped
+    assert float(pipeline_time_floor_s(coef, work, MAX_CAPPED_MICRO_BATCHES)) > uncapped * (1 + 1e-4)
+
+
+def test_floors_of_many_work_values_at_once_equal_the_floors_one_by_one():
+    coef = _coef(5, c=2e-3)
+    works = np.array([1e-3, 0.05, 1.0, 40.0])
+    for cap in (None, 3):
+        together = pipeline_time_floor_s(coef, works, cap)
+        assert together.shape == works.shape
+        assert together.tolist() == [float(pipeline_time_floor_s(coef, work, cap)) for work in works]
+        inverse = most_work_s(coef, together, cap)
+        assert inverse.shape == works.shape and inverse == pytest.approx(works, rel=1e-9)
