@@ -3,6 +3,8 @@ simulator, the bound code or the API's token guard is broken?
 
     python benchmarks/mutation.py                       # every target (an hour or more on 2 cores)
     python benchmarks/mutation.py --targets checker,auth
+    python benchmarks/mutation.py --targets simulate --sessions DIR    # keep the session databases
+    python benchmarks/mutation.py --targets simulate --recheck DIR     # rerun DIR's survivors on HEAD
 
 Cosmic Ray (`pip install cosmic-ray`) mutates one file at a time *in place*, so the run happens in
 a throwaway copy of the committed tree (`git archive HEAD`), installed editable into its own
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -75,13 +78,12 @@ def prepare(workdir: Path) -> Path:
 
 
 def config_text(target: Target, python: Path, timeout_s: float) -> str:
-    tests = " ".join(target.tests)
     excluded = ", ".join(json.dumps(pattern) for pattern in EXCLUDED_OPERATORS)
     return f"""[cosmic-ray]
 module-path = "{target.module_path}"
 timeout = {timeout_s}
 excluded-modules = []
-test-command = "{python} -m pytest -x -q -p no:cacheprovider -p no:randomly {tests}"
+test-command = "{" ".join(_test_command(target, python))}"
 
 [cosmic-ray.distributor]
 name = "local"
@@ -89,6 +91,66 @@ name = "local"
 [cosmic-ray.filters.operators-filter]
 exclude-operators = [{excluded}]
 """
+
+
+def _test_command(target: Target, python: Path) -> list[str]:
+    return [str(python), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *target.tests]
+
+
+def _dump(bin_dir: Path, session: Path, workdir: Path) -> list[tuple[dict, dict]]:
+    dump = subprocess.run(
+        [str(bin_dir / "cosmic-ray"), "dump", str(session)], cwd=workdir, capture_output=True, text=True, check=True
+    )
+    return [tuple(json.loads(line)) for line in dump.stdout.splitlines()]
+
+
+def recheck_target(target: Target, session: Path, workdir: Path, bin_dir: Path, timeout_s: float) -> dict:
+    """Apply each survivor of a kept session to this tree, rerun the focused tests: killed now or not."""
+    module = workdir / target.module_path
+    original = module.read_text()
+    source = original.splitlines()
+    started = time.perf_counter()
+    rows = []
+    for job, result in _dump(bin_dir, session, workdir):
+        if (result or {}).get("test_outcome") != "survived":
+            continue
+        mutation = job["mutations"][0]
+        apply = [str(bin_dir / "cosmic-ray"), "apply", target.module_path, mutation["operator_name"]]
+        subprocess.run([*apply, str(mutation["occurrence"])], cwd=workdir, check=True, capture_output=True)
+        try:
+            tests = subprocess.run(
+                _test_command(target, bin_dir / "python"), cwd=workdir, capture_output=True, timeout=timeout_s
+            )
+            killed = tests.returncode != 0
+        except subprocess.TimeoutExpired:
+            killed = True
+        finally:
+            module.write_text(original)
+        row = mutation["start_pos"][0]
+        rows.append((row, mutation["operator_name"], source[row - 1].strip(), "killed" if killed else "survives"))
+    return {"rows": sorted(rows), "elapsed_s": time.perf_counter() - started}
+
+
+def recheck_report(results: dict[str, dict]) -> str:
+    body = [
+        "The survivors of a kept session, each applied to the tree at HEAD (`cosmic-ray apply`) and run "
+        "against its target's focused tests again.",
+    ]
+    for name, result in results.items():
+        rows = result["rows"]
+        killed = sum(1 for row in rows if row[3] == "killed")
+        body += [
+            "",
+            f"### {name}: {killed} of {len(rows)} survivors killed now ({result['elapsed_s'] / 60:.0f} min)",
+            "",
+        ]
+        body.append(
+            markdown_table(
+                ["line", "operator", "code", "now"],
+                [[row, operator.removeprefix("core/"), f"`{code}`", now] for row, operator, code, now in rows],
+            )
+        )
+    return "\n".join(body)
 
 
 def run_target(target: Target, workdir: Path, bin_dir: Path, timeout_s: float) -> dict:
@@ -99,14 +161,10 @@ def run_target(target: Target, workdir: Path, bin_dir: Path, timeout_s: float) -
     for command in (["cosmic-ray", "init"], ["cr-filter-operators"], ["cosmic-ray", "exec"]):
         arguments = [str(session), str(config)] if command == ["cr-filter-operators"] else [str(config), str(session)]
         subprocess.run([str(bin_dir / command[0]), *command[1:], *arguments], cwd=workdir, check=True)
-    dump = subprocess.run(
-        [str(bin_dir / "cosmic-ray"), "dump", str(session)], cwd=workdir, capture_output=True, text=True, check=True
-    )
     source = (workdir / target.module_path).read_text().splitlines()
     counts = {"killed": 0, "survived": 0, "incompetent": 0, "skipped": 0, "pending": 0}
     survivors = []
-    for line in dump.stdout.splitlines():
-        job, result = json.loads(line)
+    for job, result in _dump(bin_dir, session, workdir):
         result = result or {}
         outcome = result.get("test_outcome") or result.get("worker_outcome") or "pending"
         counts[outcome] = counts.get(outcome, 0) + 1
@@ -114,7 +172,12 @@ def run_target(target: Target, workdir: Path, bin_dir: Path, timeout_s: float) -
             mutation = job["mutations"][0]
             row = mutation["start_pos"][0]
             survivors.append((row, mutation["operator_name"], source[row - 1].strip()))
-    return {"counts": counts, "survivors": sorted(survivors), "elapsed_s": time.perf_counter() - started}
+    return {
+        "counts": counts,
+        "survivors": sorted(survivors),
+        "elapsed_s": time.perf_counter() - started,
+        "session": session,
+    }
 
 
 def report(results: dict[str, dict]) -> str:
@@ -156,15 +219,35 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated: " + ", ".join(TARGETS))
     parser.add_argument("--timeout-s", type=float, default=300.0, help="per mutant (a hang counts as killed)")
+    parser.add_argument("--sessions", type=Path, help="keep each target's session database here (<target>.sqlite)")
+    parser.add_argument("--recheck", type=Path, help="rerun the survivors of the sessions kept in this folder")
     args = parser.parse_args()
     names = [name.strip() for name in args.targets.split(",") if name.strip()]
     unknown = [name for name in names if name not in TARGETS]
     if unknown:
         parser.error(f"unknown targets {unknown}; valid: {', '.join(TARGETS)}")
+    if args.recheck is not None:
+        missing = [name for name in names if not (args.recheck / f"{name}.sqlite").is_file()]
+        if missing:
+            parser.error(f"--recheck {args.recheck}: no session database for {missing}")
     with tempfile.TemporaryDirectory(prefix="hydraplan-mutation-") as temporary:
         workdir = Path(temporary)
         bin_dir = prepare(workdir)
-        results = {name: run_target(TARGETS[name], workdir, bin_dir, args.timeout_s) for name in names}
+        if args.recheck is not None:
+            rechecked = {
+                name: recheck_target(TARGETS[name], args.recheck / f"{name}.sqlite", workdir, bin_dir, args.timeout_s)
+                for name in names
+            }
+            text = recheck_report(rechecked)
+            print(text)
+            write_section("mutation-recheck-" + "+".join(names), command_line(), text)
+            return 0
+        results = {}
+        for name in names:
+            results[name] = run_target(TARGETS[name], workdir, bin_dir, args.timeout_s)
+            if args.sessions is not None:
+                args.sessions.mkdir(parents=True, exist_ok=True)
+                shutil.copy(results[name]["session"], args.sessions / f"{name}.sqlite")
     text = report(results)
     print(text)
     # one section per set of targets: a run of some targets keeps the others' results (and notes)
