@@ -112,7 +112,9 @@ def recheck_target(target: Target, session: Path, workdir: Path, bin_dir: Path, 
     started = time.perf_counter()
     rows = []
     for job, result in _dump(bin_dir, session, workdir):
-        if (result or {}).get("test_outcome") != "survived":
+        result = result or {}
+        # a timeout counts as a kill; on a loaded machine it may be a slow survivor, so rerun those too
+        if result.get("test_outcome") != "survived" and result.get("output") != "timeout":
             continue
         mutation = job["mutations"][0]
         apply = [str(bin_dir / "cosmic-ray"), "apply", target.module_path, mutation["operator_name"]]
@@ -121,33 +123,38 @@ def recheck_target(target: Target, session: Path, workdir: Path, bin_dir: Path, 
             tests = subprocess.run(
                 _test_command(target, bin_dir / "python"), cwd=workdir, capture_output=True, timeout=timeout_s
             )
-            killed = tests.returncode != 0
+            now = "killed" if tests.returncode != 0 else "survives"
         except subprocess.TimeoutExpired:
-            killed = True
+            now = "timed out"
         finally:
             module.write_text(original)
         row = mutation["start_pos"][0]
-        rows.append((row, mutation["operator_name"], source[row - 1].strip(), "killed" if killed else "survives"))
+        then = "survived" if result.get("test_outcome") == "survived" else "timed out"
+        rows.append((row, mutation["operator_name"], source[row - 1].strip(), then, now))
     return {"rows": sorted(rows), "elapsed_s": time.perf_counter() - started}
 
 
 def recheck_report(results: dict[str, dict]) -> str:
     body = [
-        "The survivors of a kept session, each applied to the tree at HEAD (`cosmic-ray apply`) and run "
+        "The survivors of a kept session (and the mutants whose tests timed out), each applied to the tree "
+        "at HEAD (`cosmic-ray apply`) and run "
         "against its target's focused tests again.",
     ]
     for name, result in results.items():
         rows = result["rows"]
-        killed = sum(1 for row in rows if row[3] == "killed")
+        survivors = [row for row in rows if row[3] == "survived"]
+        timeouts = [row for row in rows if row[3] == "timed out"]
         body += [
             "",
-            f"### {name}: {killed} of {len(rows)} survivors killed now ({result['elapsed_s'] / 60:.0f} min)",
+            f"### {name}: {sum(row[4] == 'killed' for row in survivors)} of {len(survivors)} survivors killed now; "
+            f"{sum(row[4] != 'survives' for row in timeouts)} of {len(timeouts)} timed-out mutants fail "
+            f"or time out again ({result['elapsed_s'] / 60:.0f} min)",
             "",
         ]
         body.append(
             markdown_table(
-                ["line", "operator", "code", "now"],
-                [[row, operator.removeprefix("core/"), f"`{code}`", now] for row, operator, code, now in rows],
+                ["line", "operator", "code", "in the run", "now"],
+                [[row, op.removeprefix("core/"), f"`{code}`", then, now] for row, op, code, then, now in rows],
             )
         )
     return "\n".join(body)
