@@ -70,8 +70,12 @@ def test_regenerating_the_table_reproduces_the_committed_one(tmp_path, capsys, m
     # as `python -m hydraplan.planner.bubble_floor` runs it
     monkeypatch.setattr(sys, "argv", ["bubble_floor", "--out", str(out), "--max-micro-batches", "3"])
     runpy.run_module("hydraplan.planner.bubble_floor", run_name="__main__")
-    assert str(out) in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert str(out) in printed
     regenerated, committed = json.loads(out.read_text()), _committed()
+    for entry in regenerated["entries"]:  # one progress line per entry, its first and last floor
+        floors = entry["floors"]
+        assert f"pp={entry['pp']} f=0.3333: rho_1={floors[0]:.4f} rho_M={floors[-1]:.4f}\n" in printed
     assert regenerated["schema"] == TABLE_SCHEMA and regenerated["max_micro_batches"] == 3
     for new, old in zip(regenerated["entries"], committed["entries"], strict=True):
         assert (new["pp"], new["fwd_fraction"]) == (old["pp"], old["fwd_fraction"])
@@ -123,8 +127,9 @@ def _direct_floor_s(coef: SchemeCoefficients, work: float, most: int) -> float:
 def test_the_pipeline_floor_is_the_direct_minimum_over_micro_batch_counts(pp, fwd_fraction):
     coef = _coef(pp, fwd_fraction)
     # capped at k <= M micro-batches: every count is priced exactly
-    for cap in (1, 2, 5, 17, MAX_MICRO_BATCHES):
-        for work in (1e-4, 3e-3, 0.05, 2.0):
+    # (a cap one past the table is one more count, priced by a range of one count: exact too)
+    for cap in (1, 2, 5, 17, MAX_MICRO_BATCHES, MAX_MICRO_BATCHES + 1):
+        for work in (1e-4, 3e-3, 0.05, 2.0, 300.0):
             floor = float(pipeline_time_floor_s(coef, work, max_micro_batches=cap))
             assert floor == pytest.approx(_direct_floor_s(coef, work, cap), rel=1e-12), (cap, work)
     # uncapped, small work: the best count lies in the table, so again exact
