@@ -166,6 +166,16 @@ class SchemeCost(Frozen):
         None, description="Micro-batches alive at the memory peak (1F1B stage 0: pp)."
     )
     grad_bytes_per_gpu: Bytes = Field(0.0, description="Gradient bytes each GPU of this scheme synchronises per step.")
+    grad_sync_bytes_per_gpu: Bytes | None = Field(
+        None,
+        description="Bytes each GPU of this scheme puts through the gradient all-reduce per step when they "
+        "differ from grad_bytes_per_gpu (reduce dtype, ZeRO-3 reduce-scatter only); None: grad_bytes_per_gpu.",
+    )
+    grad_sync_bandwidth_bytes_per_s: Rate | None = Field(
+        None,
+        description="Bus bandwidth per GPU of this scheme's gradient all-reduce (all NICs of a node shared by "
+        "its replicas there); None: the profile's grad_sync_bandwidth_bytes_per_s.",
+    )
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -198,6 +208,13 @@ class CostProfile(Frozen):
     )
     grad_sync_bandwidth_bytes_per_s: Rate | None = Field(
         None, description="Slowest-link bandwidth used to model gradient synchronisation."
+    )
+    grad_sync_exposed_fraction: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Share of the modelled gradient all-reduce not hidden behind the backward pass (1: no overlap).",
     )
     schemes: list[SchemeCost] = Field(
         min_length=1, max_length=limits.MAX_NUM_GPUS, description="One entry per runnable scheme."
