@@ -46,7 +46,7 @@ from hydraplan.cost_models.recipe import (
     sharded_static_bytes,
 )
 from hydraplan.planner import limits
-from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec
+from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, TrainingRecipe
 from hydraplan.planner.scheme import ParallelScheme
 
 __all__ = [
@@ -125,6 +125,17 @@ class AnalyticOptions:
     tp_comm_exposed: float = 1.0
     cp_comm_exposed: float = 1.0
     efficiency: Literal["catalog", "flat"] = "flat"
+
+    @classmethod
+    def from_recipe(cls, recipe: TrainingRecipe | None, **values: object) -> AnalyticOptions:
+        """The options of a `TrainingRecipe` (None: the defaults), other fields from `values`."""
+        fields = {} if recipe is None else recipe.model_dump()
+        return cls(**fields, **values)  # type: ignore[arg-type]
+
+    def recipe(self) -> TrainingRecipe:
+        """The recipe part of these options, as recorded in the profile."""
+        names = TrainingRecipe.model_fields
+        return TrainingRecipe(**{name: getattr(self, name) for name in names})
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sharding", normalise_sharding(self.sharding))
@@ -432,6 +443,7 @@ def build_profile(
         memory_reserve_bytes=gpu.memory_bytes * options.memory_reserve_fraction,
         grad_sync_bandwidth_bytes_per_s=bandwidth,
         grad_sync_exposed_fraction=options.dp_sync_exposed,
+        recipe=options.recipe(),
         schemes=schemes,
         notes=notes,
     )
