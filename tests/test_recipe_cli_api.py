@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from api_support import assert_problem, client_fixture, plan_body  # noqa: F401
 
@@ -61,3 +62,10 @@ def test_api_refuses_a_recipe_without_model_and_a_bad_value(client) -> None:
     inline["profile"] = json.loads(profile.model_dump_json())
     inline["recipe"] = {"recompute": "full"}
     assert_problem(client.post("/v1/plans", json=inline), 422, "recipe applies to the analytic")
+
+
+def test_cli_recipe_flags_are_refused_where_no_analytic_profile_is_built(capsys) -> None:
+    measured = str(Path(__file__).resolve().parents[1] / "cost_models" / "data" / "tiny-cpu.json")
+    argv = ["profile", "--calibrate", measured, "--model", "tiny", "--num-gpus", "8", "--grad-dtype", "bf16"]
+    assert main(argv) == 2
+    assert "apply to --analytic profiles only" in capsys.readouterr().err
