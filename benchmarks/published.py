@@ -165,7 +165,10 @@ Largest errors and why:
   rising MFU to the larger GEMMs' arithmetic intensity); a per-GPU ceiling that rises further
   with the GEMM's K dimension would close it, at the price of one more fitted parameter.
 - Not covered: no H100 row. torchtitan's H100 tables ran on 96 GB HBM2e H100s capped at 500 W
-  whose peak the source says is unknown, or with Float8; NVIDIA's H100 weak-scaling table is an
+  whose peak the source says is unknown (its Tables 1 and 3, FSDP without compile or Float8,
+  5,762 and 5,605 tok/s/GPU on 8 and 128 GPUs; the model at the H100 SXM peak with 96 GB says
+  7,850 and 7,831, 1.36x and 1.40x, consistent with a ~27% lower clock at 500 W, which I could not
+  source) or with Float8; NeMo's H100 table is FP8; NVIDIA's H100 weak-scaling table is an
   image without the layouts. The H100 efficiency entry is therefore unvalidated here."""
 
 if __name__ == "__main__":

@@ -114,3 +114,19 @@ def test_catalog_efficiency_is_slower_on_narrow_shards() -> None:
     catalog = entries(AnalyticOptions(efficiency="catalog"))
     # the narrow TP-8 GEMMs lose more than the TP-1 ones against the flat model
     assert catalog[(8, 1, 1)].b / flat[(8, 1, 1)].b > catalog[(1, 1, 1)].b / flat[(1, 1, 1)].b
+
+
+def test_every_catalog_gpu_has_sourced_efficiency_figures() -> None:
+    from hydraplan.cost_models.catalog import load_gpus
+    from hydraplan.cost_models.efficiency import gpu_efficiency
+
+    for name in load_gpus():
+        figures = gpu_efficiency(name)
+        assert figures is not None, name
+        assert "nccl-tests" in figures.source and "FlashAttention" in figures.source
+    assert gpu_efficiency("a-user-gpu") is None
+    # a GPU without figures keeps the flat model even in catalog mode
+    user_gpu = GPU.model_copy(update={"name": "a-user-gpu"})
+    flat = build_profile(MODEL, user_gpu, 8, 8, AnalyticOptions(efficiency="flat"))
+    catalog = build_profile(MODEL, user_gpu, 8, 8, AnalyticOptions(efficiency="catalog"))
+    assert [entry.b for entry in flat.schemes] == [entry.b for entry in catalog.schemes]
