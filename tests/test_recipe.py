@@ -130,3 +130,21 @@ def test_every_catalog_gpu_has_sourced_efficiency_figures() -> None:
     flat = build_profile(MODEL, user_gpu, 8, 8, AnalyticOptions(efficiency="flat"))
     catalog = build_profile(MODEL, user_gpu, 8, 8, AnalyticOptions(efficiency="catalog"))
     assert [entry.b for entry in flat.schemes] == [entry.b for entry in catalog.schemes]
+
+
+def test_a_plan_on_a_recipe_profile_passes_the_independent_checker() -> None:
+    from hydraplan.planner.check import check_plan
+    from hydraplan.planner.schemas import PlanRequest, SolverOptions
+    from hydraplan.planner.solve import solve
+
+    options = AnalyticOptions(efficiency="catalog", sharding="zero3", grad_dtype="bf16", dp_sync_exposed=0.5)
+    profile = build_profile(get_model("tiny"), GPU, 16, 8, options)
+    lengths = [64 + (index * 7919) % 6000 for index in range(80)]
+    request = PlanRequest(
+        lengths=lengths, num_gpus=16, gpus_per_node=8, options=SolverOptions(time_limit_s=0.3, solver="greedy")
+    )
+    plan = solve(request, profile)
+    assert check_plan(plan) == []
+    assert plan.grad_sync_s == pytest.approx(
+        reference.grad_sync_s(profile, [(p.scheme.tp, p.scheme.pp, p.scheme.cp) for p in plan.pipelines])
+    )
