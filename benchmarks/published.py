@@ -148,7 +148,8 @@ for every row; recipes come from the sources (Megatron: selective recompute + se
 parallelism, data-parallel size 1; torchtitan: FSDP2 with fp32 gradient reduction, its op-level
 selective or full checkpointing, local batch 1-2); `OVERLAPPED_EXPOSED` (25%) is one assumption for
 every overlapped recipe. The column "flat efficiency" keeps each row's recipe with the old flat
-55% GEMM / 45% attention shares (0.76-1.18: the small-width rows over-, the others
+55% GEMM / 45% attention shares and one network link per GPU for the sync and FSDP gathers
+(0.66-1.18: the small-width row over-, the others
 under-predicted); "model before issue 13" is the default recipe it always priced (ZeRO-1, fp32
 gradients, no FSDP, no overlap, selective recompute for torchtitan's op-level policy): it
 predicts every torchtitan FSDP run out of memory.

@@ -348,20 +348,23 @@ def zero3_gather_s_per_micro_batch(
     hardware: HardwareParams,
 ) -> float:
     """Exposed time of the zero3 weight all-gathers of one micro-batch (forward and backward) on
-    the data-parallel bus bandwidth, for the replicas of a homogeneous strategy of this scheme;
-    0 for zero1 and zero2."""
+    the data-parallel bus bandwidth (one link per GPU under flat efficiency, like its gradient
+    sync), for the replicas of a homogeneous strategy of this scheme; 0 for zero1 and zero2."""
     if options.sharding != "zero3":
         return 0.0
     replicas = max(1, num_gpus // scheme.num_gpus) * scheme.cp
     params = model.num_layers // scheme.pp * model.params_per_layer + model.embedding_params
     gathered = zero3_gather_bytes_per_micro_batch(params, scheme.tp, replicas)
-    bandwidth = dp_bus_bandwidth(
-        scheme,
-        num_gpus,
-        gpus_per_node,
-        hardware.intra_node_bandwidth_bytes_per_s,
-        hardware.inter_node_bandwidth_bytes_per_s,
-    )
+    if options.efficiency == "flat":  # as the flat model's gradient sync: one link per GPU
+        bandwidth = hardware.link_bandwidth(in_node=num_gpus <= gpus_per_node)
+    else:
+        bandwidth = dp_bus_bandwidth(
+            scheme,
+            num_gpus,
+            gpus_per_node,
+            hardware.intra_node_bandwidth_bytes_per_s,
+            hardware.inter_node_bandwidth_bytes_per_s,
+        )
     return gathered / bandwidth * options.dp_sync_exposed
 
 
