@@ -6,17 +6,20 @@ arXiv 2412.07894), with
 
 - `a`: the attention score FLOPs (quadratic in each sequence's own length) at a share of peak;
 - `b`: the weight-matmul FLOPs at a share of peak, plus TP, CP and PP communication per token;
-- `c`: a per-layer launch/synchronisation overhead per micro-batch.
+- `c`: a per-layer launch/synchronisation overhead per micro-batch (and ZeRO-3's weight gathers).
 
 Modelling choices (conservative where they must be):
 
 - Layers are split evenly: `pp` must divide `num_layers` (uneven splits are not enumerated).
 - The LM head runs on the last stage, which is taken as the bottleneck stage for time.
-- Communication is not overlapped with compute; its time adds to `b`.
-- `fwd_fraction` is 1/3 for every scheme (forward ~ 1/3 of forward+backward FLOPs), also under full
-  recompute, where the recomputed forward runs in the backward pass.
+- TP and CP communication add to `b` at the recipe's exposed shares (1: not overlapped).
+- `fwd_fraction` is 1/3 (forward ~ 1/3 of forward+backward FLOPs), 1/4 under full recompute,
+  where the recomputed forward runs in the backward pass (`analytic_time.fwd_fraction`).
 - Memory follows Korthikanti et al. 2022 with a 1F1B schedule (stage 0 holds `pp` micro-batches)
-  and ZeRO-1 sharding of the fp32 optimizer state over all GPUs, as Hydraulis trains.
+  and the recipe's ZeRO sharding (`recipe`); the default is ZeRO-1 sharding of the fp32 optimizer
+  state over all GPUs, as Hydraulis trains.
+- The training recipe and the per-GPU efficiencies are `AnalyticOptions` fields; the defaults
+  reproduce the model before issue 13 exactly.
 """
 
 from __future__ import annotations
