@@ -435,6 +435,13 @@ def _first_named_field(message: str, args: argparse.Namespace) -> str | None:
 def cluster_profile(args: argparse.Namespace) -> CostProfile:
     """The user's `--profile` file, else the analytic profile of `--model` on `--gpu`."""
     if getattr(args, "profile", None):
+        from hydraplan.cost_models.analytic import AnalyticOptions
+
+        if analytic_options(args) != AnalyticOptions():
+            raise InputError(
+                f"--profile {args.profile}: the recipe flags (--recompute, --sharding, ...) apply to the "
+                "analytic profile of --model on --gpu, not to a profile file"
+            )
         return read_profile(args.profile)
     return analytic_profile(args)
 

@@ -69,3 +69,11 @@ def test_cli_recipe_flags_are_refused_where_no_analytic_profile_is_built(capsys)
     argv = ["profile", "--calibrate", measured, "--model", "tiny", "--num-gpus", "8", "--grad-dtype", "bf16"]
     assert main(argv) == 2
     assert "apply to --analytic profiles only" in capsys.readouterr().err
+
+
+def test_cli_recipe_flags_are_refused_with_a_profile_file(tmp_path, capsys) -> None:
+    out = tmp_path / "tiny.json"
+    assert main(["profile", "--analytic", "--model", "tiny", "--num-gpus", "8", "--out", str(out)]) == 0
+    assert main(["schemes", "--profile", str(out), "--sharding", "zero2"]) == 2
+    assert "not to a profile file" in capsys.readouterr().err
+    assert main(["schemes", "--profile", str(out)]) == 0
