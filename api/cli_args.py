@@ -93,6 +93,55 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
     )
     add_catalog_file_option(group, "model")
     add_catalog_file_option(group, "GPU")
+    add_recipe_options(parser)
+
+
+def fraction(text: str) -> float:
+    """A number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 1]")
+    return value
+
+
+RECIPE_FLAGS = (
+    "recompute",
+    "sharding",
+    "grad_dtype",
+    "grad_reduce_dtype",
+    "optimizer_dtype",
+    "dp_sync_exposed",
+    "tp_comm_exposed",
+    "cp_comm_exposed",
+    "efficiency",
+)
+
+
+def add_recipe_options(parser: argparse.ArgumentParser) -> None:
+    """The training recipe the analytic profile is built for (`TrainingRecipe`; issue 13)."""
+    from hydraplan.planner.schemas import TrainingRecipe
+
+    fields = TrainingRecipe.model_fields
+    group = parser.add_argument_group("training recipe (the analytic profile of --model on --gpu)")
+    for name in ("recompute", "sharding", "grad_dtype", "grad_reduce_dtype", "optimizer_dtype", "efficiency"):
+        choices = fields[name].annotation.__args__  # type: ignore[union-attr]
+        group.add_argument(
+            "--" + name.replace("_", "-"),
+            choices=choices,
+            default=fields[name].default,
+            help=f"{fields[name].description} (default: %(default)s)",
+        )
+    for name in ("dp_sync_exposed", "tp_comm_exposed", "cp_comm_exposed"):
+        group.add_argument(
+            "--" + name.replace("_", "-"),
+            type=fraction,
+            metavar="FRACTION",
+            default=fields[name].default,
+            help=f"{fields[name].description} (default: %(default)s)",
+        )
 
 
 def add_profile_option(parser: argparse.ArgumentParser) -> None:

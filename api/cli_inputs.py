@@ -435,6 +435,13 @@ def _first_named_field(message: str, args: argparse.Namespace) -> str | None:
 def cluster_profile(args: argparse.Namespace) -> CostProfile:
     """The user's `--profile` file, else the analytic profile of `--model` on `--gpu`."""
     if getattr(args, "profile", None):
+        from hydraplan.cost_models.analytic import AnalyticOptions
+
+        if analytic_options(args) != AnalyticOptions():
+            raise InputError(
+                f"--profile {args.profile}: the recipe flags (--recompute, --sharding, ...) apply to the "
+                "analytic profile of --model on --gpu, not to a profile file"
+            )
         return read_profile(args.profile)
     return analytic_profile(args)
 
@@ -445,5 +452,16 @@ def analytic_profile(args: argparse.Namespace) -> CostProfile:
 
     model = catalog_model(args.model, args.models_file)
     gpu = catalog_gpu(args.gpu, args.gpus_file)
+    options = analytic_options(args)
     with naming_flags(args, (ValueError,)):  # its cluster checks name num_gpus, gpus_per_node
-        return build_profile(model, gpu, args.num_gpus, args.gpus_per_node)
+        return build_profile(model, gpu, args.num_gpus, args.gpus_per_node, options)
+
+
+def analytic_options(args: argparse.Namespace):
+    """`AnalyticOptions` of the recipe flags (`cli_args.add_recipe_options`); defaults when absent."""
+    from hydraplan.api.cli_args import RECIPE_FLAGS
+    from hydraplan.cost_models.analytic import AnalyticOptions
+    from hydraplan.planner.schemas import TrainingRecipe
+
+    given = {name: getattr(args, name) for name in RECIPE_FLAGS if getattr(args, name, None) is not None}
+    return AnalyticOptions.from_recipe(TrainingRecipe(**given))

@@ -132,7 +132,15 @@ def run_profile(args: argparse.Namespace) -> int:
     from hydraplan.cost_models.profile_io import save_profile
 
     if args.device is not None or args.calibrate is not None:
+        from hydraplan.api.cli_inputs import InputError, analytic_options
         from hydraplan.api.cli_profile import run_calibrate, run_device_profile
+        from hydraplan.cost_models.analytic import AnalyticOptions
+
+        if analytic_options(args) != AnalyticOptions():
+            raise InputError(
+                "the recipe flags (--recompute, --sharding, ...) apply to --analytic profiles only; "
+                "--device measures and --calibrate fits the default recipe"
+            )
 
         return run_device_profile(args) if args.device is not None else run_calibrate(args)
 

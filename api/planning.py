@@ -20,12 +20,12 @@ from hydraplan.api.problems import not_found, storage_full, too_large, unprocess
 from hydraplan.api.schemas import PipelineEstimate, PlanBody, StrategyPart
 from hydraplan.api.settings import Settings
 from hydraplan.api.store import Store
-from hydraplan.cost_models.analytic import build_profile
+from hydraplan.cost_models.analytic import AnalyticOptions, build_profile
 from hydraplan.cost_models.catalog import load_gpus, load_models
 from hydraplan.cost_models.profile_io import ProfileError, load_profile
 from hydraplan.planner.cache import WeightedLru
 from hydraplan.planner.cost import ProfileCostModel
-from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, Plan, PlanRequest, SolverOptions
+from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, Plan, PlanRequest, SolverOptions, TrainingRecipe
 from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.solve import evaluate_strategy, solve
 
@@ -75,7 +75,7 @@ class Planning:
         self.models: dict[str, ModelSpec] = load_models()
         self.gpus: dict[str, GpuSpec] = load_gpus()
         budget = settings.profile_cache_bytes // 2
-        self._analytic: WeightedLru[tuple[str, str, int, int], CostProfile] = WeightedLru(budget, profile_bytes)
+        self._analytic: WeightedLru[tuple[str, str, int, int, str], CostProfile] = WeightedLru(budget, profile_bytes)
         self._uploaded: WeightedLru[str, CostProfile] = WeightedLru(budget, profile_bytes)
 
     # -- cost sources ---------------------------------------------------------------------------
@@ -86,13 +86,16 @@ class Planning:
     def gpu(self, ref: str | GpuSpec, field: str = "gpu") -> GpuSpec:
         return ref if isinstance(ref, GpuSpec) else _lookup(self.gpus, ref, field)
 
-    def analytic_profile(self, model: ModelSpec, gpu: GpuSpec, num_gpus: int, gpus_per_node: int) -> CostProfile:
-        """The analytic profile (cached); 422 when the model fits no scheme of the cluster."""
-        key = (model.model_dump_json(), gpu.model_dump_json(), num_gpus, gpus_per_node)
+    def analytic_profile(
+        self, model: ModelSpec, gpu: GpuSpec, num_gpus: int, gpus_per_node: int, recipe: TrainingRecipe | None = None
+    ) -> CostProfile:
+        """The analytic profile for the recipe (cached); 422 when the model fits no scheme of the cluster."""
+        recipe = recipe or TrainingRecipe()
+        key = (model.model_dump_json(), gpu.model_dump_json(), num_gpus, gpus_per_node, recipe.model_dump_json())
 
         def make() -> CostProfile:
             try:
-                return build_profile(model, gpu, num_gpus, gpus_per_node)
+                return build_profile(model, gpu, num_gpus, gpus_per_node, AnalyticOptions.from_recipe(recipe))
             except ValueError as exc:
                 raise unprocessable(" ".join(str(exc).split()), ("body", "model")) from None
 
@@ -134,7 +137,7 @@ class Planning:
         """The cost profile a body names: model+gpu (analytic), inline profile, or profile_id."""
         if body.model is not None:
             model, gpu = self.model(body.model), self.gpu(body.gpu)
-            return self.analytic_profile(model, gpu, num_gpus, gpus_per_node)
+            return self.analytic_profile(model, gpu, num_gpus, gpus_per_node, getattr(body, "recipe", None))
         if body.profile is not None:
             return body.profile
         return self.uploaded_profile(body.profile_id)

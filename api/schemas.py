@@ -26,6 +26,7 @@ from hydraplan.planner.schemas import (
     SolverOptions,
     StrategyText,
     TokenCount,
+    TrainingRecipe,
     previous_strategy_fits,
 )
 from hydraplan.planner.schemas import GpusPerNode as PlannerGpusPerNode
@@ -51,6 +52,13 @@ ModelRef = Annotated[
 GpuRef = Annotated[
     str | GpuSpec | None,
     Field(description="Catalog GPU name (GET /v1/gpus) or an inline GpuSpec; needs model."),
+]
+RecipeRef = Annotated[
+    TrainingRecipe | None,
+    Field(
+        description="The training recipe the analytic profile of model + gpu is built for (default: selective "
+        "recompute, ZeRO-1, fp32 gradients reduced in bf16, nothing overlapped, flat efficiency)."
+    ),
 ]
 InlineProfile = Annotated[CostProfile | None, Field(description="An inline cost profile (instead of model + gpu).")]
 ProfileId = Annotated[
@@ -94,6 +102,8 @@ def check_source(body: Any, *, required: bool) -> None:
         raise ValueError(f"give only one of model+gpu, profile or profile_id; got {named}")
     if required and not sources:
         raise ValueError("a cost source is required: give model+gpu, profile or profile_id")
+    if getattr(body, "recipe", None) is not None and "model" not in given:
+        raise ValueError("recipe applies to the analytic profile of model+gpu: give model and gpu with it")
 
 
 class SourceMixin:
@@ -120,6 +130,7 @@ class PlanBody(SourceMixin, ApiModel):
     gpus_per_node: GpusPerNode = 8
     model: ModelRef = None
     gpu: GpuRef = None
+    recipe: RecipeRef = None
     profile: InlineProfile = None
     profile_id: ProfileId = None
     options: SolverOptions = Field(default_factory=SolverOptions)
@@ -167,6 +178,7 @@ class CheckBody(SourceMixin, ApiModel):
     gpus_per_node: int | None = Field(None, ge=1, description="GPUs per node, if given.")
     model: ModelRef = None
     gpu: GpuRef = None
+    recipe: RecipeRef = None
     profile: InlineProfile = None
     profile_id: ProfileId = None
 
@@ -210,6 +222,7 @@ class EstimateBody(SourceMixin, ApiModel):
     gpus_per_node: GpusPerNode = 8
     model: ModelRef = None
     gpu: GpuRef = None
+    recipe: RecipeRef = None
     profile: InlineProfile = None
     profile_id: ProfileId = None
     options: SolverOptions = Field(default_factory=SolverOptions)
@@ -315,6 +328,7 @@ class SessionBody(SourceMixin, ApiModel):
     gpus_per_node: GpusPerNode = 8
     model: ModelRef = None
     gpu: GpuRef = None
+    recipe: RecipeRef = None
     profile: InlineProfile = None
     profile_id: ProfileId = None
     options: SolverOptions = Field(default_factory=SolverOptions)

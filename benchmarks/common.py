@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from functools import cache
 
 from hydraplan.api.datasets import sample_batch
-from hydraplan.cost_models.analytic import build_profile
+from hydraplan.cost_models.analytic import AnalyticOptions, build_profile
 from hydraplan.cost_models.catalog import get_gpu, get_model
-from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SolverOptions
+from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SolverOptions, TrainingRecipe
 
 GPUS_PER_NODE = 8
 DEFAULT_TIME_LIMIT_S = SolverOptions().time_limit_s  # the planner's default budget (2 s)
@@ -60,9 +60,13 @@ def _tokens(count: int) -> str:
 
 
 @cache
-def profile_for(model: str, gpu: str, num_gpus: int) -> CostProfile:
-    """The analytic cost profile (built once per process per cluster)."""
-    return build_profile(get_model(model), get_gpu(gpu), num_gpus, GPUS_PER_NODE)
+def profile_for(model: str, gpu: str, num_gpus: int, recipe: str | None = None) -> CostProfile:
+    """The analytic cost profile (built once per process per cluster); `recipe` is a
+    `TrainingRecipe` as JSON (None: the default recipe)."""
+    if recipe is None:
+        return build_profile(get_model(model), get_gpu(gpu), num_gpus, GPUS_PER_NODE)
+    options = AnalyticOptions.from_recipe(TrainingRecipe.model_validate_json(recipe))
+    return build_profile(get_model(model), get_gpu(gpu), num_gpus, GPUS_PER_NODE, options)
 
 
 def batch_lengths(dataset: str, num_tokens: int, seed: int, context_cap: int) -> list[int]:

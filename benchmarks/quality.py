@@ -107,11 +107,17 @@ class BatchResult:
 
 
 def run_batch(
-    setting: Setting, dataset: str, seed: int, time_limit_s: float, baselines: list[str], max_tokens: int | None
+    setting: Setting,
+    dataset: str,
+    seed: int,
+    time_limit_s: float,
+    baselines: list[str],
+    max_tokens: int | None,
+    recipe: str | None = None,
 ) -> BatchResult:
     tokens = min(setting.num_tokens, max_tokens) if max_tokens else setting.num_tokens
     lengths = batch_lengths(dataset, tokens, seed, setting.context_cap)
-    profile = profile_for(setting.model, setting.gpu, setting.num_gpus)
+    profile = profile_for(setting.model, setting.gpu, setting.num_gpus, recipe)
     request = make_request(lengths, setting.num_gpus, "auto", time_limit_s, seed)
     result = BatchResult(setting.name, dataset, seed, len(lengths), time_limit_s)
     started = time.perf_counter()
@@ -138,12 +144,12 @@ def run_batch(
     return result
 
 
-def warm_up(setting: Setting, dataset: str) -> None:
+def warm_up(setting: Setting, dataset: str, recipe: str | None = None) -> None:
     """One untimed small solve: library imports and caches are not charged to the first batch."""
     lengths = batch_lengths(dataset, min(setting.num_tokens, QUICK_MAX_TOKENS), 10_000, setting.context_cap)
     request = make_request(lengths, setting.num_gpus, "auto", QUICK_TIME_LIMIT_S, 0)
     try:
-        solve(request, profile_for(setting.model, setting.gpu, setting.num_gpus))
+        solve(request, profile_for(setting.model, setting.gpu, setting.num_gpus, recipe))
     except PlanningError:
         pass
 
@@ -414,6 +420,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-write", action="store_true", help="print the table only, write no results file")
     parser.add_argument("--json", type=Path, help="also write every batch's raw figures to this JSON file")
+    parser.add_argument(
+        "--recipe",
+        metavar="JSON",
+        help='training recipe of the analytic profiles, a TrainingRecipe as JSON, e.g. \'{"efficiency": "catalog"}\' '
+        "(default: the default recipe)",
+    )
     args = parser.parse_args(argv)
     args.settings = split_names(args.settings, SETTINGS, "setting") or list(QUICK_SETTINGS if args.quick else SETTINGS)
     args.datasets = split_names(args.datasets, ALL_DATASETS, "dataset") or (
@@ -427,6 +439,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.max_tokens = args.max_tokens or QUICK_MAX_TOKENS
     if args.batches < 1:
         parser.error("--batches must be >= 1")
+    if args.recipe is not None:
+        from pydantic import ValidationError
+
+        from hydraplan.planner.schemas import TrainingRecipe
+
+        try:
+            args.recipe = TrainingRecipe.model_validate_json(args.recipe).model_dump_json()
+        except ValidationError as error:
+            parser.error(f"--recipe: {error.errors()[0]['msg']}")
     if args.time_limit_s is not None and not 0 < args.time_limit_s <= 600:
         parser.error("--time-limit-s must be in (0, 600]")
     return args
@@ -443,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if not plan_rows:
         raise SystemExit("no (setting, dataset) pair left by --settings and --datasets")
-    warm_up(*plan_rows[0])
+    warm_up(*plan_rows[0], args.recipe)
 
     results: list[BatchResult] = []
     truncated = False
@@ -454,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.deadline_s is not None and time.perf_counter() - began > args.deadline_s:
                 truncated = True
                 break
-            result = run_batch(setting, dataset, seed, time_limit_s, args.baselines, args.max_tokens)
+            result = run_batch(setting, dataset, seed, time_limit_s, args.baselines, args.max_tokens, args.recipe)
             results.append(result)
             elapsed = time.perf_counter() - began
             eta = elapsed / len(results) * (total - len(results))
@@ -467,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"`{name}`" for name in args.baselines)
         + f"; {time.perf_counter() - began:.0f} s in all."
     ]
+    if args.recipe:
+        run_lines.append(f"Training recipe of the analytic profiles: `{args.recipe}`.")
     if args.max_tokens:
         run_lines.append(
             f"**Batches capped at {args.max_tokens} tokens: smaller than the issue's settings, not the benchmark.**"

@@ -6,26 +6,31 @@ arXiv 2412.07894), with
 
 - `a`: the attention score FLOPs (quadratic in each sequence's own length) at a share of peak;
 - `b`: the weight-matmul FLOPs at a share of peak, plus TP, CP and PP communication per token;
-- `c`: a per-layer launch/synchronisation overhead per micro-batch.
+- `c`: a per-layer launch/synchronisation overhead per micro-batch (and ZeRO-3's weight gathers).
 
 Modelling choices (conservative where they must be):
 
 - Layers are split evenly: `pp` must divide `num_layers` (uneven splits are not enumerated).
 - The LM head runs on the last stage, which is taken as the bottleneck stage for time.
-- Communication is not overlapped with compute; its time adds to `b`.
-- `fwd_fraction` is 1/3 for every scheme (forward ~ 1/3 of forward+backward FLOPs), also under full
-  recompute, where the recomputed forward runs in the backward pass.
+- TP and CP communication add to `b` at the recipe's exposed shares (1: not overlapped).
+- `fwd_fraction` is 1/3 (forward ~ 1/3 of forward+backward FLOPs), 1/4 under full recompute,
+  where the recomputed forward runs in the backward pass (`analytic_time.fwd_fraction`).
 - Memory follows Korthikanti et al. 2022 with a 1F1B schedule (stage 0 holds `pp` micro-batches)
-  and ZeRO-1 sharding of the fp32 optimizer state over all GPUs, as Hydraulis trains.
+  and the recipe's ZeRO sharding (`recipe`); the default is ZeRO-1 sharding of the fp32 optimizer
+  state over all GPUs, as Hydraulis trains.
+- The training recipe and the per-GPU efficiencies are `AnalyticOptions` fields; the defaults
+  reproduce the model before issue 13 exactly.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from hydraplan.cost_models.analytic_time import (
     BF16_BYTES,
+    RECOMPUTE_CHOICES,
     Recompute,
     _link_bandwidth,
     activation_scale,
@@ -33,9 +38,18 @@ from hydraplan.cost_models.analytic_time import (
     scheme_cost,
     training_flops_per_token,
 )
+from hydraplan.cost_models.efficiency import gpu_efficiency
 from hydraplan.cost_models.hardware import HardwareParams
+from hydraplan.cost_models.recipe import (
+    DTYPE_BYTES,
+    Dtype,
+    Sharding,
+    grad_sync_bytes,
+    normalise_sharding,
+    sharded_static_bytes,
+)
 from hydraplan.planner import limits
-from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec
+from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, TrainingRecipe
 from hydraplan.planner.scheme import ParallelScheme
 
 __all__ = [
@@ -69,6 +83,7 @@ class AnalyticOptions:
       and ring-attention chunks lower it further.
     - `causal` True: a causal mask halves the attention score FLOPs.
     - `recompute` "selective": Korthikanti et al. 2022 selective (core-attention) recomputation;
+      "selective-op" torchtitan's op-level policy (every other matmul and all elementwise ops rerun);
       "full" stores only each layer's input and reruns its forward in the backward pass.
     - `flash_attention` True: no attention score matrix is stored (Dao et al. 2022).
     - `memory_reserve_fraction` 0.08: GPU memory kept free for the allocator's fragmentation,
@@ -77,6 +92,23 @@ class AnalyticOptions:
       forward plus backward (~a dozen kernels at ~5 us each; an assumption).
     - `min_capacity_tokens` 1024: schemes holding fewer tokens per micro-batch are not runnable.
     - `max_cp` 16: the largest context-parallel degree enumerated (powers of two).
+
+    The training recipe (issue 13; `cost_models.recipe` cites the memory formulas):
+
+    - `sharding` "zero1": optimizer state sharded (Megatron-LM's distributed optimizer); "zero2"
+      also gradients; "zero3" (alias "fsdp") also weights, gathered layer by layer each pass.
+    - `grad_dtype` "fp32": the gradient buffer (Megatron's fp32 main_grad); "bf16" halves it.
+    - `grad_reduce_dtype` "bf16": the dtype the gradients are all-reduced in.
+    - `optimizer_dtype` "fp32": Adam's moments (master weights are fp32 either way).
+    - `dp_sync_exposed` 1.0: share of the gradient synchronisation not hidden behind the backward
+      pass (Megatron `--overlap-grad-reduce`, FSDP's prefetching lower it); `tp_comm_exposed`
+      and `cp_comm_exposed` 1.0 the same for TP collectives (`--tp-comm-overlap`, async TP) and
+      ring-attention transfers (overlapped with the attention of the previous block by design).
+    - `efficiency` "flat" (the default, the model before issue 13): the flat efficiencies above
+      and the profile's one link bandwidth for gradient sync; "catalog": per-GPU, per-shape
+      achieved rates from `cost_models/data/efficiency.json` where the GPU has an entry,
+      memory-bound kernels from HBM bandwidth, NCCL bus efficiencies, and each scheme's
+      data-parallel bus bandwidth over all NICs of a node (`recipe.dp_bus_bandwidth`).
     """
 
     matmul_efficiency: float = 0.55
@@ -88,16 +120,45 @@ class AnalyticOptions:
     per_layer_overhead_s: float = 6e-5
     min_capacity_tokens: int = 1024
     max_cp: int = 16
+    sharding: Sharding = "zero1"
+    grad_dtype: Dtype = "fp32"
+    grad_reduce_dtype: Dtype = "bf16"
+    optimizer_dtype: Dtype = "fp32"
+    dp_sync_exposed: float = 1.0
+    tp_comm_exposed: float = 1.0
+    cp_comm_exposed: float = 1.0
+    efficiency: Literal["catalog", "flat"] = "flat"
+
+    @classmethod
+    def from_recipe(cls, recipe: TrainingRecipe | None, **values: object) -> AnalyticOptions:
+        """The options of a `TrainingRecipe` (None: the defaults), other fields from `values`."""
+        fields = {} if recipe is None else recipe.model_dump()
+        return cls(**fields, **values)  # type: ignore[arg-type]
+
+    def recipe(self) -> TrainingRecipe:
+        """The recipe part of these options, as recorded in the profile."""
+        names = TrainingRecipe.model_fields
+        return TrainingRecipe(**{name: getattr(self, name) for name in names})
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "sharding", normalise_sharding(self.sharding))
+        for name in ("grad_dtype", "grad_reduce_dtype", "optimizer_dtype"):
+            if getattr(self, name) not in DTYPE_BYTES:
+                raise ValueError(f"{name} must be fp32 or bf16, got {getattr(self, name)!r}")
+        for name in ("dp_sync_exposed", "tp_comm_exposed", "cp_comm_exposed"):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if self.efficiency not in ("catalog", "flat"):
+            raise ValueError(f"efficiency must be catalog or flat, got {self.efficiency!r}")
         for name in ("matmul_efficiency", "attention_efficiency"):
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
         if not 0 <= self.memory_reserve_fraction < 1:
             raise ValueError(f"memory_reserve_fraction must be in [0, 1), got {self.memory_reserve_fraction}")
-        if self.recompute not in ("none", "selective", "full"):
-            raise ValueError(f"recompute must be none, selective or full, got {self.recompute!r}")
+        if self.recompute not in RECOMPUTE_CHOICES:
+            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_CHOICES)}, got {self.recompute!r}")
         if self.per_layer_overhead_s < 0:
             raise ValueError(f"per_layer_overhead_s must be >= 0, got {self.per_layer_overhead_s}")
         if self.min_capacity_tokens < 1 or self.max_cp < 1:
@@ -133,6 +194,8 @@ def activation_coefficients(
     sp_divisor = tp if sequence_parallel else 1
     if recompute == "full":
         return BF16_BYTES * h / sp_divisor, 0.0
+    if recompute == "selective-op":
+        return selective_op_bytes_per_token(model, tp, sp_divisor), 0.0
     replicated = 8 * h + (2 * h if dropout else 0)
     mlp_inner = 6 * f if model.gated_mlp else 4 * f
     tensor_split = 4 * h + 4 * kv_dim + mlp_inner
@@ -141,6 +204,17 @@ def activation_coefficients(
         return per_token, 0.0
     score_bytes = 5 if dropout else 2
     return per_token, model.num_heads * score_bytes / tp
+
+
+def selective_op_bytes_per_token(model: ModelSpec, tp: int, sp_divisor: int) -> float:
+    """Stored bytes per token of one layer under torchtitan's op-level selective checkpointing:
+    the layer input (2h, split by SP), the attention output (2h) and every other matmul output
+    (half of q 2h, k and v 2*kv_dim each, o 2h, the MLP's 2f per input projection and its 2h
+    output); norms and activations are recomputed (torchtitan `parallelize_llama.py`, 2024)."""
+    h, kv_dim, f = model.hidden_size, model.kv_dim, model.ffn_hidden_size
+    mlp_in = 2 if model.gated_mlp else 1
+    matmul_outputs = BF16_BYTES * (3 * h + 2 * kv_dim + mlp_in * f)
+    return BF16_BYTES * h / sp_divisor + (BF16_BYTES * h + matmul_outputs / 2) / tp
 
 
 def activation_bytes_per_layer(
@@ -204,6 +278,7 @@ class SchemeMemory:
     activation_bytes_per_token_sq: float
     capacity_tokens: int
     grad_bytes_per_gpu: float
+    grad_sync_bytes_per_gpu: float = 0.0
 
 
 def stage_params(model: ModelSpec, pp: int) -> tuple[int, int]:
@@ -218,10 +293,15 @@ def stage_params(model: ModelSpec, pp: int) -> tuple[int, int]:
     return body + model.embedding_params, body + model.embedding_params
 
 
-def static_bytes(model: ModelSpec, params_of_stage: int, tp: int, num_gpus: int) -> float:
-    """Weights and gradients of the GPU's stage shard plus its ZeRO-1 optimizer shard."""
-    weights_and_grads = params_of_stage / tp * WEIGHT_AND_GRAD_BYTES_PER_PARAM
-    return weights_and_grads + model.num_params * OPTIMIZER_BYTES_PER_PARAM / num_gpus
+def static_bytes(
+    model: ModelSpec, params_of_stage: int, tp: int, num_gpus: int, options: AnalyticOptions | None = None
+) -> float:
+    """Weights, gradients and optimizer state of the GPU's stage shard under the recipe's sharding
+    (`recipe.sharded_static_bytes`; the default recipe is ZeRO-1 with fp32 gradients)."""
+    options = options or AnalyticOptions()
+    return sharded_static_bytes(
+        model, params_of_stage, tp, num_gpus, options.sharding, options.grad_dtype, options.optimizer_dtype
+    )
 
 
 def max_tokens(free_bytes: float, bytes_per_token: float, bytes_per_sq_token: float) -> int:
@@ -265,8 +345,8 @@ def scheme_memory(
     logits = FP32_BYTES * model.vocab_size / (tp * cp)
     usable = gpu.memory_bytes * (1 - options.memory_reserve_fraction)
     first_params, last_params = stage_params(model, pp)
-    first_static = static_bytes(model, first_params, tp, num_gpus)
-    last_static = static_bytes(model, last_params, tp, num_gpus)
+    first_static = static_bytes(model, first_params, tp, num_gpus, options)
+    last_static = static_bytes(model, last_params, tp, num_gpus, options)
     first_bound = max_tokens(usable - first_static, pp * stored + work, pp * stored_sq + work_sq)
     last_bound = max_tokens(usable - last_static, stored + work + logits, stored_sq + work_sq)
     return SchemeMemory(
@@ -275,6 +355,9 @@ def scheme_memory(
         activation_bytes_per_token_sq=stored_sq,
         capacity_tokens=min(first_bound, last_bound),
         grad_bytes_per_gpu=max(first_params, last_params) / tp * BF16_BYTES,
+        grad_sync_bytes_per_gpu=grad_sync_bytes(
+            max(first_params, last_params), tp, options.sharding, options.grad_reduce_dtype
+        ),
     )
 
 
@@ -339,7 +422,7 @@ def build_profile(
         for scheme in candidate_schemes(model, num_gpus, gpus_per_node, options.max_cp)
     }
     schemes = [
-        scheme_cost(model, gpu, scheme, gpus_per_node, memory, options, hardware)
+        scheme_cost(model, gpu, scheme, gpus_per_node, memory, options, hardware, num_gpus)
         for scheme, memory in memories.items()
         if memory.capacity_tokens >= options.min_capacity_tokens
     ]
@@ -351,6 +434,8 @@ def build_profile(
     if hardware is not None:
         bandwidth = hardware.link_bandwidth(in_node=not multi_node)
         notes += f" Hardware parameters: {hardware}."
+    elif options.efficiency == "catalog" and gpu_efficiency(gpu.name) is not None:
+        notes += f" Per-GPU efficiencies: {gpu_efficiency(gpu.name).source}"
     return CostProfile(
         source="analytic",
         model=model.name,
@@ -360,6 +445,8 @@ def build_profile(
         gpu_memory_bytes=gpu.memory_bytes,
         memory_reserve_bytes=gpu.memory_bytes * options.memory_reserve_fraction,
         grad_sync_bandwidth_bytes_per_s=bandwidth,
+        grad_sync_exposed_fraction=options.dp_sync_exposed,
+        recipe=options.recipe(),
         schemes=schemes,
         notes=notes,
     )
@@ -368,8 +455,9 @@ def build_profile(
 def _notes(num_gpus: int, gpus_per_node: int, options: AnalyticOptions) -> str:
     return (
         f"analytic model for {num_gpus} GPUs, {gpus_per_node} per node; options: {options}. "
-        "Even PP layer splits only; LM head charged to the last (bottleneck) stage; communication "
-        "not overlapped with compute; capacity from 1F1B stage 0 (pp micro-batches in flight) and "
+        "Even PP layer splits only; LM head charged to the last (bottleneck) stage; TP/CP "
+        "communication and gradient sync at their exposed shares of the recipe; capacity from 1F1B "
+        "stage 0 (pp micro-batches in flight) and "
         "the last stage (one micro-batch plus fp32 logits); static_bytes is the larger stage's and "
         "activation_bytes_per_token stage 0's. Uncalibrated: efficiencies are assumptions."
     )

@@ -11,18 +11,30 @@ import math
 from typing import TYPE_CHECKING, Literal
 
 from hydraplan.cost_models.hardware import HardwareParams
+from hydraplan.cost_models.recipe import dp_bus_bandwidth, zero3_gather_bytes_per_micro_batch
 from hydraplan.planner.schemas import GpuSpec, ModelSpec, SchemeCost
 from hydraplan.planner.scheme import ParallelScheme
 
 if TYPE_CHECKING:
     from hydraplan.cost_models.analytic import AnalyticOptions, SchemeMemory
 
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "selective-op", "full"]
+RECOMPUTE_CHOICES = ("none", "selective", "selective-op", "full")
 
 BF16_BYTES = 2
 # The LM head is never recomputed: fwd+bwd = 3x forward (Narayanan et al. 2021 count 6hV).
 HEAD_PASS_FACTOR = 3.0
 FWD_FRACTION = 1 / 3
+
+
+def fwd_fraction(recompute: Recompute) -> float:
+    """Share of a stage's time in the forward pass: forward 1 : backward 2 (Narayanan et al. 2021
+    §5.1), so 1/3; under full recompute the backward pass also reruns the forward, 1/(1+2+1) = 1/4
+    (Korthikanti et al. 2022 §5: full recomputation adds a forward pass to the backward)."""
+    if recompute == "full":
+        return 1 / 4
+    return 1 / 3.5 if recompute == "selective-op" else FWD_FRACTION
+
 
 # ---------------------------------------------------------------------------------------------
 # FLOPs (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
@@ -57,8 +69,12 @@ def lm_head_forward_flops_per_token(model: ModelSpec) -> float:
 
 def linear_pass_factor(recompute: Recompute) -> float:
     """Forward+backward FLOPs of weight matmuls as a multiple of forward: 3, or 4 under full
-    recompute (the forward runs again; Narayanan et al. 2021 §5.1)."""
-    return 4.0 if recompute == "full" else 3.0
+    recompute (the forward runs again; Narayanan et al. 2021 §5.1); 3.5 under torchtitan's op-level
+    selective checkpointing, which reruns every other matmul of the forward in the backward
+    (torchtitan `parallelize_llama.py`, `_save_list` policy "recompute every other mm", 2024)."""
+    if recompute == "full":
+        return 4.0
+    return 3.5 if recompute == "selective-op" else 3.0
 
 
 def attention_pass_factor(recompute: Recompute, flash_attention: bool) -> float:
@@ -67,7 +83,8 @@ def attention_pass_factor(recompute: Recompute, flash_attention: bool) -> float:
     Forward 1 + backward 2; full recompute reruns the forward (+1). Selective recompute reruns the
     core attention (+1, Korthikanti et al. 2022 §5) unless flash attention is used: its backward
     recomputes `Q K^T`, one of the two forward matmuls (+0.5, Dao et al. 2022, Algorithm 4), and
-    Megatron-LM does not checkpoint the flash core attention again.
+    Megatron-LM does not checkpoint the flash core attention again. torchtitan's "selective-op"
+    saves the attention output, so its attention counts as under "selective".
     """
     factor = 3.0 + (1.0 if recompute == "full" else 0.0)
     if flash_attention:
@@ -322,6 +339,35 @@ def memory_bound_s_per_token(model: ModelSpec, scheme: ParallelScheme, hardware:
     return memory_bound_bytes_per_token(model, scheme, element_bytes) / hardware.memory_bound_bytes_per_s
 
 
+def zero3_gather_s_per_micro_batch(
+    model: ModelSpec,
+    scheme: ParallelScheme,
+    num_gpus: int,
+    gpus_per_node: int,
+    options: AnalyticOptions,
+    hardware: HardwareParams,
+) -> float:
+    """Exposed time of the zero3 weight all-gathers of one micro-batch (forward and backward) on
+    the data-parallel bus bandwidth (one link per GPU under flat efficiency, like its gradient
+    sync), for the replicas of a homogeneous strategy of this scheme; 0 for zero1 and zero2."""
+    if options.sharding != "zero3":
+        return 0.0
+    replicas = max(1, num_gpus // scheme.num_gpus) * scheme.cp
+    params = model.num_layers // scheme.pp * model.params_per_layer + model.embedding_params
+    gathered = zero3_gather_bytes_per_micro_batch(params, scheme.tp, replicas)
+    if options.efficiency == "flat":  # as the flat model's gradient sync: one link per GPU
+        bandwidth = hardware.link_bandwidth(in_node=num_gpus <= gpus_per_node)
+    else:
+        bandwidth = dp_bus_bandwidth(
+            scheme,
+            num_gpus,
+            gpus_per_node,
+            hardware.intra_node_bandwidth_bytes_per_s,
+            hardware.inter_node_bandwidth_bytes_per_s,
+        )
+    return gathered / bandwidth * options.dp_sync_exposed
+
+
 def scheme_cost(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -330,13 +376,20 @@ def scheme_cost(
     memory: SchemeMemory,
     options: AnalyticOptions,
     hardware: HardwareParams | None = None,
+    num_gpus: int | None = None,
 ) -> SchemeCost:
-    """The profile entry of one runnable scheme (times in seconds)."""
+    """The profile entry of one runnable scheme (times in seconds).
+
+    TP and CP communication count at their exposed shares (`options.tp_comm_exposed`,
+    `cp_comm_exposed`); the forward share follows the recompute (`fwd_fraction`). With
+    `num_gpus`, the entry carries its gradient all-reduce bytes and data-parallel bus bandwidth
+    (`recipe.dp_bus_bandwidth`) and zero3 weight gathers land in `c`.
+    """
     hardware = hardware or HardwareParams.from_specs(gpu, options)
     b = (
         matmul_s_per_token(model, gpu, scheme, options, hardware)
-        + tp_comm_s_per_token(model, gpu, scheme, hardware)
-        + cp_comm_s_per_token(model, gpu, scheme, gpus_per_node, hardware)
+        + tp_comm_s_per_token(model, gpu, scheme, hardware) * options.tp_comm_exposed
+        + cp_comm_s_per_token(model, gpu, scheme, gpus_per_node, hardware) * options.cp_comm_exposed
         + pp_comm_s_per_token(model, gpu, scheme, gpus_per_node, hardware)
         + attention_short_s_per_token(model, scheme, options, hardware)
         + memory_bound_s_per_token(model, scheme, hardware)
@@ -344,6 +397,19 @@ def scheme_cost(
     )
     c = hardware.per_layer_overhead_s * (model.num_layers // scheme.pp)
     c += hardware.per_micro_batch_overhead_s + comm_latency_s_per_micro_batch(model, scheme, gpus_per_node, hardware)
+    sync_fields: dict[str, float] = {}
+    if num_gpus is not None:
+        c += zero3_gather_s_per_micro_batch(model, scheme, num_gpus, gpus_per_node, options, hardware)
+        if memory.grad_sync_bytes_per_gpu != memory.grad_bytes_per_gpu:
+            sync_fields["grad_sync_bytes_per_gpu"] = memory.grad_sync_bytes_per_gpu
+        if options.efficiency == "catalog":  # "flat": the profile's one link bandwidth, as before
+            sync_fields["grad_sync_bandwidth_bytes_per_s"] = dp_bus_bandwidth(
+                scheme,
+                num_gpus,
+                gpus_per_node,
+                hardware.intra_node_bandwidth_bytes_per_s,
+                hardware.inter_node_bandwidth_bytes_per_s,
+            )
     return SchemeCost(
         tp=scheme.tp,
         pp=scheme.pp,
@@ -351,11 +417,12 @@ def scheme_cost(
         a=attention_s_per_sq_token(model, gpu, scheme, options, hardware),
         b=b,
         c=c,
-        fwd_fraction=FWD_FRACTION,
+        fwd_fraction=fwd_fraction(options.recompute),
         capacity_tokens=memory.capacity_tokens,
         static_bytes=memory.static_bytes,
         activation_bytes_per_token=memory.activation_bytes_per_token,
         activation_bytes_per_token_sq=memory.activation_bytes_per_token_sq,
         in_flight_micro_batches=scheme.pp,
         grad_bytes_per_gpu=memory.grad_bytes_per_gpu,
+        **sync_fields,
     )

@@ -26,6 +26,7 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING
 
+from hydraplan.cost_models.efficiency import gpu_efficiency
 from hydraplan.planner.schemas import GpuSpec
 
 if TYPE_CHECKING:
@@ -74,7 +75,24 @@ class HardwareParams:
 
     @classmethod
     def from_specs(cls, gpu: GpuSpec, options: AnalyticOptions) -> HardwareParams:
-        """The uncalibrated values: peak x efficiency, catalog bandwidths, no latency."""
+        """The uncalibrated values. With `options.efficiency == "catalog"` and an entry for the GPU
+        in `cost_models/data/efficiency.json`: its sourced shares of peak, half-point shapes and
+        bus efficiencies, memory-bound kernels at a share of HBM bandwidth. Otherwise ("flat", or
+        a GPU without an entry): peak x the options' efficiencies, catalog link bandwidths, no
+        shape terms, no memory-bound time, no latency (the model before issue 13)."""
+        figures = gpu_efficiency(gpu.name) if options.efficiency == "catalog" else None
+        if figures is not None:
+            return cls(
+                gemm_flops_per_s=gpu.peak_bf16_flops * figures.gemm_efficiency,
+                attention_flops_per_s=gpu.peak_bf16_flops * figures.attention_efficiency,
+                intra_node_bandwidth_bytes_per_s=gpu.intra_node_bandwidth_bytes_per_s * figures.nvlink_bus_efficiency,
+                inter_node_bandwidth_bytes_per_s=gpu.inter_node_bandwidth_bytes_per_s * figures.network_bus_efficiency,
+                per_layer_overhead_s=options.per_layer_overhead_s,
+                gemm_half_dim=figures.gemm_half_dim,
+                attention_half_length_tokens=figures.attention_half_length_tokens,
+                attention_half_heads=figures.attention_half_heads,
+                memory_bound_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s * figures.hbm_efficiency,
+            )
         return cls(
             gemm_flops_per_s=gpu.peak_bf16_flops * options.matmul_efficiency,
             attention_flops_per_s=gpu.peak_bf16_flops * options.attention_efficiency,

@@ -500,7 +500,7 @@ class SyncFloors:
         self.cost, self.coefs, self.num_gpus = cost, tuple(coefs), num_gpus
         self._cp = [coef.scheme.cp for coef in coefs]
         self._gpus_per_replica = [coef.scheme.num_gpus / coef.scheme.cp for coef in coefs]
-        self._shard = [coef.grad_bytes_per_gpu for coef in coefs]
+        self._shard = [coef.sync_bytes for coef in coefs]
         self._arrays = (np.array(self._cp), np.array(self._gpus_per_replica), np.array(self._shard))
         self._memo: dict[tuple[int, int], float] = {}
 

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from hydraplan.planner.schemas import CostProfile, derive_capacity_tokens
+from hydraplan.planner.schemas import CostProfile, SchemeCost, derive_capacity_tokens
 from hydraplan.planner.scheme import ParallelScheme
 
 
@@ -43,6 +43,14 @@ class SchemeCoefficients:
     fwd_fraction: float
     capacity_tokens: int
     grad_bytes_per_gpu: float
+    # Gradient bytes that take as long at the profile's sync bandwidth as this scheme's exposed
+    # all-reduce (its own bytes, bus bandwidth and overlap); None: grad_bytes_per_gpu.
+    grad_sync_equivalent_bytes: float | None = None
+
+    @property
+    def sync_bytes(self) -> float:
+        """`grad_sync_equivalent_bytes`, or the gradient bytes when a profile gives no more."""
+        return self.grad_bytes_per_gpu if self.grad_sync_equivalent_bytes is None else self.grad_sync_equivalent_bytes
 
     def stage_time_s(self, sum_sq_tokens: float, num_tokens: float) -> float:
         return self.a * sum_sq_tokens + self.b * num_tokens + self.c
@@ -55,6 +63,21 @@ class SchemeCoefficients:
         """Per-sequence share of stage time, without the per-micro-batch overhead c."""
         as_float = lengths.astype(np.float64)
         return self.a * as_float * as_float + self.b * as_float
+
+
+def sync_equivalent_bytes(profile: CostProfile, entry: SchemeCost) -> float | None:
+    """Bytes that take as long at the profile's sync bandwidth as the scheme's exposed all-reduce:
+    its sync bytes scaled by profile bandwidth / scheme bandwidth and by the exposed share; None
+    when the profile sets none of these (the gradient bytes then stand)."""
+    own_bytes, own_bandwidth = entry.grad_sync_bytes_per_gpu, entry.grad_sync_bandwidth_bytes_per_s
+    exposed = profile.grad_sync_exposed_fraction
+    if own_bytes is None and own_bandwidth is None and exposed == 1.0:
+        return None
+    sync_bytes = entry.grad_bytes_per_gpu if own_bytes is None else own_bytes
+    bandwidth = profile.grad_sync_bandwidth_bytes_per_s
+    if own_bandwidth is not None and bandwidth is not None:
+        sync_bytes *= bandwidth / own_bandwidth
+    return sync_bytes * exposed
 
 
 class ProfileCostModel:
@@ -74,6 +97,7 @@ class ProfileCostModel:
                 fwd_fraction=entry.fwd_fraction,
                 capacity_tokens=derive_capacity_tokens(profile, entry),
                 grad_bytes_per_gpu=entry.grad_bytes_per_gpu,
+                grad_sync_equivalent_bytes=sync_equivalent_bytes(profile, entry),
             )
 
     def schemes(self) -> list[ParallelScheme]:
@@ -101,8 +125,9 @@ class ProfileCostModel:
 
         Every weight shard has one replica per CP rank of every pipeline; the replicas reduce their
         gradients with a ring all-reduce, `2(n-1)/n * bytes / bandwidth` (Patarasuk & Yuan 2009),
-        over the slowest link. The slowest scheme's shard sets the time. A profile may instead fix
-        the time (`grad_sync_s`).
+        over the slowest link. The slowest scheme's shard sets the time. A scheme's own sync bytes
+        and bus bandwidth and the profile's exposed share (overlap with the backward pass) scale
+        it (`sync_equivalent_bytes`). A profile may instead fix the time (`grad_sync_s`).
         """
         num_replicas = sum(scheme.cp for scheme in pipeline_schemes)
         return self.grad_sync_for_replicas_s(num_replicas, set(pipeline_schemes))
@@ -115,5 +140,5 @@ class ProfileCostModel:
         if bandwidth is None or num_replicas <= 1:
             return 0.0
         ring_factor = 2 * (num_replicas - 1) / num_replicas
-        largest_shard_bytes = max(self.coefficients(scheme).grad_bytes_per_gpu for scheme in schemes)
+        largest_shard_bytes = max(self.coefficients(scheme).sync_bytes for scheme in schemes)
         return ring_factor * largest_shard_bytes / bandwidth

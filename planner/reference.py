@@ -117,8 +117,15 @@ def grad_sync_s(profile: CostProfile, pipeline_schemes: Sequence[Scheme]) -> flo
     if bandwidth is None or replicas <= 1:
         return 0.0
     entries = scheme_entries(profile)
-    largest = max(entries[scheme].grad_bytes_per_gpu for scheme in pipeline_schemes)
-    return 2 * (replicas - 1) / replicas * largest / bandwidth
+    largest = max(_sync_seconds_per_ring_factor(profile, entries[scheme]) for scheme in pipeline_schemes)
+    return 2 * (replicas - 1) / replicas * largest * profile.grad_sync_exposed_fraction
+
+
+def _sync_seconds_per_ring_factor(profile: CostProfile, entry: SchemeCost) -> float:
+    """One scheme's sync bytes over its own bus bandwidth (each falling back to the profile's)."""
+    sync_bytes = entry.grad_bytes_per_gpu if entry.grad_sync_bytes_per_gpu is None else entry.grad_sync_bytes_per_gpu
+    bandwidth = entry.grad_sync_bandwidth_bytes_per_s or profile.grad_sync_bandwidth_bytes_per_s
+    return sync_bytes / bandwidth
 
 
 def parse_strategy_text(text: str) -> list[tuple[Scheme, int]]:

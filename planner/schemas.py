@@ -166,10 +166,55 @@ class SchemeCost(Frozen):
         None, description="Micro-batches alive at the memory peak (1F1B stage 0: pp)."
     )
     grad_bytes_per_gpu: Bytes = Field(0.0, description="Gradient bytes each GPU of this scheme synchronises per step.")
+    grad_sync_bytes_per_gpu: Bytes | None = Field(
+        None,
+        description="Bytes each GPU of this scheme puts through the gradient all-reduce per step when they "
+        "differ from grad_bytes_per_gpu (reduce dtype, ZeRO-3 reduce-scatter only); None: grad_bytes_per_gpu.",
+    )
+    grad_sync_bandwidth_bytes_per_s: Rate | None = Field(
+        None,
+        description="Bus bandwidth per GPU of this scheme's gradient all-reduce (all NICs of a node shared by "
+        "its replicas there); None: the profile's grad_sync_bandwidth_bytes_per_s.",
+    )
 
     @property
     def key(self) -> tuple[int, int, int]:
         return (self.tp, self.pp, self.cp)
+
+
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+
+
+class TrainingRecipe(Frozen):
+    """How the model is trained, as the analytic cost model prices it (issue 13).
+
+    The defaults are the model before issue 13: selective recompute, ZeRO-1 with fp32 gradients
+    reduced in bf16, fp32 Adam, nothing overlapped, one flat efficiency for every GPU.
+    """
+
+    recompute: Literal["none", "selective", "selective-op", "full"] = Field(
+        "selective",
+        description="Activation recomputation: none; selective (Korthikanti et al. 2022, core attention); "
+        "selective-op (torchtitan: every other matmul and the elementwise ops); full (each layer's forward).",
+    )
+    sharding: Literal["zero1", "zero2", "zero3", "fsdp"] = Field(
+        "zero1",
+        description="ZeRO stage (Rajbhandari et al. 2020): optimizer state (zero1), also gradients (zero2), "
+        "also weights (zero3; fsdp is the same).",
+    )
+    grad_dtype: Literal["fp32", "bf16"] = Field("fp32", description="Gradient buffer dtype in memory.")
+    grad_reduce_dtype: Literal["fp32", "bf16"] = Field("bf16", description="Dtype the gradients are reduced in.")
+    optimizer_dtype: Literal["fp32", "bf16"] = Field("fp32", description="Dtype of Adam's two moments.")
+    dp_sync_exposed: Fraction = Field(
+        1.0, description="Share of the data-parallel sync (and FSDP gathers) not hidden behind compute."
+    )
+    tp_comm_exposed: Fraction = Field(1.0, description="Share of tensor-parallel communication not overlapped.")
+    cp_comm_exposed: Fraction = Field(1.0, description="Share of context-parallel (ring) transfers not overlapped.")
+    efficiency: Literal["flat", "catalog"] = Field(
+        "flat",
+        description="flat: one efficiency for every GPU and shape; catalog: per-GPU, per-shape achieved rates, "
+        "memory-bound kernels and multi-NIC data-parallel bandwidth (cost_models/data/efficiency.json).",
+    )
 
 
 class CostProfile(Frozen):
@@ -199,10 +244,20 @@ class CostProfile(Frozen):
     grad_sync_bandwidth_bytes_per_s: Rate | None = Field(
         None, description="Slowest-link bandwidth used to model gradient synchronisation."
     )
+    grad_sync_exposed_fraction: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Share of the modelled gradient all-reduce not hidden behind the backward pass (1: no overlap).",
+    )
     schemes: list[SchemeCost] = Field(
         min_length=1, max_length=limits.MAX_NUM_GPUS, description="One entry per runnable scheme."
     )
     notes: str = Field("", description="Free text: assumptions, calibration error, provenance.")
+    recipe: TrainingRecipe | None = Field(
+        None, description="The training recipe an analytic or calibrated profile was built for (None: not recorded)."
+    )
     provenance: ProfileProvenance | None = Field(
         None, description="Raw samples, fitted values, fit error, hardware, torch version and date of a measurement."
     )

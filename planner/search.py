@@ -241,7 +241,17 @@ def runnable_schemes(cost: ProfileCostModel, num_gpus: int, keep: Sequence = ())
         return []
     terms = np.array(
         [
-            (c.a, c.b, c.c, c.scheme.pp, c.scheme.cp, c.grad_bytes_per_gpu, -c.capacity_tokens, c.fwd_fraction)
+            (
+                c.a,
+                c.b,
+                c.c,
+                c.scheme.pp,
+                c.scheme.cp,
+                c.grad_bytes_per_gpu,
+                c.sync_bytes,
+                -c.capacity_tokens,
+                c.fwd_fraction,
+            )
             for c in fitting
         ],
         dtype=np.float64,
