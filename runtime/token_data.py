@@ -53,7 +53,7 @@ META, TOKENS, OFFSETS = "meta.json", "tokens.bin", "offsets.bin"
 MIN_DOCUMENT_TOKENS = 2  # one input token and its label
 
 
-class DataFormatError(ValueError):
+class DataFormatError(PlanRefusedError):
     """The token directory is missing, malformed or inconsistent; the message is one line."""
 
 
