@@ -111,10 +111,10 @@ def _public(report: dict) -> dict:
 def _print_summary(plans: list, reports: list[dict], check: dict | None) -> None:
     plan = plans[0]
     print(f"ran {plan.strategy} on {len(reports)} ranks ({len(plan.input_lengths)} sequences)")
-    for step in reports[0]["steps"]:
-        slowest = max(report["steps"][step["step"]]["pipeline_s"] for report in reports)
+    for index, step in enumerate(reports[0]["steps"]):  # after --load, step numbers start past 0
+        slowest = max(report["steps"][index]["pipeline_s"] for report in reports)
         print(f"  step {step['step']}: loss {step['loss']:.12g}, slowest rank {slowest:.3f} s (wall)")
-        switches = [report["steps"][step["step"]]["switch"] for report in reports]
+        switches = [report["steps"][index]["switch"] for report in reports]
         if switches[0] is not None:
             sent = sum(switch["weight_bytes"] for switch in switches)
             print(

@@ -6,8 +6,9 @@ its `exp_avg`, its `exp_avg_sq`), whatever strategy holds them.
 
 **Saving.** Every rank's shard is a box of each canonical tensor (`grad_sync.local_layout`). The
 boxes of all ranks cut each tensor into cells (the same intersection math as the gradient sync
-and the strategy switch); each cell is written once, by the lowest rank holding it (replicas:
-TP-replicated norms, other pipelines, CP ranks, the tied embedding copy all hold equal values).
+and the strategy switch); each cell is written once, by one of the ranks holding it: the one given
+the fewest elements so far (replicas: TP-replicated norms, other pipelines, CP ranks, the tied
+embedding copy all hold equal values, so any holder will do and the writing is shared).
 The cells become DCP *chunks* of the tensor's global shape: `_CellSavePlanner` describes them as
 `WriteItem`s of type SHARD (offsets and sizes in the full tensor), and DCP's own global plan
 checks that they tile each tensor exactly once (`_validate_global_plan`: in bounds, no overlap,
@@ -76,20 +77,28 @@ def full_shapes(layouts: list[dict]) -> dict[str, tuple[int, ...]]:
 
 def cells_by_rank(layouts: list[dict]) -> list[dict[str, list[Box]]]:
     """For every rank, the cells of each canonical tensor it writes: the tensor cut by every
-    rank's box bounds, each cell given to the lowest rank whose box contains it."""
+    rank's box bounds, each cell given to the holder that has been given the fewest elements so
+    far (lowest rank on a tie), so replicas share the writing. Every rank computes the same."""
     owned: list[dict[str, list[Box]]] = [{} for _ in layouts]
+    load = [0] * len(layouts)
     for name in sorted({name for layout in layouts for name in layout}):
         holders = [(rank, layout[name][0]) for rank, layout in enumerate(layouts) if name in layout]
         num_dims = len(holders[0][1])
         cuts = [sorted({bound for _, box in holders for bound in box[dim]}) for dim in range(num_dims)]
         for cell in itertools.product(*[list(zip(bounds, bounds[1:])) for bounds in cuts]):
-            owner = next(
-                (rank for rank, box in holders if all(b[0] <= c[0] and c[1] <= b[1] for b, c in zip(box, cell))),
-                None,
-            )
-            if owner is not None:
+            owners = [rank for rank, box in holders if all(b[0] <= c[0] and c[1] <= b[1] for b, c in zip(box, cell))]
+            if owners:
+                owner = min(owners, key=lambda rank: (load[rank], rank))
+                load[owner] += _num_elements(cell)
                 owned[owner].setdefault(name, []).append(tuple(cell))
     return owned
+
+
+def _num_elements(box: Box) -> int:
+    count = 1
+    for start, stop in box:
+        count *= stop - start
+    return count
 
 
 def _narrow(tensor: torch.Tensor, held: Box, cell: Box) -> torch.Tensor:

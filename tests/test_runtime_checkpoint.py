@@ -3,7 +3,7 @@
 One `run_ranks` launch runs every phase in order on the same ranks (starting torch is slow here):
 
 - `save_a`: 2 float64 steps under `<2,1,1> + <1,2,1>`, then `--save` (DCP, by canonical cells);
-- `load_b`: `--load` that checkpoint under `<1,1,2> + 2x<1,1,1>`, one more step (step 2);
+- `load_b`: `--load` that checkpoint under `<1,1,2> + 2x<1,1,1>`, one more step (step 2), saved;
 - `save_b` / `load_a`: the other way round (1 step under B, saved; loaded under A, step 1);
 - `data`: 2 steps on documents of a byte-tokenised corpus (one plan per step, from the
   documents' lengths), saved with its data cursor;
@@ -89,7 +89,12 @@ def phases(workspace) -> dict[str, RunSpec]:
     return {
         "save_a": RunSpec(plan_json=plan(A).model_dump_json(), steps=2, save_dir=str(workspace / "a"), **common),
         "load_b": RunSpec(
-            plan_json=plan(B).model_dump_json(), steps=1, load_dir=str(workspace / "a"), first_step=2, **common
+            plan_json=plan(B).model_dump_json(),
+            steps=1,
+            load_dir=str(workspace / "a"),
+            first_step=2,
+            save_dir=str(workspace / "ab"),  # and saved again, under B
+            **common,
         ),
         "save_b": RunSpec(plan_json=plan(B).model_dump_json(), steps=1, save_dir=str(workspace / "b"), **common),
         "load_a": RunSpec(
@@ -208,11 +213,17 @@ def test_the_checkpoint_holds_each_canonical_cell_once(ranks, workspace):
         entry = metadata.state_dict_metadata[f"model.{name}"]
         assert list(entry.size) == shape
         assert sum(chunk.sizes.numel() for chunk in entry.chunks) == torch.Size(shape).numel()
-    # <2,1,1> + <1,2,1>: rank 0 holds TP half 0 of every layer, so it writes those cells; the
-    # TP-1 pipeline's ranks 2 and 3 write only what neither TP rank holds (nothing: TP covers all)
+    # every rank writes a share (replicas split the cells): none writes more than 40% of the bytes
+    shares = [report["checkpoint"]["saved"]["written_bytes"] / written for report in reports_of(ranks, "save_a")]
+    assert min(shares) > 0 and max(shares) <= 0.4, shares
     layouts = [{n: (box, True) for n, box in report["boxes"].items()} for report in reports_of(ranks, "save_a")]
     cells = cells_by_rank(layouts)
-    assert cells[2] == {} and cells[3] == {}
+    for name, shape in meta["parameters"].items():  # the cells of each tensor tile it exactly once
+        owned = [cell for rank_cells in cells for cell in rank_cells.get(name, [])]
+        covered = torch.zeros(shape, dtype=torch.int64)
+        for cell in owned:
+            covered[tuple(slice(start, stop) for start, stop in cell)] += 1
+        assert bool((covered == 1).all()), name
     assert full_shapes(layouts)["layers.0.attn.wq.weight"] == (32, 32)
 
 
@@ -305,7 +316,7 @@ def test_cli_continues_from_the_checkpoint_step_and_data_cursor(ranks, workspace
 
     def fake_run_ranks(fn, nproc, *, backend, args, timeout_s):
         specs.append(args[0])
-        return reports_of(ranks, "data")
+        return reports_of(ranks, "load_b")  # a run whose steps start at 2 (after a --load)
 
     monkeypatch.setattr(launch, "run_ranks", fake_run_ranks)
     lengths = TokenDirectory.open(workspace / "tokens").sequence_lengths(6, 3)
@@ -317,7 +328,7 @@ def test_cli_continues_from_the_checkpoint_step_and_data_cursor(ranks, workspace
     assert (spec.first_step, spec.data_start, spec.load_dir) == (2, 6, str(workspace / "data-ckpt"))
     assert spec.save_dir == str(tmp_path / "c") and spec.data_path == str(workspace / "tokens")
     out = capsys.readouterr().out
-    assert "checkpoint saved:" in out
+    assert "checkpoint saved:" in out and "checkpoint loaded:" in out and "  step 2: loss" in out
     # the same refusal logic, for the worker under torchrun
     fields = resolve_run_io(
         [plan(B, tuple(lengths), "rt-bytes")],
