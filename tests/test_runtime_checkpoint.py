@@ -344,3 +344,26 @@ def _cfg(workspace):
     from hydraplan.runtime.assignment import model_config_for
 
     return model_config_for(data_plans(workspace)[0], str(workspace / "models.json"))
+
+
+def test_the_oom_guard_names_only_out_of_memory_errors():
+    import dataclasses
+
+    from hydraplan.runtime.assignment import MicroBatchWork, assign_ranks
+    from hydraplan.runtime.faults import oom_guard
+
+    assignment = assign_ranks(plan(A))[3]  # the <1,2,1> pipeline's stage 1
+    work = MicroBatchWork(0, tuple(range(10)), (3,) * 10, (0,) * 10)
+    assignment = dataclasses.replace(assignment, micro_batches=(work,))
+    with pytest.raises(MicroBatchOutOfMemoryError) as caught:
+        with oom_guard("B", assignment, 0):
+            raise RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 9 GB\nout of memory")
+    assert str(caught.value) == (
+        "out of memory in the backward of micro-batch 0 of pipeline 1 <1,2,1> on rank 3 (stage 1): 30 tokens, "
+        "sequences 0[0:3), 1[0:3), 2[0:3), 3[0:3), 4[0:3), 5[0:3), 6[0:3), 7[0:3) and 2 more: "
+        "DefaultCPUAllocator: not enough memory: you tried to allocate 9 GB"
+    )
+    assert str(caught.value.at_step(4)).startswith("step 4: out of memory in the backward")
+    with pytest.raises(RuntimeError, match="^shape mismatch$"):  # any other error passes unchanged
+        with oom_guard("F", assignment, 0):
+            raise RuntimeError("shape mismatch")
