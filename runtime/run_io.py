@@ -33,6 +33,8 @@ def resolve_run_io(
     load: str | None = None,
 ) -> dict:
     """The `RunSpec` fields `data_path`, `data_start`, `first_step`, `save_dir`, `load_dir`."""
+    if data_start is not None and data_start < 0:
+        raise PlanRefusedError(f"--data-start {data_start}: must be >= 0")
     first_step, start = 0, data_start
     if load is not None:
         meta = read_checkpoint_meta(load)
