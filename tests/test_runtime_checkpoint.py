@@ -367,3 +367,13 @@ def test_the_oom_guard_names_only_out_of_memory_errors():
     with pytest.raises(RuntimeError, match="^shape mismatch$"):  # any other error passes unchanged
         with oom_guard("F", assignment, 0):
             raise RuntimeError("shape mismatch")
+
+
+def test_the_worker_front_door_refuses_a_negative_data_start(workspace):
+    from hydraplan.runtime.assignment import PlanRefusedError
+
+    first = data_plans(workspace)[0]
+    with pytest.raises(PlanRefusedError, match=r"^--data-start -1: must be >= 0$"):
+        resolve_run_io([first], _cfg(workspace), "float64", data=str(workspace / "tokens"), data_start=-1)
+    fields = resolve_run_io([first], _cfg(workspace), "float64", data=str(workspace / "tokens"))
+    assert (fields["data_start"], fields["first_step"], fields["load_dir"]) == (0, 0, None)
