@@ -55,6 +55,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "serve": Command(__name__, "run the REST service (needs the service extra)"),
     "run": Command("hydraplan.api.cli_run", "execute a plan on local torch ranks (needs the runtime extra)"),
+    "data": Command("hydraplan.api.cli_data", "convert a corpus to pre-tokenised documents; a batch's lengths"),
 }
 
 

@@ -37,7 +37,15 @@ def run_run(args: argparse.Namespace) -> int:
     for step_plan in plans:
         validate_plan(step_plan, nproc, cfg)
     from hydraplan.runtime.launch import RankFailedError, RankTimeoutError, run_ranks
+    from hydraplan.runtime.run_io import resolve_run_io
     from hydraplan.runtime.worker import RunSpec, run_worker
+
+    if args.check and args.load is not None:
+        raise ValueError(f"--load {args.load}: --check runs from the initial weights, not from a checkpoint")
+    step_plans = plans if args.plans else plans * args.steps
+    run_io = resolve_run_io(
+        step_plans, cfg, args.dtype, data=args.data, data_start=args.data_start, save=args.save, load=args.load
+    )
 
     spec = RunSpec(
         plan_json=plan.model_dump_json(),
@@ -49,6 +57,7 @@ def run_run(args: argparse.Namespace) -> int:
         data_seed=args.data_seed,
         collect_state=args.check,
         models_file=args.models_file,
+        **run_io,
     )
     try:
         reports = run_ranks(run_worker, nproc, backend=args.backend, args=(spec,), timeout_s=args.timeout_s)
@@ -57,6 +66,7 @@ def run_run(args: argparse.Namespace) -> int:
         return EXIT_RUN_FAILED
     check = _check(plan, spec, reports) if args.check else None
     _print_summary(plans, reports, check)
+    _print_checkpoint(reports)
     if args.report:
         _write_report(args.report, spec, reports, check)
     if check is not None and not check["passed"]:
@@ -95,16 +105,16 @@ def _check(plan, spec, reports: list[dict]) -> dict:
 
 def _public(report: dict) -> dict:
     """A rank's report without its tensors (those exist only for --check)."""
-    return {key: value for key, value in report.items() if key not in ("params", "grads", "boxes")}
+    return {key: value for key, value in report.items() if key not in ("params", "grads", "boxes", "grad_boxes")}
 
 
 def _print_summary(plans: list, reports: list[dict], check: dict | None) -> None:
     plan = plans[0]
     print(f"ran {plan.strategy} on {len(reports)} ranks ({len(plan.input_lengths)} sequences)")
-    for step in reports[0]["steps"]:
-        slowest = max(report["steps"][step["step"]]["pipeline_s"] for report in reports)
+    for index, step in enumerate(reports[0]["steps"]):  # after --load, step numbers start past 0
+        slowest = max(report["steps"][index]["pipeline_s"] for report in reports)
         print(f"  step {step['step']}: loss {step['loss']:.12g}, slowest rank {slowest:.3f} s (wall)")
-        switches = [report["steps"][step["step"]]["switch"] for report in reports]
+        switches = [report["steps"][index]["switch"] for report in reports]
         if switches[0] is not None:
             sent = sum(switch["weight_bytes"] for switch in switches)
             print(
@@ -139,6 +149,17 @@ def _print_summary(plans: list, reports: list[dict], check: dict | None) -> None
             f"{check['max_param_rel']:.3g} rel ({check['worst_param']}), first-step gradients "
             f"{check['max_grad_rel_to_norm']:.3g} of their norm ({check['worst_grad']})"
         )
+
+
+def _print_checkpoint(reports: list[dict]) -> None:
+    """The --load / --save lines: bytes every rank read or wrote, the slowest rank's seconds."""
+    for kind, size in (("loaded", "read_bytes"), ("saved", "written_bytes")):
+        done = [report.get("checkpoint", {}).get(kind) for report in reports]
+        if all(done):
+            print(
+                f"  checkpoint {kind}: {sum(d[size] for d in done):,} bytes over {len(done)} ranks, slowest rank "
+                f"{max(d['seconds'] for d in done):.3f} s"
+            )
 
 
 def _element_bytes(sync: dict) -> float:
@@ -190,7 +211,32 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--models-file", metavar="FILE", help="extra model catalog (the plan names its model)")
     parser.add_argument("--report", metavar="FILE", help="write every rank's measurements (JSON)")
+    add_data_and_checkpoint_arguments(parser)
     parser.set_defaults(handler=run_run)
+
+
+def add_data_and_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--data`, `--data-start`, `--save`, `--load` (`runtime/run_io.py` checks them)."""
+    parser.add_argument(
+        "--data",
+        metavar="DIR",
+        help="pre-tokenised documents (`hydraplan data convert`): each step trains on the next documents, "
+        "whose lengths must be the plan's (`hydraplan data lengths`); default: synthetic tokens by --data-seed",
+    )
+    parser.add_argument(
+        "--data-start",
+        type=non_negative_int,
+        metavar="DOC",
+        help="the first document of the first step (default: 0, or the --load checkpoint's next document)",
+    )
+    parser.add_argument(
+        "--save",
+        metavar="DIR",
+        help="after the last step, write weights and AdamW state (torch.distributed.checkpoint)",
+    )
+    parser.add_argument(
+        "--load", metavar="DIR", help="before the first step, load a --save checkpoint (any strategy may have saved it)"
+    )
 
 
 ADD_ARGUMENTS = {"run": add_run_arguments}

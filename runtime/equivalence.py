@@ -20,6 +20,7 @@ import torch
 
 from hydraplan.planner.schemas import Plan
 from hydraplan.runtime.assignment import assign_ranks, global_token_count, model_config_for
+from hydraplan.runtime.data_feed import StepFeed
 from hydraplan.runtime.model import build_stage
 from hydraplan.runtime.step_data import whole_batch
 from hydraplan.runtime.worker import DTYPES, RunSpec, make_optimizer
@@ -54,12 +55,14 @@ def single_process_run(plan: Plan, spec: RunSpec) -> dict:
     cfg = model_config_for(plans[0], spec.models_file)
     model = build_stage(cfg, seed=spec.init_seed, dtype=DTYPES[spec.dtype])
     optimizer = make_optimizer(model.parameters(), spec)
+    feed = StepFeed.open(spec, plans, cfg.vocab_size)  # None: synthetic tokens
     losses, grads = [], None
     for step, step_plan in enumerate(plans):
         works = [work for rank in _first_ranks(step_plan) for work in rank.micro_batches]
         global_tokens = global_token_count(step_plan)
         optimizer.zero_grad(set_to_none=True)
-        batch = whole_batch(works, step_plan.input_lengths, spec.data_seed, step, cfg.vocab_size)
+        documents = feed.documents(step) if feed else None
+        batch = whole_batch(works, step_plan.input_lengths, spec.data_seed, step, cfg.vocab_size, documents)
         loss_sum = model(batch)
         (loss_sum / global_tokens).backward()
         losses.append(float(loss_sum.detach()) / global_tokens)
@@ -103,7 +106,7 @@ def compare_with_reference(reports: list[dict], reference: dict, dtype: str) -> 
             if diff >= max_param:
                 max_param, worst_param = diff, f"rank {report['rank']} {name}"
         for name, grad in report["grads"].items():
-            expected = _piece(reference["grads"][name], report["boxes"][name])
+            expected = _piece(reference["grads"][name], report.get("grad_boxes", report["boxes"])[name])
             norm = float(expected.norm()) or 1.0
             diff = float((grad - expected).norm()) / norm
             if diff >= max_grad:

@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from hydraplan.runtime.assignment import RankAssignment, one_f_one_b
 from hydraplan.runtime.batch import PackedBatch
+from hydraplan.runtime.faults import oom_guard
 from hydraplan.runtime.model import DecoderStage
 
 __all__ = ["StepResult", "run_pipeline_step"]
@@ -95,10 +96,13 @@ def run_pipeline_step(
     order = one_f_one_b(assignment.stage, assignment.scheme.pp, len(assignment.micro_batches))
     for is_forward, index in order:
         wall, cpu = time.perf_counter(), time.thread_time()
-        if is_forward:
-            tokens, wait_s = _forward(stage, assignment, batch_of(index), index, channel, saved, global_tokens, result)
-        else:
-            tokens, wait_s = _backward(assignment, index, channel, saved)
+        with oom_guard("F" if is_forward else "B", assignment, index):  # names the micro-batch
+            if is_forward:
+                tokens, wait_s = _forward(
+                    stage, assignment, batch_of(index), index, channel, saved, global_tokens, result
+                )
+            else:
+                tokens, wait_s = _backward(assignment, index, channel, saved)
         result.ops.append(
             {
                 "op": "F" if is_forward else "B",

@@ -8,12 +8,15 @@ document: the inputs are the first `length`, the labels the next-token shift, so
 split sequence together predict exactly the sequence's `l` labels. Each entry is its own
 sequence in the packed stream (positions restart at 0, no attention across entries; a chunk does
 not attend to the chunks before it, as the planner's cost model of a split sequence assumes).
+
+With `--data` the documents come from a token directory instead (`documents`, from
+`data_feed.StepFeed`): the same cutting, applied to real documents of `l + 1` tokens.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -35,18 +38,33 @@ def document_tokens(data_seed: int, step: int, sequence_id: int, length: int, vo
 
 
 def micro_batch(
-    work: MicroBatchWork, input_lengths: Sequence[int], data_seed: int, step: int, vocab_size: int
+    work: MicroBatchWork,
+    input_lengths: Sequence[int],
+    data_seed: int,
+    step: int,
+    vocab_size: int,
+    documents: Callable[[int], torch.Tensor] | None = None,
 ) -> PackedBatch:
-    """The packed micro-batch `work` of step `step` (full, before any CP sharding)."""
+    """The packed micro-batch `work` of step `step` (full, before any CP sharding); `documents`:
+    sequence id -> its tokens (real data), else synthetic ones by seed."""
     pieces = []
     for sequence_id, offset, length in zip(work.sequence_ids, work.offsets, work.lengths):
-        tokens = document_tokens(data_seed, step, sequence_id, input_lengths[sequence_id], vocab_size)
+        if documents is None:
+            tokens = document_tokens(data_seed, step, sequence_id, input_lengths[sequence_id], vocab_size)
+        else:
+            tokens = documents(sequence_id)
+            assert len(tokens) == input_lengths[sequence_id] + 1, "the feed checked every length"
         pieces.append(tokens[offset : offset + length + 1])
     return PackedBatch.from_token_sequences(pieces)
 
 
 def whole_batch(
-    works: Sequence[MicroBatchWork], input_lengths: Sequence[int], data_seed: int, step: int, vocab_size: int
+    works: Sequence[MicroBatchWork],
+    input_lengths: Sequence[int],
+    data_seed: int,
+    step: int,
+    vocab_size: int,
+    documents: Callable[[int], torch.Tensor] | None = None,
 ) -> PackedBatch:
     """Every entry of `works` in one packed batch (the single-process check's step)."""
     merged = MicroBatchWork(
@@ -55,4 +73,4 @@ def whole_batch(
         lengths=tuple(length for work in works for length in work.lengths),
         offsets=tuple(offset for work in works for offset in work.offsets),
     )
-    return micro_batch(merged, input_lengths, data_seed, step, vocab_size)
+    return micro_batch(merged, input_lengths, data_seed, step, vocab_size, documents)

@@ -22,7 +22,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -36,11 +36,15 @@ from hydraplan.runtime.assignment import (
     model_config_for,
     validate_plan,
 )
+from hydraplan.runtime.checkpoint import load_checkpoint, save_checkpoint
+from hydraplan.runtime.data_feed import StepFeed
+from hydraplan.runtime.faults import MicroBatchOutOfMemoryError
 from hydraplan.runtime.grad_sync import GradSync
 from hydraplan.runtime.model import build_stage
 from hydraplan.runtime.parallel import cp_shard, parallelize_stage
 from hydraplan.runtime.pipeline_exec import run_pipeline_step
 from hydraplan.runtime.reshard import reshard
+from hydraplan.runtime.run_io import resolve_run_io
 from hydraplan.runtime.step_data import micro_batch
 
 __all__ = ["DTYPES", "NonFiniteLossError", "RunSpec", "make_optimizer", "run_worker"]
@@ -67,6 +71,13 @@ class RunSpec:
     models_file: str | None = None
     inject_nan_step: int | None = None  # test hook: make this step's loss NaN
     plan_jsons: tuple[str, ...] = ()  # one plan per step (strategy switches); overrides plan_json, steps
+    # real data and checkpoints (data_feed.py, checkpoint.py; run_io.resolve_run_io fills them)
+    data_path: str | None = None  # a token directory (token_data.py); None: synthetic tokens by seed
+    data_start: int = 0  # the first document of the run's first step
+    first_step: int = 0  # the number of the run's first step (after --load: the steps already done)
+    save_dir: str | None = None  # DCP checkpoint written after the last step
+    load_dir: str | None = None  # DCP checkpoint loaded before the first step
+    inject_oom: tuple[int, int] | None = None  # test hook: (step, micro-batch) runs out of memory
 
     def step_plans(self) -> list[str]:
         """The plan of every step."""
@@ -149,8 +160,10 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
     cfg = model_config_for(plans[0], spec.models_file)
     for plan in plans:
         validate_plan(plan, world_size, cfg)
-    layout, steps, grads = None, [], None
-    for step, plan in enumerate(plans):
+    feed = StepFeed.open(spec, plans, cfg.vocab_size)  # None: synthetic tokens
+    layout, steps, grads, grad_boxes, checkpoint = None, [], None, None, {}
+    for index, plan in enumerate(plans):
+        step = spec.first_step + index
         switch = None
         if layout is None or layout.key != _placement(plan):
             new = _build_layout(plan, cfg, spec, rank)
@@ -159,15 +172,21 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
                     layout.stage, layout.optimizer, layout.sync.layouts, new.stage, new.optimizer, new.sync.layouts
                 )
                 switch |= _planned_switch(plan, new.me)
+            elif spec.load_dir is not None:
+                checkpoint["loaded"] = load_checkpoint(spec.load_dir, new.stage, new.optimizer, new.sync.layouts)
             layout = new
         else:
             layout.me = assign_ranks(plan)[rank]  # the same layout, this step's micro-batches
-        record = _one_step(plan, cfg, spec, layout, step)
+        record = _one_step(plan, cfg, spec, layout, step, feed.documents(index) if feed else None)
         record["switch"] = switch
         steps.append(record)
-        if spec.collect_state and step == 0:
+        if spec.collect_state and index == 0:
             grads = {name: p.grad.detach().clone() for name, p in layout.stage.named_parameters()}
+            grad_boxes = {name: box for name, (box, _) in layout.sync.layout.items()}
         layout.optimizer.step()
+    if spec.save_dir is not None:
+        meta = _checkpoint_meta(spec, cfg, plans, feed)
+        checkpoint["saved"] = save_checkpoint(spec.save_dir, layout.stage, layout.optimizer, layout.sync.layouts, meta)
     me = layout.me
     report = {
         "rank": rank,
@@ -179,11 +198,13 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
         "num_sync_groups": layout.sync.num_groups,
         "planned_sync": _planned_sync(plans[-1], me),
         "steps": steps,
+        "checkpoint": checkpoint,
     }
     if spec.collect_state:
         report["boxes"] = {name: box for name, (box, _) in layout.sync.layout.items()}
         report["params"] = {name: p.detach().cpu().clone() for name, p in layout.stage.named_parameters()}
         report["grads"] = {name: grad.cpu() for name, grad in grads.items()}
+        report["grad_boxes"] = grad_boxes  # the first step's layout (a later switch changes "boxes")
     return report
 
 
@@ -201,18 +222,37 @@ def _planned_switch(plan: Plan, me: RankAssignment) -> dict:
     }
 
 
-def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int) -> dict:
+def _checkpoint_meta(spec: RunSpec, cfg, plans: list[Plan], feed: StepFeed | None) -> dict:
+    """What `hydraplan.json` records beside DCP's files (the CLI checks it on --load)."""
+    data = None if feed is None else {"path": os.path.abspath(feed.data.path), "next_document": feed.next_document}
+    return {
+        "model": cfg.name,
+        "dtype": spec.dtype,
+        "steps_done": spec.first_step + len(plans),
+        "strategy": plans[-1].strategy,
+        "data": data,
+        "lr": spec.lr,
+        "weight_decay": spec.weight_decay,
+    }
+
+
+def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, documents=None) -> dict:
     me, stage, dtype = layout.me, layout.stage, DTYPES[spec.dtype]
     global_tokens = global_token_count(plan)
     layout.optimizer.zero_grad(set_to_none=True)
     started = time.perf_counter()
 
     def batch_of(index: int):
+        if spec.inject_oom == (step, index):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected by the test hook)")
         work = me.micro_batches[index]
-        batch = micro_batch(work, plan.input_lengths, spec.data_seed, step, cfg.vocab_size).to(_device())
+        batch = micro_batch(work, plan.input_lengths, spec.data_seed, step, cfg.vocab_size, documents).to(_device())
         return cp_shard(batch, me.cp_rank, me.scheme.cp) if me.scheme.cp > 1 else batch
 
-    result = run_pipeline_step(stage, me, batch_of, global_tokens, dtype)
+    try:
+        result = run_pipeline_step(stage, me, batch_of, global_tokens, dtype)
+    except MicroBatchOutOfMemoryError as exc:
+        raise exc.at_step(step) from None
     compute_s = time.perf_counter() - started
     sync_started = time.perf_counter()
     sync_bytes = layout.sync.sync(stage)
@@ -246,9 +286,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     parser.add_argument("--models-file", help="extra model catalog (the plan names its model)")
     parser.add_argument("--report", help="rank 0 writes every rank's report (JSON) here")
+    for flag in ("--data", "--save", "--load"):  # as `hydraplan run` (runtime/run_io.py)
+        parser.add_argument(flag)
+    parser.add_argument("--data-start", type=int)
     args = parser.parse_args(argv)
     with open(args.plan, encoding="utf-8") as handle:
         spec = RunSpec(plan_json=handle.read(), steps=args.steps, dtype=args.dtype, models_file=args.models_file)
+    plan = Plan.model_validate_json(spec.plan_json)
+    try:  # refused before joining the group, with one line
+        run_io = resolve_run_io(
+            [plan] * spec.steps,
+            model_config_for(plan, spec.models_file),
+            spec.dtype,
+            data=args.data,
+            data_start=args.data_start,
+            save=args.save,
+            load=args.load,
+        )
+    except PlanRefusedError as exc:
+        print(f"hydraplan worker: error: {exc}", file=sys.stderr)
+        return 2
+    spec = replace(spec, **run_io)
     if args.backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(args.backend)

@@ -469,6 +469,10 @@ HELP_COMMANDS = [
     ["whatif"],
     ["serve"],
     ["run"],
+    ["data"],
+    ["data", "convert"],
+    ["data", "lengths"],
+    ["data", "info"],
 ]
 
 

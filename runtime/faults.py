@@ -1,0 +1,69 @@
+"""An out-of-memory on a rank, named by the step, the micro-batch and its tokens.
+
+`oom_guard(op, assignment, index)` wraps one forward or backward of `pipeline_exec`: a
+`torch.OutOfMemoryError` (or a `RuntimeError` saying "out of memory", as allocators and older
+torch builds raise it) becomes one `MicroBatchOutOfMemoryError` naming the pipeline, its scheme,
+the rank and stage, the micro-batch index, its token count and its sequences (split chunks as
+`id[start:stop)`); the worker adds the step (`at_step`). The first line of torch's own message is
+kept; torch's multi-line allocator report is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+from hydraplan.runtime.assignment import RankAssignment
+
+__all__ = ["MAX_LISTED_SEQUENCES", "MicroBatchOutOfMemoryError", "is_out_of_memory", "oom_guard"]
+
+MAX_LISTED_SEQUENCES = 8
+
+
+class MicroBatchOutOfMemoryError(RuntimeError):
+    """One micro-batch ran out of memory; `str()` is one line (with the step once known)."""
+
+    def __init__(self, where: str, step: int | None = None) -> None:
+        self.where, self.step = where, step
+        super().__init__(where if step is None else f"step {step}: {where}")
+
+    def at_step(self, step: int) -> MicroBatchOutOfMemoryError:
+        return MicroBatchOutOfMemoryError(self.where, step)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch's OOM error, or a RuntimeError whose message says "out of memory"."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def _sequences(assignment: RankAssignment, index: int) -> str:
+    work = assignment.micro_batches[index]
+    entries = [
+        f"{sequence_id}[{offset}:{offset + length})"
+        for sequence_id, offset, length in zip(work.sequence_ids, work.offsets, work.lengths)
+    ]
+    more = len(entries) - MAX_LISTED_SEQUENCES
+    listed = ", ".join(entries[:MAX_LISTED_SEQUENCES]) + (f" and {more} more" if more > 0 else "")
+    return f"{work.num_tokens} tokens, sequences {listed}"
+
+
+@contextmanager
+def oom_guard(op: str, assignment: RankAssignment, index: int) -> Iterator[None]:
+    """Turn an out-of-memory inside the block into a `MicroBatchOutOfMemoryError` (see the module)."""
+    try:
+        yield
+    except (torch.OutOfMemoryError, RuntimeError) as exc:
+        if isinstance(exc, MicroBatchOutOfMemoryError) or not is_out_of_memory(exc):
+            raise
+        scheme = assignment.scheme
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        where = (
+            f"out of memory in the {'forward' if op == 'F' else 'backward'} of micro-batch {index} of pipeline "
+            f"{assignment.pipeline_index} <{scheme.tp},{scheme.pp},{scheme.cp}> on rank {assignment.rank} "
+            f"(stage {assignment.stage}): {_sequences(assignment, index)}: {first_line}"
+        )
+        raise MicroBatchOutOfMemoryError(where) from None
