@@ -26,6 +26,8 @@ RUNTIME_MISSING = "the runtime extra is not installed: pip install 'hydraplan[ru
 
 def run_run(args: argparse.Namespace) -> int:
     """`hydraplan run`: see the module docstring."""
+    if args.plan is None and args.plans is None:
+        return _run_online(args)
     plans = _read_plans(args)
     plan = plans[0]
     try:
@@ -36,8 +38,7 @@ def run_run(args: argparse.Namespace) -> int:
     cfg = model_config_for(plan, args.models_file)
     for step_plan in plans:
         validate_plan(step_plan, nproc, cfg)
-    from hydraplan.runtime.launch import RankFailedError, RankTimeoutError, run_ranks
-    from hydraplan.runtime.worker import RunSpec, run_worker
+    from hydraplan.runtime.worker import RunSpec
 
     spec = RunSpec(
         plan_json=plan.model_dump_json(),
@@ -50,11 +51,68 @@ def run_run(args: argparse.Namespace) -> int:
         collect_state=args.check,
         models_file=args.models_file,
     )
-    try:
-        reports = run_ranks(run_worker, nproc, backend=args.backend, args=(spec,), timeout_s=args.timeout_s)
-    except (RankFailedError, RankTimeoutError) as exc:
-        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+    reports = _launch(args, spec, nproc)
+    if reports is None:
         return EXIT_RUN_FAILED
+    return _finish(args, plans, spec, reports)
+
+
+def _run_online(args: argparse.Namespace) -> int:
+    """No plan file: rank 0 plans every step, through `--server` or locally (`cli_run_online`)."""
+    from hydraplan.api.cli_run_online import online_planning
+
+    try:
+        from hydraplan.runtime.worker import RunSpec
+    except ImportError as exc:
+        raise ValueError(f"{RUNTIME_MISSING} ({exc})") from None
+    online = online_planning(args)
+    try:
+        spec = RunSpec(
+            steps=args.steps,
+            dtype=args.dtype,
+            lr=args.lr,
+            init_seed=args.seed,
+            data_seed=args.data_seed,
+            collect_state=args.check,
+            models_file=args.models_file,
+            **online.spec_fields(),
+        )
+        reports = _launch(args, spec, args.nproc)
+    finally:
+        online.close()
+    if reports is None:
+        return EXIT_RUN_FAILED
+    from dataclasses import replace
+
+    from hydraplan.planner.schemas import Plan
+
+    texts = tuple(reports[0]["plan_jsons"])  # the plans rank 0 was given, one per step
+    spec = replace(spec, planner=None, next_lengths=None, plan_json=texts[0], plan_jsons=texts)
+    return _finish(args, [Plan.model_validate_json(text) for text in texts], spec, reports)
+
+
+def _launch(args: argparse.Namespace, spec, nproc: int) -> list[dict] | None:
+    """Every rank's report, or None after one line naming the failed or stalled rank."""
+    from hydraplan.runtime.launch import RankFailedError, RankStalledError, RankTimeoutError, run_ranks
+    from hydraplan.runtime.worker import run_worker
+
+    try:
+        return run_ranks(
+            run_worker,
+            nproc,
+            backend=args.backend,
+            args=(spec,),
+            timeout_s=args.timeout_s,
+            stall_timeout_s=args.stall_timeout_s,
+        )
+    except (RankFailedError, RankStalledError, RankTimeoutError) as exc:
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return None
+
+
+def _finish(args: argparse.Namespace, plans: list, spec, reports: list[dict]) -> int:
+    """The check, the summary and the report of a run that ended."""
+    plan = plans[0]
     check = _check(plan, spec, reports) if args.check else None
     _print_summary(plans, reports, check)
     if args.report:
@@ -95,7 +153,7 @@ def _check(plan, spec, reports: list[dict]) -> dict:
 
 def _public(report: dict) -> dict:
     """A rank's report without its tensors (those exist only for --check)."""
-    return {key: value for key, value in report.items() if key not in ("params", "grads", "boxes")}
+    return {key: value for key, value in report.items() if key not in ("params", "grads", "boxes", "plan_jsons")}
 
 
 def _print_summary(plans: list, reports: list[dict], check: dict | None) -> None:
@@ -165,7 +223,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "Execute a plan on local torch ranks (gloo on CPU, NCCL on GPU): TP/PP/CP inside each pipeline, "
         "gradient sync across pipelines, AdamW. Needs the runtime extra."
     )
-    source = parser.add_mutually_exclusive_group(required=True)
+    source = parser.add_mutually_exclusive_group()
     source.add_argument("--plan", metavar="FILE", help="plan JSON (`hydraplan plan --out`), run for --steps steps")
     source.add_argument(
         "--plans", metavar="DIR", help="one plan per step: DIR's *.json in name order (strategies may differ)"
@@ -188,8 +246,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout-s", type=positive_float, default=600.0, help="stop every rank after this (default: %(default)s)"
     )
+    parser.add_argument(
+        "--stall-timeout-s",
+        type=positive_float,
+        default=60.0,
+        help="stop every rank when none has made progress for this long, naming the ones behind (default: %(default)s)",
+    )
     parser.add_argument("--models-file", metavar="FILE", help="extra model catalog (the plan names its model)")
     parser.add_argument("--report", metavar="FILE", help="write every rank's measurements (JSON)")
+    from hydraplan.api.cli_run_online import add_online_arguments
+
+    add_online_arguments(parser, source)
     parser.set_defaults(handler=run_run)
 
 

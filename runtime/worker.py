@@ -23,23 +23,24 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from hydraplan.planner.schemas import Plan
+from hydraplan.runtime import faults, watchdog
 from hydraplan.runtime.assignment import (
     PlanRefusedError,
     RankAssignment,
     assign_ranks,
     global_token_count,
-    model_config_for,
-    validate_plan,
 )
 from hydraplan.runtime.grad_sync import GradSync
 from hydraplan.runtime.model import build_stage
 from hydraplan.runtime.parallel import cp_shard, parallelize_stage
 from hydraplan.runtime.pipeline_exec import run_pipeline_step
+from hydraplan.runtime.plan_feed import step_plans
 from hydraplan.runtime.reshard import reshard
 from hydraplan.runtime.step_data import micro_batch
 
@@ -67,6 +68,10 @@ class RunSpec:
     models_file: str | None = None
     inject_nan_step: int | None = None  # test hook: make this step's loss NaN
     plan_jsons: tuple[str, ...] = ()  # one plan per step (strategy switches); overrides plan_json, steps
+    # online (`plan_feed`): rank 0 plans each of `steps` steps with these (picklable) objects
+    planner: object | None = None  # a `plan_feed.StepPlanner`
+    next_lengths: object | None = None  # a `plan_feed.LengthSource`: step -> the batch's lengths
+    faults: tuple[tuple[str, int, int], ...] = ()  # test hooks `(kind, rank, step)`, see `runtime.faults`
 
     def step_plans(self) -> list[str]:
         """The plan of every step."""
@@ -145,14 +150,14 @@ def _build_layout(plan: Plan, cfg, spec: RunSpec, rank: int) -> _Layout:
 
 def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
     """Run `spec` on this rank (inside an initialised default process group); returns its report."""
-    plans = [Plan.model_validate_json(text) for text in spec.step_plans()]
-    cfg = model_config_for(plans[0], spec.models_file)
-    for plan in plans:
-        validate_plan(plan, world_size, cfg)
-    layout, steps, grads = None, [], None
-    for step, plan in enumerate(plans):
+    watchdog.beat(0, "start")
+    layout, steps, grads, plans = None, [], None, []
+    for step, (plan, cfg) in enumerate(step_plans(spec, rank, world_size)):
+        plans.append(plan)
+        faults.inject(spec.faults, "exit", rank, step)
         switch = None
         if layout is None or layout.key != _placement(plan):
+            watchdog.beat(step, "switch")
             new = _build_layout(plan, cfg, spec, rank)
             if layout is not None:
                 switch = reshard(
@@ -167,7 +172,9 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
         steps.append(record)
         if spec.collect_state and step == 0:
             grads = {name: p.grad.detach().clone() for name, p in layout.stage.named_parameters()}
+        watchdog.beat(step, "optimizer")
         layout.optimizer.step()
+    watchdog.beat(len(steps), "done")
     me = layout.me
     report = {
         "rank": rank,
@@ -180,6 +187,8 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
         "planned_sync": _planned_sync(plans[-1], me),
         "steps": steps,
     }
+    if spec.planner is not None and rank == 0:  # the plans the planner made (for --check and the report)
+        report["plan_jsons"] = [plan.model_dump_json() for plan in plans]
     if spec.collect_state:
         report["boxes"] = {name: box for name, (box, _) in layout.sync.layout.items()}
         report["params"] = {name: p.detach().cpu().clone() for name, p in layout.stage.named_parameters()}
@@ -205,20 +214,25 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int) -> dic
     me, stage, dtype = layout.me, layout.stage, DTYPES[spec.dtype]
     global_tokens = global_token_count(plan)
     layout.optimizer.zero_grad(set_to_none=True)
+    watchdog.beat(step, "compute")
     started = time.perf_counter()
 
     def batch_of(index: int):
+        watchdog.beat(step, "compute")  # a long step beats at every micro-batch
         work = me.micro_batches[index]
         batch = micro_batch(work, plan.input_lengths, spec.data_seed, step, cfg.vocab_size).to(_device())
         return cp_shard(batch, me.cp_rank, me.scheme.cp) if me.scheme.cp > 1 else batch
 
     result = run_pipeline_step(stage, me, batch_of, global_tokens, dtype)
     compute_s = time.perf_counter() - started
+    faults.inject(spec.faults, "hang", me.rank, step)
+    watchdog.beat(step, "sync")
     sync_started = time.perf_counter()
     sync_bytes = layout.sync.sync(stage)
     sync_s = time.perf_counter() - sync_started
     contributes = me.is_last_stage and me.tp_rank == 0
     loss = torch.tensor([result.loss_sum if contributes else 0.0], dtype=torch.float64, device=_device())
+    watchdog.beat(step, "loss")
     dist.all_reduce(loss)
     value = float(loss) / global_tokens
     if spec.inject_nan_step == step:
@@ -246,15 +260,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     parser.add_argument("--models-file", help="extra model catalog (the plan names its model)")
     parser.add_argument("--report", help="rank 0 writes every rank's report (JSON) here")
+    parser.add_argument(
+        "--stall-timeout-s", type=float, default=60.0, help="a rank that makes no progress this long exits (code 1)"
+    )
     args = parser.parse_args(argv)
     with open(args.plan, encoding="utf-8") as handle:
         spec = RunSpec(plan_json=handle.read(), steps=args.steps, dtype=args.dtype, models_file=args.models_file)
     if args.backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(args.backend)
+    dist.init_process_group(args.backend, timeout=timedelta(seconds=args.stall_timeout_s))
     try:
         try:
-            report = run_worker(dist.get_rank(), dist.get_world_size(), spec)
+            with watchdog.LocalWatchdog(dist.get_rank(), args.stall_timeout_s):
+                report = run_worker(dist.get_rank(), dist.get_world_size(), spec)
         except PlanRefusedError as exc:  # every rank refuses the same plan before any compute
             print(f"hydraplan worker: rank {dist.get_rank()}: error: {exc}", file=sys.stderr)
             return 2
