@@ -1,5 +1,6 @@
 """`hydraplan run`: execute a plan (`--plan`, for `--steps` steps) or one plan per step (`--plans
 DIR`, strategy switches between them) on local torch ranks, optionally checking against one process.
+Without either, rank 0 plans every step, through a `--server` session or locally (`cli_run_online`).
 
 The plan is read and refused here before any rank starts (the checker, the rank count against
 `--nproc`, the model the runtime must build): one line, exit 2. The ranks run
@@ -19,6 +20,7 @@ from pathlib import Path
 from hydraplan.api.cli_args import non_negative_int, positive_float, positive_int
 from hydraplan.api.cli_inputs import read_plan
 from hydraplan.api.cli_progress import PROG
+from hydraplan.api.cli_run_online import add_online_arguments, add_server_argument
 
 EXIT_OK, EXIT_RUN_FAILED = 0, 1
 RUNTIME_MISSING = "the runtime extra is not installed: pip install 'hydraplan[runtime]' (torch==2.13.0)"
@@ -221,13 +223,15 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `hydraplan run`."""
     parser.description = (
         "Execute a plan on local torch ranks (gloo on CPU, NCCL on GPU): TP/PP/CP inside each pipeline, "
-        "gradient sync across pipelines, AdamW. Needs the runtime extra."
+        "gradient sync across pipelines, AdamW. Without --plan/--plans, rank 0 plans each step (--server, "
+        "or locally). Needs the runtime extra."
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--plan", metavar="FILE", help="plan JSON (`hydraplan plan --out`), run for --steps steps")
     source.add_argument(
         "--plans", metavar="DIR", help="one plan per step: DIR's *.json in name order (strategies may differ)"
     )
+    add_server_argument(source)
     parser.add_argument("--nproc", type=positive_int, metavar="N", help="ranks to spawn (default: the plan's GPUs)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="default: %(default)s")
     parser.add_argument("--steps", type=positive_int, default=1, metavar="K", help="training steps (default: 1)")
@@ -254,9 +258,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--models-file", metavar="FILE", help="extra model catalog (the plan names its model)")
     parser.add_argument("--report", metavar="FILE", help="write every rank's measurements (JSON)")
-    from hydraplan.api.cli_run_online import add_online_arguments
-
-    add_online_arguments(parser, source)
+    add_online_arguments(parser)
     parser.set_defaults(handler=run_run)
 
 

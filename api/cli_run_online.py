@@ -19,17 +19,21 @@ from hydraplan.api.cli_args import non_negative_int, positive_float, positive_in
 from hydraplan.api.cli_inputs import read_profile
 from hydraplan.api.run_planning import LocalPlanner, SessionPlanner, SyntheticLengths, close_session, open_session
 
-__all__ = ["OnlinePlanning", "add_online_arguments", "online_planning"]
+__all__ = ["OnlinePlanning", "add_online_arguments", "add_server_argument", "online_planning"]
 
 
-def add_online_arguments(parser: argparse.ArgumentParser, source: argparse._MutuallyExclusiveGroup) -> None:
-    """`--server` (in the plan-source group) and the flags of planning each step."""
+def add_server_argument(source: argparse._MutuallyExclusiveGroup) -> None:
+    """`--server`, in the plan-source group (beside --plan and --plans)."""
     source.add_argument(
         "--server",
         metavar="URL",
         help="plan each step through a session of this `hydraplan serve` (default without "
         "--plan/--plans: plan each step locally)",
     )
+
+
+def add_online_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of planning each step."""
     group = parser.add_argument_group("planning each step (--server, or no --plan/--plans)")
     group.add_argument("--token", help="the service's bearer token (HYDRAPLAN_API_TOKEN of the server)")
     group.add_argument(
