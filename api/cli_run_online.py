@@ -89,6 +89,7 @@ def online_planning(args: argparse.Namespace) -> OnlinePlanning:
     if args.nproc is None:
         raise ValueError("--nproc: required when each step is planned (no --plan/--plans)")
     profile = _profile(args)
+    _check_buildable(profile, args)
     gpus_per_node = args.gpus_per_node or args.nproc
     options = {"time_limit_s": args.plan_time_limit_s, "seed": args.data_seed, "oversize": args.oversize}
     lengths = SyntheticLengths(args.batch_sequences, args.max_length, args.data_seed)
@@ -108,6 +109,22 @@ def online_planning(args: argparse.Namespace) -> OnlinePlanning:
     }
     session = open_session(unopened, body)
     return OnlinePlanning(session, lengths, session)
+
+
+def _check_buildable(profile, args: argparse.Namespace) -> None:
+    """The runtime can build the profile's model with its layer count (else no plan would run)."""
+    from hydraplan.cost_models.catalog import CatalogError
+    from hydraplan.runtime.model import ModelConfig
+
+    where = f"--profile {args.profile}" if args.profile else "the bundled profile"
+    try:
+        cfg = ModelConfig.from_catalog(profile.model, args.models_file)
+    except CatalogError as exc:
+        raise ValueError(f"{where}: its model {profile.model!r} cannot be built: {exc}") from None
+    if cfg.num_layers != profile.num_layers:
+        raise ValueError(
+            f"{where}: model {profile.model!r} has {cfg.num_layers} layers, the profile {profile.num_layers}"
+        )
 
 
 def _profile(args: argparse.Namespace):

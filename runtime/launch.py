@@ -176,14 +176,18 @@ def _collect(
             continue
         rank, ok, _, payload = report
         if not ok:
-            raise _first_failure(report, results)
+            raise _first_failure(report, results, processes, values)
         values[rank] = pickle.loads(payload)
     return [values[rank] for rank in range(len(processes))]
 
 
-def _first_failure(report: tuple, results, grace_s: float = FAILURE_GRACE_S) -> RankFailedError:
+def _first_failure(
+    report: tuple, results, processes: list, values: dict[int, Any], grace_s: float = FAILURE_GRACE_S
+) -> RankFailedError:
     """The failure caught first among `report` and those arriving within `grace_s`: when one rank
-    raises, its peers' collectives break soon after, and those are not the cause."""
+    raises, its peers' collectives break soon after, and those are not the cause. A rank that died
+    without any report (killed, `os._exit`) comes before them all: its peers' broken connections
+    can be reported before the parent sees it gone."""
     failures = [report]
     end = time.monotonic() + grace_s
     while (left := end - time.monotonic()) > 0:
@@ -193,6 +197,11 @@ def _first_failure(report: tuple, results, grace_s: float = FAILURE_GRACE_S) -> 
             break
         if not other[1]:
             failures.append(other)
+    reported = set(values) | {failure[0] for failure in failures}
+    try:
+        _check_alive(processes, {rank: None for rank in reported})
+    except RankFailedError as died:
+        return died
     rank, _, _, payload = min(failures, key=lambda failure: failure[2])
     message, traceback_text = pickle.loads(payload)
     return RankFailedError(rank, message, traceback_text)

@@ -441,6 +441,10 @@ def test_cli_run_online_refusals_are_one_line_before_any_rank(models_file, servi
     assert err.count("\n") == 1
     assert main(["run", "--server", "http://127.0.0.1:9", "--nproc", "4", "--profile", str(profile_path)]) == 2
     assert "--server http://127.0.0.1:9: no answer" in capsys.readouterr().err
+    assert main(["run", "--nproc", "4", "--profile", str(profile_path)]) == 2  # rt-mini needs --models-file
+    err = capsys.readouterr().err
+    assert err.startswith(f"hydraplan: error: --profile {profile_path}: its model 'rt-mini' cannot be built")
+    assert err.count("\n") == 1
     assert main(["run", "--steps", "2"]) == 2  # the local planner needs the rank count
     assert (
         capsys.readouterr().err == "hydraplan: error: --nproc: required when each step is planned (no --plan/--plans)\n"
