@@ -62,9 +62,10 @@ def switch_spec(models_file: str, dtype: str = "float64") -> RunSpec:
     )
 
 
-# online: 3 steps of 7 synthetic sequences up to 30 tokens (capacity 24: some are split)
-ONLINE_LENGTHS = SyntheticLengths(num_sequences=7, max_length=30, seed=0)
-ONLINE_OPTIONS = {"time_limit_s": 0.3, "seed": 0, "oversize": "split"}
+# online: 3 steps of 5 synthetic sequences up to 100 tokens (capacity 24: the long ones are split);
+# the planner picks 1x<2,1,2> for step 0's batch and 2x<2,1,1> for the next two (a switch)
+ONLINE_LENGTHS = SyntheticLengths(num_sequences=5, max_length=100, seed=0)
+ONLINE_OPTIONS = {"time_limit_s": 1.0, "seed": 0, "oversize": "split"}
 
 
 def mini_profile():
@@ -375,6 +376,10 @@ def test_online_every_step_planned_on_rank_0_equals_one_process(ranks, name):
     assert [len(report["steps"]) for report in reports] == [3] * 4
     for step, plan in enumerate(plans):  # every rank ran the broadcast plan of its step
         assert all(report["steps"][step]["global_tokens"] == sum(plan.input_lengths) for report in reports)
+    # the strategy switched as the planner decided, and the ranks re-sharded exactly there
+    assert [plan.strategy for plan in plans] == ["1x<2,1,2>", "2x<2,1,1>", "2x<2,1,1>"]
+    assert plans[1].switch_cost_s > 0
+    assert all([step["switch"] is not None for step in report["steps"]] == [False, True, False] for report in reports)
     result = checked_online(ranks, name)
     assert result.passed and result.max_loss_rel <= 1e-9 and result.max_param_rel <= 1e-9, result
 
@@ -412,10 +417,11 @@ def test_cli_run_online_through_the_server(ranks, models_file, service, tmp_path
     profile_path.write_text(mini_profile().model_dump_json(), encoding="utf-8")
     argv = ["run", "--server", service.url, "--token", TOKEN, "--nproc", "4", "--profile", str(profile_path)]
     argv += ["--models-file", models_file, "--steps", "3", "--dtype", "float64", "--check"]
-    argv += ["--batch-sequences", "7", "--max-length", "30", "--data-seed", "0", "--plan-time-limit-s", "0.3"]
+    argv += ["--batch-sequences", "5", "--max-length", "100", "--data-seed", "0", "--plan-time-limit-s", "1"]
     assert main([*argv, "--report", str(tmp_path / "run.json")]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "check (float64) PASSED" in out and "step 2: loss" in out
+    assert out.count("strategy switch before it") == 1 and out.startswith("ran 1x<2,1,2> on 4 ranks")
     spec = given[0]
     assert spec.next_lengths == ONLINE_LENGTHS and spec.steps == 3 and spec.planner.max_retries == 5
     # the session is deleted when the run ends
@@ -431,7 +437,17 @@ def test_cli_run_online_refusals_are_one_line_before_any_rank(models_file, servi
     monkeypatch.setattr(launch, "run_ranks", lambda *a, **k: pytest.fail("a refused run must start no rank"))
     profile_path = tmp_path / "profile.json"
     profile_path.write_text(mini_profile().model_dump_json(), encoding="utf-8")
-    base = ["run", "--server", service.url, "--nproc", "4", "--profile", str(profile_path)]
+    base = [
+        "run",
+        "--server",
+        service.url,
+        "--nproc",
+        "4",
+        "--profile",
+        str(profile_path),
+        "--models-file",
+        models_file,
+    ]
     assert main([*base, "--token", "wrong"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"hydraplan: error: --server {service.url}: 401") and err.count("\n") == 1
@@ -439,7 +455,8 @@ def test_cli_run_online_refusals_are_one_line_before_any_rank(models_file, servi
     err = capsys.readouterr().err
     assert err.startswith(f"hydraplan: error: --server {service.url}: 422") and "gpus_per_node" in err
     assert err.count("\n") == 1
-    assert main(["run", "--server", "http://127.0.0.1:9", "--nproc", "4", "--profile", str(profile_path)]) == 2
+    nowhere = ["run", "--server", "http://127.0.0.1:9", "--nproc", "4", "--profile", str(profile_path)]
+    assert main([*nowhere, "--models-file", models_file]) == 2
     assert "--server http://127.0.0.1:9: no answer" in capsys.readouterr().err
     assert main(["run", "--nproc", "4", "--profile", str(profile_path)]) == 2  # rt-mini needs --models-file
     err = capsys.readouterr().err
