@@ -1,5 +1,6 @@
 """`hydraplan run`: execute a plan (`--plan`, for `--steps` steps) or one plan per step (`--plans
 DIR`, strategy switches between them) on local torch ranks, optionally checking against one process.
+Without either, rank 0 plans every step, through a `--server` session or locally (`cli_run_online`).
 
 The plan is read and refused here before any rank starts (the checker, the rank count against
 `--nproc`, the model the runtime must build): one line, exit 2. The ranks run
@@ -19,6 +20,7 @@ from pathlib import Path
 from hydraplan.api.cli_args import non_negative_int, positive_float, positive_int
 from hydraplan.api.cli_inputs import read_plan
 from hydraplan.api.cli_progress import PROG
+from hydraplan.api.cli_run_online import add_online_arguments, add_server_argument
 
 EXIT_OK, EXIT_RUN_FAILED = 0, 1
 RUNTIME_MISSING = "the runtime extra is not installed: pip install 'hydraplan[runtime]' (torch==2.13.0)"
@@ -26,6 +28,8 @@ RUNTIME_MISSING = "the runtime extra is not installed: pip install 'hydraplan[ru
 
 def run_run(args: argparse.Namespace) -> int:
     """`hydraplan run`: see the module docstring."""
+    if args.plan is None and args.plans is None:
+        return _run_online(args)
     plans = _read_plans(args)
     plan = plans[0]
     try:
@@ -36,9 +40,8 @@ def run_run(args: argparse.Namespace) -> int:
     cfg = model_config_for(plan, args.models_file)
     for step_plan in plans:
         validate_plan(step_plan, nproc, cfg)
-    from hydraplan.runtime.launch import RankFailedError, RankTimeoutError, run_ranks
     from hydraplan.runtime.run_io import resolve_run_io
-    from hydraplan.runtime.worker import RunSpec, run_worker
+    from hydraplan.runtime.worker import RunSpec
 
     if args.check and args.load is not None:
         raise ValueError(f"--load {args.load}: --check runs from the initial weights, not from a checkpoint")
@@ -59,11 +62,79 @@ def run_run(args: argparse.Namespace) -> int:
         models_file=args.models_file,
         **run_io,
     )
-    try:
-        reports = run_ranks(run_worker, nproc, backend=args.backend, args=(spec,), timeout_s=args.timeout_s)
-    except (RankFailedError, RankTimeoutError) as exc:
-        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+    reports = _launch(args, spec, nproc)
+    if reports is None:
         return EXIT_RUN_FAILED
+    return _finish(args, plans, spec, reports)
+
+
+def _run_online(args: argparse.Namespace) -> int:
+    """No plan file: rank 0 plans every step, through `--server` or locally (`cli_run_online`)."""
+    from hydraplan.api.cli_run_online import online_planning
+
+    try:
+        from hydraplan.runtime.worker import RunSpec
+    except ImportError as exc:
+        raise ValueError(f"{RUNTIME_MISSING} ({exc})") from None
+    from hydraplan.runtime.run_io import resolve_run_io
+
+    if args.check and args.load is not None:
+        raise ValueError(f"--load {args.load}: --check runs from the initial weights, not from a checkpoint")
+    online = online_planning(args)
+    try:
+        # the plans come step by step: each step's documents are checked against its plan on the ranks
+        run_io = resolve_run_io(
+            [], online.cfg, args.dtype, data=args.data, data_start=args.data_start, save=args.save, load=args.load
+        )
+        if run_io["data_path"] is not None:
+            online.read_documents(run_io["data_path"], run_io["data_start"], args.batch_sequences)
+        spec = RunSpec(
+            steps=args.steps,
+            dtype=args.dtype,
+            lr=args.lr,
+            init_seed=args.seed,
+            data_seed=args.data_seed,
+            collect_state=args.check,
+            models_file=args.models_file,
+            **online.spec_fields(),
+            **run_io,
+        )
+        reports = _launch(args, spec, args.nproc)
+    finally:
+        online.close()
+    if reports is None:
+        return EXIT_RUN_FAILED
+    from dataclasses import replace
+
+    from hydraplan.planner.schemas import Plan
+
+    texts = tuple(reports[0]["plan_jsons"])  # the plans rank 0 was given, one per step
+    spec = replace(spec, planner=None, next_lengths=None, plan_json=texts[0], plan_jsons=texts)
+    return _finish(args, [Plan.model_validate_json(text) for text in texts], spec, reports)
+
+
+def _launch(args: argparse.Namespace, spec, nproc: int) -> list[dict] | None:
+    """Every rank's report, or None after one line naming the failed or stalled rank."""
+    from hydraplan.runtime.launch import RankFailedError, RankStalledError, RankTimeoutError, run_ranks
+    from hydraplan.runtime.worker import run_worker
+
+    try:
+        return run_ranks(
+            run_worker,
+            nproc,
+            backend=args.backend,
+            args=(spec,),
+            timeout_s=args.timeout_s,
+            stall_timeout_s=args.stall_timeout_s,
+        )
+    except (RankFailedError, RankStalledError, RankTimeoutError) as exc:
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return None
+
+
+def _finish(args: argparse.Namespace, plans: list, spec, reports: list[dict]) -> int:
+    """The check, the summary and the report of a run that ended."""
+    plan = plans[0]
     check = _check(plan, spec, reports) if args.check else None
     _print_summary(plans, reports, check)
     _print_checkpoint(reports)
@@ -105,7 +176,8 @@ def _check(plan, spec, reports: list[dict]) -> dict:
 
 def _public(report: dict) -> dict:
     """A rank's report without its tensors (those exist only for --check)."""
-    return {key: value for key, value in report.items() if key not in ("params", "grads", "boxes", "grad_boxes")}
+    hidden = ("params", "grads", "boxes", "grad_boxes", "plan_jsons")
+    return {key: value for key, value in report.items() if key not in hidden}
 
 
 def _print_summary(plans: list, reports: list[dict], check: dict | None) -> None:
@@ -184,13 +256,15 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `hydraplan run`."""
     parser.description = (
         "Execute a plan on local torch ranks (gloo on CPU, NCCL on GPU): TP/PP/CP inside each pipeline, "
-        "gradient sync across pipelines, AdamW. Needs the runtime extra."
+        "gradient sync across pipelines, AdamW. Without --plan/--plans, rank 0 plans each step (--server, "
+        "or locally). Needs the runtime extra."
     )
-    source = parser.add_mutually_exclusive_group(required=True)
+    source = parser.add_mutually_exclusive_group()
     source.add_argument("--plan", metavar="FILE", help="plan JSON (`hydraplan plan --out`), run for --steps steps")
     source.add_argument(
         "--plans", metavar="DIR", help="one plan per step: DIR's *.json in name order (strategies may differ)"
     )
+    add_server_argument(source)
     parser.add_argument("--nproc", type=positive_int, metavar="N", help="ranks to spawn (default: the plan's GPUs)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="default: %(default)s")
     parser.add_argument("--steps", type=positive_int, default=1, metavar="K", help="training steps (default: 1)")
@@ -209,9 +283,16 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout-s", type=positive_float, default=600.0, help="stop every rank after this (default: %(default)s)"
     )
+    parser.add_argument(
+        "--stall-timeout-s",
+        type=positive_float,
+        default=60.0,
+        help="stop every rank when none has made progress for this long, naming the ones behind (default: %(default)s)",
+    )
     parser.add_argument("--models-file", metavar="FILE", help="extra model catalog (the plan names its model)")
     parser.add_argument("--report", metavar="FILE", help="write every rank's measurements (JSON)")
     add_data_and_checkpoint_arguments(parser)
+    add_online_arguments(parser)
     parser.set_defaults(handler=run_run)
 
 

@@ -1,51 +1,54 @@
 """The tokens of each step from a token directory (`--data`), for the ranks and the check.
 
-`StepFeed.open(spec, plans, vocab_size)` opens the directory (memory-mapped), checks every step's
-plan against its documents (`token_data.check_batches`: refused before any compute) and gives each
-step a `documents(sequence_id)` function: step k's sequence i is document `starts[k] + i`, its
-n tokens the n - 1 inputs and their next-token labels (`step_data.micro_batch` cuts the plan's
-chunks from it, as from a synthetic document). Every rank reads only the documents of the
-micro-batches it runs.
+`StepFeed.open(spec, vocab_size)` opens the directory (memory-mapped); `feed.documents(plan)`,
+called once per step in order, checks that step's plan against the next documents
+(`token_data.check_batches`: refused before the step's compute; `hydraplan run` has checked every
+plan file before any rank started) and gives a `documents(sequence_id)` function: the step's
+sequence i is the document `cursor + i`, its n tokens the n - 1 inputs and their next-token labels
+(`step_data.micro_batch` cuts the plan's chunks from it, as from a synthetic document). The cursor
+then moves past the step's documents, so plans may come all at once or one step at a time (online
+planning). Every rank reads only the documents of the micro-batches it runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from hydraplan.planner.schemas import Plan
-from hydraplan.runtime.token_data import TokenDirectory, batch_starts, check_batches
+from hydraplan.runtime.token_data import TokenDirectory, check_batches
 
 __all__ = ["StepFeed"]
 
 
-@dataclass(frozen=True)
+@dataclass
 class StepFeed:
-    """The documents of every step of a run."""
+    """The documents of the steps of a run, step after step."""
 
     data: TokenDirectory
-    starts: tuple[int, ...]  # the first document of each step (by the run's step index)
-    next_document: int  # the first document after the run (a checkpoint's data cursor)
+    vocab_size: int
+    next_document: int  # the first document of the next step (after the run: a checkpoint's data cursor)
+    next_step: int  # that step's number (for the messages)
 
     @classmethod
-    def open(cls, spec, plans: Sequence[Plan], vocab_size: int) -> StepFeed | None:
-        """None without `spec.data_path` (synthetic tokens); else the checked feed."""
+    def open(cls, spec, vocab_size: int) -> StepFeed | None:
+        """None without `spec.data_path` (synthetic tokens); else the feed at the run's first document."""
         if spec.data_path is None:
             return None
-        data = TokenDirectory.open(spec.data_path)
-        lengths = [list(plan.input_lengths) for plan in plans]
-        next_document = check_batches(data, lengths, spec.data_start, vocab_size, spec.first_step)
-        starts = batch_starts([len(each) for each in lengths], spec.data_start)
-        return cls(data, tuple(starts), next_document)
+        return cls(TokenDirectory.open(spec.data_path), vocab_size, spec.data_start, spec.first_step)
 
-    def documents(self, index: int) -> Callable[[int], torch.Tensor]:
-        """Sequence id -> its document's tokens (int64), for the run's step `index`."""
-        first = self.starts[index]
+    def documents(self, plan: Plan) -> Callable[[int], torch.Tensor]:
+        """Sequence id -> its document's tokens (int64) for the next step, whose plan this is."""
+        first = self.next_document
+        lengths = [list(plan.input_lengths)]
+        self.next_document = check_batches(self.data, lengths, first, self.vocab_size, self.next_step)
+        self.next_step += 1
+        data = self.data
 
         def document(sequence_id: int) -> torch.Tensor:
-            return torch.from_numpy(np.asarray(self.data.document(first + sequence_id), dtype=np.int64))
+            return torch.from_numpy(np.asarray(data.document(first + sequence_id), dtype=np.int64))
 
         return document

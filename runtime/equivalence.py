@@ -55,13 +55,13 @@ def single_process_run(plan: Plan, spec: RunSpec) -> dict:
     cfg = model_config_for(plans[0], spec.models_file)
     model = build_stage(cfg, seed=spec.init_seed, dtype=DTYPES[spec.dtype])
     optimizer = make_optimizer(model.parameters(), spec)
-    feed = StepFeed.open(spec, plans, cfg.vocab_size)  # None: synthetic tokens
+    feed = StepFeed.open(spec, cfg.vocab_size)  # None: synthetic tokens
     losses, grads = [], None
     for step, step_plan in enumerate(plans):
         works = [work for rank in _first_ranks(step_plan) for work in rank.micro_batches]
         global_tokens = global_token_count(step_plan)
         optimizer.zero_grad(set_to_none=True)
-        documents = feed.documents(step) if feed else None
+        documents = feed.documents(step_plan) if feed else None
         batch = whole_batch(works, step_plan.input_lengths, spec.data_seed, step, cfg.vocab_size, documents)
         loss_sum = model(batch)
         (loss_sum / global_tokens).backward()

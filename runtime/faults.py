@@ -1,4 +1,5 @@
-"""An out-of-memory on a rank, named by the step, the micro-batch and its tokens.
+"""Faults on a rank: an out-of-memory named by its micro-batch, and the hooks that break a rank on
+purpose for the fault tests.
 
 `oom_guard(op, assignment, index)` wraps one forward or backward of `pipeline_exec`: a
 `torch.OutOfMemoryError` (or a `RuntimeError` saying "out of memory", as allocators and older
@@ -6,18 +7,33 @@ torch builds raise it) becomes one `MicroBatchOutOfMemoryError` naming the pipel
 the rank and stage, the micro-batch index, its token count and its sequences (split chunks as
 `id[start:stop)`); the worker adds the step (`at_step`). The first line of torch's own message is
 kept; torch's multi-line allocator report is not.
+
+Test hooks (like `RunSpec.inject_nan_step`): a fault is `(kind, rank, step)`: "exit" ends that
+rank's process at the start of that step with `os._exit(EXIT_CODE)` (no exception, no report, no
+goodbye to its peers: a crash or a kill); "hang" makes that rank sleep for ever in place of its
+part of that step's gradient sync, so the other ranks block in the sync's collective waiting for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
 
 from hydraplan.runtime.assignment import RankAssignment
 
-__all__ = ["MAX_LISTED_SEQUENCES", "MicroBatchOutOfMemoryError", "is_out_of_memory", "oom_guard"]
+__all__ = [
+    "EXIT_CODE",
+    "FAULT_KINDS",
+    "MAX_LISTED_SEQUENCES",
+    "MicroBatchOutOfMemoryError",
+    "inject",
+    "is_out_of_memory",
+    "oom_guard",
+]
 
 MAX_LISTED_SEQUENCES = 8
 
@@ -67,3 +83,19 @@ def oom_guard(op: str, assignment: RankAssignment, index: int) -> Iterator[None]
             f"(stage {assignment.stage}): {_sequences(assignment, index)}: {first_line}"
         )
         raise MicroBatchOutOfMemoryError(where) from None
+
+
+FAULT_KINDS = ("exit", "hang")
+EXIT_CODE = 17
+
+
+def inject(faults: Sequence[tuple[str, int, int]], kind: str, rank: int, step: int) -> None:
+    """Apply the fault of `kind` planned for (`rank`, `step`), if any."""
+    for fault_kind, fault_rank, fault_step in faults:
+        assert fault_kind in FAULT_KINDS, fault_kind
+        if (fault_kind, fault_rank, fault_step) != (kind, rank, step):
+            continue
+        if kind == "exit":
+            os._exit(EXIT_CODE)
+        while True:  # "hang": never returns; the watchdog or the launcher's deadline ends the process
+            time.sleep(3600)

@@ -4,7 +4,10 @@
 a free TCP port of 127.0.0.1), runs `fn(rank, world_size, *args)` and sends its return value back;
 the values come back as a list by rank. A rank that raises makes the call raise `RankFailedError`
 naming the rank and its exception (the other ranks are stopped); a rank that dies without a word
-names its exit code; nothing waits past `timeout_s`.
+names its exit code; nothing waits past `timeout_s`. With `stall_timeout_s`, the ranks' progress
+beats (`runtime.watchdog.beat`) are watched too: when no rank has beaten for that long, every rank
+is stopped and `RankStalledError` names the ranks furthest behind (a hang is found within
+`stall_timeout_s` even when `timeout_s` covers a long run).
 
 `fn` must be picklable (a module-level function): ranks are started with `spawn`, which is safe
 with torch's thread pools where `fork` is not. Return values travel pickled by value (tensors
@@ -25,7 +28,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["RankFailedError", "RankTimeoutError", "free_port", "run_ranks"]
+__all__ = ["RankFailedError", "RankStalledError", "RankTimeoutError", "free_port", "run_ranks"]
 
 BACKENDS = ("gloo", "nccl")
 FAILURE_GRACE_S = 1.0
@@ -48,6 +51,14 @@ class RankTimeoutError(TimeoutError):
         self.ranks = ranks
 
 
+class RankStalledError(TimeoutError):
+    """No rank made progress for `stall_timeout_s`; `ranks` are the ones furthest behind."""
+
+    def __init__(self, ranks: list[int], message: str) -> None:
+        super().__init__(message + " (every rank stopped)")
+        self.ranks = ranks
+
+
 def free_port() -> int:
     """A TCP port of 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -56,7 +67,15 @@ def free_port() -> int:
 
 
 def _rank_main(
-    fn: Callable, rank: int, world_size: int, backend: str, port: int, timeout_s: float, num_threads: int | None, args
+    fn: Callable,
+    rank: int,
+    world_size: int,
+    backend: str,
+    port: int,
+    timeout_s: float,
+    num_threads: int | None,
+    args,
+    progress=None,
 ) -> None:
     """Body of one rank's process: join the group, run `fn`, report `(rank, ok, time, payload)`.
 
@@ -70,6 +89,10 @@ def _rank_main(
         import torch
         import torch.distributed as dist
 
+        if progress is not None:
+            from hydraplan.runtime import watchdog
+
+            watchdog.attach(progress, rank)
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
@@ -94,11 +117,13 @@ def run_ranks(
     args: tuple = (),
     timeout_s: float = 120.0,
     num_threads: int | None = 1,
+    stall_timeout_s: float | None = None,
 ) -> list[Any]:
     """`[fn(0, nproc, *args), ..., fn(nproc - 1, nproc, *args)]`, each run in its own rank process.
 
     `num_threads` sets torch's intra-op threads per rank (1 by default: ranks share the cores);
-    None leaves torch's default. Raises `RankFailedError` or `RankTimeoutError` (see the module).
+    None leaves torch's default. `stall_timeout_s`: stop when no rank has beaten for this long
+    (None: only `timeout_s`). Raises `RankFailedError`, `RankStalledError` or `RankTimeoutError`.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: one of {', '.join(BACKENDS)}")
@@ -107,10 +132,15 @@ def run_ranks(
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     port = free_port()
+    progress = None
+    if stall_timeout_s is not None:
+        from hydraplan.runtime.watchdog import SLOTS_PER_RANK
+
+        progress = context.Array("d", SLOTS_PER_RANK * nproc)
     processes = [
         context.Process(
             target=_rank_main,
-            args=(fn, rank, nproc, backend, port, timeout_s, num_threads, (*args, results)),
+            args=(fn, rank, nproc, backend, port, timeout_s, num_threads, (*args, results), progress),
             name=f"hydraplan-rank-{rank}",
             daemon=True,
         )
@@ -119,7 +149,7 @@ def run_ranks(
     for process in processes:
         process.start()
     try:
-        values = _collect(processes, results, timeout_s)
+        values = _collect(processes, results, timeout_s, progress, stall_timeout_s)
     except BaseException:
         _stop(processes, wait_s=0.0)  # the others may be blocked in a collective with the failed rank
         raise
@@ -127,8 +157,10 @@ def run_ranks(
     return values
 
 
-def _collect(processes: list, results, timeout_s: float) -> list[Any]:
-    """Wait for every rank's report; raise on a failure, a silent death or the deadline."""
+def _collect(
+    processes: list, results, timeout_s: float, progress=None, stall_timeout_s: float | None = None
+) -> list[Any]:
+    """Wait for every rank's report; raise on a failure, a silent death, a stall or the deadline."""
     deadline = time.monotonic() + timeout_s
     values: dict[int, Any] = {}
     while len(values) < len(processes):
@@ -136,20 +168,26 @@ def _collect(processes: list, results, timeout_s: float) -> list[Any]:
             report = results.get(timeout=0.1)
         except queue.Empty:
             _check_alive(processes, values)
+            if progress is not None:
+                _check_progress(progress, stall_timeout_s, [r for r in range(len(processes)) if r not in values])
             if time.monotonic() > deadline:
                 missing = [rank for rank in range(len(processes)) if rank not in values]
                 raise RankTimeoutError(missing, timeout_s) from None
             continue
         rank, ok, _, payload = report
         if not ok:
-            raise _first_failure(report, results)
+            raise _first_failure(report, results, processes, values)
         values[rank] = pickle.loads(payload)
     return [values[rank] for rank in range(len(processes))]
 
 
-def _first_failure(report: tuple, results, grace_s: float = FAILURE_GRACE_S) -> RankFailedError:
+def _first_failure(
+    report: tuple, results, processes: list, values: dict[int, Any], grace_s: float = FAILURE_GRACE_S
+) -> RankFailedError:
     """The failure caught first among `report` and those arriving within `grace_s`: when one rank
-    raises, its peers' collectives break soon after, and those are not the cause."""
+    raises, its peers' collectives break soon after, and those are not the cause. A rank that died
+    without any report (killed, `os._exit`) comes before them all: its peers' broken connections
+    can be reported before the parent sees it gone."""
     failures = [report]
     end = time.monotonic() + grace_s
     while (left := end - time.monotonic()) > 0:
@@ -159,9 +197,23 @@ def _first_failure(report: tuple, results, grace_s: float = FAILURE_GRACE_S) -> 
             break
         if not other[1]:
             failures.append(other)
+    reported = set(values) | {failure[0] for failure in failures}
+    try:
+        _check_alive(processes, {rank: None for rank in reported})
+    except RankFailedError as died:
+        return died
     rank, _, _, payload = min(failures, key=lambda failure: failure[2])
     message, traceback_text = pickle.loads(payload)
     return RankFailedError(rank, message, traceback_text)
+
+
+def _check_progress(progress, stall_timeout_s: float, running: list[int]) -> None:
+    """No running rank has beaten for `stall_timeout_s` (after the first beat): a hang."""
+    from hydraplan.runtime.watchdog import describe_stall, stalled_for_s
+
+    stalled_s = stalled_for_s(progress, running, time.monotonic())
+    if running and stalled_s is not None and stalled_s > stall_timeout_s:
+        raise RankStalledError(*describe_stall(progress, running, stalled_s))
 
 
 def _check_alive(processes: list, values: dict[int, Any]) -> None:

@@ -23,18 +23,19 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from hydraplan.planner.schemas import Plan
+from hydraplan.runtime import faults, watchdog
 from hydraplan.runtime.assignment import (
     PlanRefusedError,
     RankAssignment,
     assign_ranks,
     global_token_count,
     model_config_for,
-    validate_plan,
 )
 from hydraplan.runtime.checkpoint import load_checkpoint, save_checkpoint
 from hydraplan.runtime.data_feed import StepFeed
@@ -43,6 +44,7 @@ from hydraplan.runtime.grad_sync import GradSync
 from hydraplan.runtime.model import build_stage
 from hydraplan.runtime.parallel import cp_shard, parallelize_stage
 from hydraplan.runtime.pipeline_exec import run_pipeline_step
+from hydraplan.runtime.plan_feed import step_plans
 from hydraplan.runtime.reshard import reshard
 from hydraplan.runtime.run_io import resolve_run_io
 from hydraplan.runtime.step_data import micro_batch
@@ -78,6 +80,10 @@ class RunSpec:
     save_dir: str | None = None  # DCP checkpoint written after the last step
     load_dir: str | None = None  # DCP checkpoint loaded before the first step
     inject_oom: tuple[int, int] | None = None  # test hook: (step, micro-batch) runs out of memory
+    # online (`plan_feed`): rank 0 plans each of `steps` steps with these (picklable) objects
+    planner: object | None = None  # a `plan_feed.StepPlanner`
+    next_lengths: object | None = None  # a `plan_feed.LengthSource`: step -> the batch's lengths
+    faults: tuple[tuple[str, int, int], ...] = ()  # test hooks `(kind, rank, step)`, see `runtime.faults`
 
     def step_plans(self) -> list[str]:
         """The plan of every step."""
@@ -156,16 +162,17 @@ def _build_layout(plan: Plan, cfg, spec: RunSpec, rank: int) -> _Layout:
 
 def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
     """Run `spec` on this rank (inside an initialised default process group); returns its report."""
-    plans = [Plan.model_validate_json(text) for text in spec.step_plans()]
-    cfg = model_config_for(plans[0], spec.models_file)
-    for plan in plans:
-        validate_plan(plan, world_size, cfg)
-    feed = StepFeed.open(spec, plans, cfg.vocab_size)  # None: synthetic tokens
-    layout, steps, grads, grad_boxes, checkpoint = None, [], None, None, {}
-    for index, plan in enumerate(plans):
+    watchdog.beat(spec.first_step, "start")
+    layout, steps, grads, grad_boxes, checkpoint, plans, feed = None, [], None, None, {}, [], None
+    for index, (plan, cfg) in enumerate(step_plans(spec, rank, world_size)):
         step = spec.first_step + index
+        plans.append(plan)
+        faults.inject(spec.faults, "exit", rank, step)
+        if index == 0:
+            feed = StepFeed.open(spec, cfg.vocab_size)  # None: synthetic tokens
         switch = None
         if layout is None or layout.key != _placement(plan):
+            watchdog.beat(step, "switch")
             new = _build_layout(plan, cfg, spec, rank)
             if layout is not None:
                 switch = reshard(
@@ -177,16 +184,18 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
             layout = new
         else:
             layout.me = assign_ranks(plan)[rank]  # the same layout, this step's micro-batches
-        record = _one_step(plan, cfg, spec, layout, step, feed.documents(index) if feed else None)
+        record = _one_step(plan, cfg, spec, layout, step, feed.documents(plan) if feed else None)
         record["switch"] = switch
         steps.append(record)
         if spec.collect_state and index == 0:
             grads = {name: p.grad.detach().clone() for name, p in layout.stage.named_parameters()}
             grad_boxes = {name: box for name, (box, _) in layout.sync.layout.items()}
+        watchdog.beat(step, "optimizer")
         layout.optimizer.step()
     if spec.save_dir is not None:
         meta = _checkpoint_meta(spec, cfg, plans, feed)
         checkpoint["saved"] = save_checkpoint(spec.save_dir, layout.stage, layout.optimizer, layout.sync.layouts, meta)
+    watchdog.beat(spec.first_step + len(steps), "done")
     me = layout.me
     report = {
         "rank": rank,
@@ -200,6 +209,8 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
         "steps": steps,
         "checkpoint": checkpoint,
     }
+    if spec.planner is not None and rank == 0:  # the plans the planner made (for --check and the report)
+        report["plan_jsons"] = [plan.model_dump_json() for plan in plans]
     if spec.collect_state:
         report["boxes"] = {name: box for name, (box, _) in layout.sync.layout.items()}
         report["params"] = {name: p.detach().cpu().clone() for name, p in layout.stage.named_parameters()}
@@ -240,9 +251,11 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
     me, stage, dtype = layout.me, layout.stage, DTYPES[spec.dtype]
     global_tokens = global_token_count(plan)
     layout.optimizer.zero_grad(set_to_none=True)
+    watchdog.beat(step, "compute")
     started = time.perf_counter()
 
     def batch_of(index: int):
+        watchdog.beat(step, "compute")  # a long step beats at every micro-batch
         if spec.inject_oom == (step, index):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected by the test hook)")
         work = me.micro_batches[index]
@@ -254,11 +267,14 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
     except MicroBatchOutOfMemoryError as exc:
         raise exc.at_step(step) from None
     compute_s = time.perf_counter() - started
+    faults.inject(spec.faults, "hang", me.rank, step)
+    watchdog.beat(step, "sync")
     sync_started = time.perf_counter()
     sync_bytes = layout.sync.sync(stage)
     sync_s = time.perf_counter() - sync_started
     contributes = me.is_last_stage and me.tp_rank == 0
     loss = torch.tensor([result.loss_sum if contributes else 0.0], dtype=torch.float64, device=_device())
+    watchdog.beat(step, "loss")
     dist.all_reduce(loss)
     value = float(loss) / global_tokens
     if spec.inject_nan_step == step:
@@ -289,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("--data", "--save", "--load"):  # as `hydraplan run` (runtime/run_io.py)
         parser.add_argument(flag)
     parser.add_argument("--data-start", type=int)
+    parser.add_argument(
+        "--stall-timeout-s", type=float, default=60.0, help="a rank that makes no progress this long exits (code 1)"
+    )
     args = parser.parse_args(argv)
     with open(args.plan, encoding="utf-8") as handle:
         spec = RunSpec(plan_json=handle.read(), steps=args.steps, dtype=args.dtype, models_file=args.models_file)
@@ -309,10 +328,11 @@ def main(argv: list[str] | None = None) -> int:
     spec = replace(spec, **run_io)
     if args.backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(args.backend)
+    dist.init_process_group(args.backend, timeout=timedelta(seconds=args.stall_timeout_s))
     try:
         try:
-            report = run_worker(dist.get_rank(), dist.get_world_size(), spec)
+            with watchdog.LocalWatchdog(dist.get_rank(), args.stall_timeout_s):
+                report = run_worker(dist.get_rank(), dist.get_world_size(), spec)
         except PlanRefusedError as exc:  # every rank refuses the same plan before any compute
             print(f"hydraplan worker: rank {dist.get_rank()}: error: {exc}", file=sys.stderr)
             return 2

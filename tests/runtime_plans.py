@@ -72,3 +72,15 @@ def fixed_plan(
     )
     num_layers = MINI_MODEL["num_layers"] if model == MINI_MODEL["name"] else 4
     return evaluate_strategy(request, tiny_profile(model=model, num_layers=num_layers), parse_strategy(strategy))
+
+
+class FailingPlanner:
+    """A step planner that plans step 0 with `inner` and refuses every later step (picklable)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def plan(self, lengths, previous):
+        if previous is not None:
+            raise RuntimeError("422 from the test planner")
+        return self.inner.plan(lengths, previous)

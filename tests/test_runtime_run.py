@@ -3,7 +3,11 @@
 Starting torch ranks is slow here, so one `run_ranks` call runs every scenario on the same ranks
 (each builds its own groups, as a new strategy would) and returns what every rank holds; the tests
 compare it with the single-process run (`runtime.equivalence`) and drive `hydraplan run` with those
-reports (its launch replaced by them) for the CLI's check, summary and report.
+reports (its launch replaced by them) for the CLI's check, summary and report. The scenarios
+include the online mode: each step planned on rank 0 by the real planning service (a session of
+the FastAPI app served in this process, whose first answer is a 503 + Retry-After) or by the local
+planner. Apart from it: one 8-rank launch (TP, PP and CP in one plan), and the faults that end a
+launch (a rank that exits, a rank that hangs), on 2 ranks each.
 """
 
 from __future__ import annotations
@@ -13,15 +17,20 @@ import json
 
 import pytest
 
-from tests.runtime_plans import MINI_MODEL, fixed_plan, write_models_file
+from tests.runtime_plans import MINI_MODEL, FailingPlanner, fixed_plan, tiny_profile, write_models_file
 from tests.runtime_support import require_torch
 
 torch = require_torch()
 
 from hydraplan.api.cli import main  # noqa: E402
+from hydraplan.api.run_planning import LocalPlanner, SessionPlanner, SyntheticLengths, open_session  # noqa: E402
+from hydraplan.planner.schemas import Plan, SolverOptions  # noqa: E402
 from hydraplan.runtime import launch  # noqa: E402
+from hydraplan.runtime.assignment import PlanRefusedError  # noqa: E402
 from hydraplan.runtime.equivalence import compare_with_reference, single_process_run  # noqa: E402
+from hydraplan.runtime.plan_feed import PlanSourceError  # noqa: E402
 from hydraplan.runtime.worker import NonFiniteLossError, RunSpec, run_worker  # noqa: E402
+from tests.runtime_service import TOKEN, running_service  # noqa: E402
 
 pytestmark = pytest.mark.runtime
 
@@ -53,9 +62,38 @@ def switch_spec(models_file: str, dtype: str = "float64") -> RunSpec:
     )
 
 
-def specs(models_file: str) -> dict[str, RunSpec]:
+# online: 3 steps of 5 synthetic sequences up to 100 tokens (capacity 24: the long ones are split);
+# the planner picks 1x<2,1,2> for step 0's batch and 2x<2,1,1> for the next two (a switch)
+ONLINE_LENGTHS = SyntheticLengths(num_sequences=5, max_length=100, seed=0)
+ONLINE_OPTIONS = {"time_limit_s": 1.0, "seed": 0, "oversize": "split"}
+
+
+def mini_profile():
+    return tiny_profile(model=MINI_MODEL["name"], num_layers=MINI_MODEL["num_layers"])
+
+
+def service_planner(url: str) -> SessionPlanner:
+    """A new session of the test service for the 4-GPU cluster of the mini model."""
+    body = {"num_gpus": 4, "gpus_per_node": 4, "profile": mini_profile().model_dump(mode="json")}
+    return open_session(SessionPlanner(url, "", token=TOKEN, max_retries=3), {**body, "options": ONLINE_OPTIONS})
+
+
+def specs(models_file: str, service_url: str) -> dict[str, RunSpec]:
     def spec(name: str, **options) -> RunSpec:
         return RunSpec(plan_json=plan_of(name).model_dump_json(), models_file=models_file, **options)
+
+    def online(planner) -> RunSpec:
+        return RunSpec(
+            steps=3,
+            dtype="float64",
+            collect_state=True,
+            models_file=models_file,
+            planner=planner,
+            next_lengths=ONLINE_LENGTHS,
+        )
+
+    local = LocalPlanner(mini_profile().model_dump_json(), 4, 4, SolverOptions(**ONLINE_OPTIONS).model_dump_json())
+    two_gpus = fixed_plan("2x<1,1,1>", LENGTHS, 2, model=MINI_MODEL["name"])
 
     return {
         "tp_pp": spec("tp_pp", steps=3, dtype="float64", collect_state=True),
@@ -64,6 +102,12 @@ def specs(models_file: str) -> dict[str, RunSpec]:
         "cp_dp_float32": spec("cp_dp", steps=1, dtype="float32", collect_state=True),
         "nan": spec("tp_pp", steps=3, dtype="float64", inject_nan_step=1),
         "switch": switch_spec(models_file),
+        "online_server": online(service_planner(service_url)),
+        "online_local": online(local),
+        "online_fails": RunSpec(
+            steps=3, models_file=models_file, planner=FailingPlanner(local), next_lengths=ONLINE_LENGTHS
+        ),
+        "world_size": RunSpec(plan_json=two_gpus.model_dump_json(), models_file=models_file),
     }
 
 
@@ -74,6 +118,10 @@ def scenarios(rank: int, world_size: int, all_specs: dict[str, RunSpec]) -> dict
             results[name] = run_worker(rank, world_size, spec)
         except NonFiniteLossError as exc:
             results[name] = {"stopped": str(exc)}
+        except PlanRefusedError as exc:
+            results[name] = {"refused": str(exc)}
+        except PlanSourceError as exc:
+            results[name] = {"no_plan": str(exc)}
     return results
 
 
@@ -83,8 +131,14 @@ def models_file(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def ranks(models_file) -> tuple[dict[str, RunSpec], list[dict]]:
-    all_specs = specs(models_file)
+def service():
+    with running_service(shed=1) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def ranks(models_file, service) -> tuple[dict[str, RunSpec], list[dict]]:
+    all_specs = specs(models_file, service.url)
     return all_specs, launch.run_ranks(scenarios, 4, args=(all_specs,), timeout_s=600.0)
 
 
@@ -231,8 +285,8 @@ def write_plan(tmp_path, plan) -> str:
 def test_cli_run_check_and_report(ranks, models_file, tmp_path, monkeypatch, capsys):
     calls = []
 
-    def fake_run_ranks(fn, nproc, *, backend, args, timeout_s):
-        calls.append((fn, nproc, backend, args[0]))
+    def fake_run_ranks(fn, nproc, *, backend, args, timeout_s, stall_timeout_s):
+        calls.append((fn, nproc, backend, args[0], stall_timeout_s))
         return reports_of(ranks, "tp_pp")
 
     monkeypatch.setattr(launch, "run_ranks", fake_run_ranks)
@@ -241,7 +295,7 @@ def test_cli_run_check_and_report(ranks, models_file, tmp_path, monkeypatch, cap
     code = main([*argv, "--check", "--report", str(report_path)])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert calls[0][0] is run_worker and calls[0][1:3] == (4, "gloo")
+    assert calls[0][0] is run_worker and calls[0][1:3] == (4, "gloo") and calls[0][4] == 60.0
     assert calls[0][3] == ranks[0]["tp_pp"]  # the CLI's spec is the one the scenario ran
     assert "check (float64) PASSED" in out and "step 2: loss" in out
     assert "pipeline 1 <1,2,1>: planned" in out
@@ -290,3 +344,132 @@ def test_cli_run_names_a_failed_rank(models_file, tmp_path, monkeypatch, capsys)
     monkeypatch.setattr(launch, "run_ranks", failing)
     assert main(["run", "--plan", write_plan(tmp_path, plan_of("tp_pp")), "--models-file", models_file]) == 1
     assert capsys.readouterr().err == "hydraplan: error: rank 2 failed: RuntimeError: connection reset\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# online: rank 0 plans each step (the service's session, or the local planner), every rank runs it
+# ---------------------------------------------------------------------------------------------
+
+
+def online_plans(ranks, name: str) -> list[Plan]:
+    return [Plan.model_validate_json(text) for text in reports_of(ranks, name)[0]["plan_jsons"]]
+
+
+def checked_online(ranks, name: str):
+    """The online run against one process on the plans rank 0 was given."""
+    import dataclasses
+
+    texts = tuple(reports_of(ranks, name)[0]["plan_jsons"])
+    spec = dataclasses.replace(ranks[0][name], planner=None, next_lengths=None, plan_jsons=texts)
+    return compare_with_reference(reports_of(ranks, name), single_process_run(None, spec), "float64")
+
+
+@pytest.mark.parametrize("name", ["online_server", "online_local"])
+def test_online_every_step_planned_on_rank_0_equals_one_process(ranks, name):
+    plans = online_plans(ranks, name)
+    assert [plan.input_lengths for plan in plans] == [ONLINE_LENGTHS(step) for step in range(3)]
+    # each step was planned with the previous step's strategy as its switch context
+    assert plans[0].previous_strategy is None
+    assert [plan.previous_strategy for plan in plans[1:]] == [plan.strategy for plan in plans[:-1]]
+    reports = reports_of(ranks, name)
+    assert all("plan_jsons" not in report for report in reports[1:])  # rank 0 alone was asked
+    assert [len(report["steps"]) for report in reports] == [3] * 4
+    for step, plan in enumerate(plans):  # every rank ran the broadcast plan of its step
+        assert all(report["steps"][step]["global_tokens"] == sum(plan.input_lengths) for report in reports)
+    # the strategy switched as the planner decided, and the ranks re-sharded exactly there
+    assert [plan.strategy for plan in plans] == ["1x<2,1,2>", "2x<2,1,1>", "2x<2,1,1>"]
+    assert plans[1].switch_cost_s > 0
+    assert all([step["switch"] is not None for step in report["steps"]] == [False, True, False] for report in reports)
+    result = checked_online(ranks, name)
+    assert result.passed and result.max_loss_rel <= 1e-9 and result.max_param_rel <= 1e-9, result
+
+
+def test_online_waits_out_the_services_503(ranks, service):
+    shim = service.shim
+    assert shim.answered_503 == 1
+    # the first step's request was shed, the retry came after the Retry-After (1 s): 3 plans, 4 requests
+    assert len(shim.plan_requests) == 4
+    assert shim.plan_requests[1] - shim.plan_requests[0] >= 0.9
+    assert online_plans(ranks, "online_server")[0].input_lengths == ONLINE_LENGTHS(0)
+
+
+def test_a_plan_for_another_world_size_is_refused_on_every_rank_before_compute(ranks):
+    assert [report["refused"] for report in reports_of(ranks, "world_size")] == [
+        "the plan has 2 ranks but the world size is 4"
+    ] * 4
+
+
+def test_cli_run_online_through_the_server(ranks, models_file, service, tmp_path, monkeypatch, capsys):
+    import httpx
+
+    given = []
+
+    def fake_run_ranks(fn, nproc, *, backend, args, timeout_s, stall_timeout_s):
+        given.append(args[0])
+        session_view = httpx.get(
+            f"{service.url}/v1/sessions/{args[0].planner.session_id}", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        assert session_view.status_code == 200  # opened before the ranks start
+        return reports_of(ranks, "online_server")
+
+    monkeypatch.setattr(launch, "run_ranks", fake_run_ranks)
+    profile_path = tmp_path / "profile.json"
+    profile_path.write_text(mini_profile().model_dump_json(), encoding="utf-8")
+    argv = ["run", "--server", service.url, "--token", TOKEN, "--nproc", "4", "--profile", str(profile_path)]
+    argv += ["--models-file", models_file, "--steps", "3", "--dtype", "float64", "--check"]
+    argv += ["--batch-sequences", "5", "--max-length", "100", "--data-seed", "0", "--plan-time-limit-s", "1"]
+    assert main([*argv, "--report", str(tmp_path / "run.json")]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "check (float64) PASSED" in out and "step 2: loss" in out
+    assert out.count("strategy switch before it") == 1 and out.startswith("ran 1x<2,1,2> on 4 ranks")
+    spec = given[0]
+    assert spec.next_lengths == ONLINE_LENGTHS and spec.steps == 3 and spec.planner.max_retries == 5
+    # the session is deleted when the run ends
+    gone = httpx.get(
+        f"{service.url}/v1/sessions/{spec.planner.session_id}", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    assert gone.status_code == 404
+    document = json.loads((tmp_path / "run.json").read_text())
+    assert document["check"]["passed"] and "plan_jsons" not in document["ranks"][0]
+
+
+def test_cli_run_online_refusals_are_one_line_before_any_rank(models_file, service, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(launch, "run_ranks", lambda *a, **k: pytest.fail("a refused run must start no rank"))
+    profile_path = tmp_path / "profile.json"
+    profile_path.write_text(mini_profile().model_dump_json(), encoding="utf-8")
+    base = [
+        "run",
+        "--server",
+        service.url,
+        "--nproc",
+        "4",
+        "--profile",
+        str(profile_path),
+        "--models-file",
+        models_file,
+    ]
+    assert main([*base, "--token", "wrong"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hydraplan: error: --server {service.url}: 401") and err.count("\n") == 1
+    assert main([*base, "--token", TOKEN, "--gpus-per-node", "3"]) == 2  # the service refuses the cluster
+    err = capsys.readouterr().err
+    assert err.startswith(f"hydraplan: error: --server {service.url}: 422") and "gpus_per_node" in err
+    assert err.count("\n") == 1
+    nowhere = ["run", "--server", "http://127.0.0.1:9", "--nproc", "4", "--profile", str(profile_path)]
+    assert main([*nowhere, "--models-file", models_file]) == 2
+    assert "--server http://127.0.0.1:9: no answer" in capsys.readouterr().err
+    assert main(["run", "--nproc", "4", "--profile", str(profile_path)]) == 2  # rt-mini needs --models-file
+    err = capsys.readouterr().err
+    assert err.startswith(f"hydraplan: error: --profile {profile_path}: its model 'rt-mini' cannot be built")
+    assert err.count("\n") == 1
+    assert main(["run", "--steps", "2"]) == 2  # the local planner needs the rank count
+    assert (
+        capsys.readouterr().err == "hydraplan: error: --nproc: required when each step is planned (no --plan/--plans)\n"
+    )
+
+
+def test_a_planner_failing_mid_run_stops_every_rank_with_its_line(ranks):
+    """Rank 0 broadcasts why it has no plan for step 1: every rank raises that line, none hangs."""
+    assert [report["no_plan"] for report in reports_of(ranks, "online_fails")] == [
+        "step 1: no plan: RuntimeError: 422 from the test planner"
+    ] * 4
