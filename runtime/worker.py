@@ -167,7 +167,9 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
         steps.append(record)
         if spec.collect_state and step == 0:
             grads = {name: p.grad.detach().clone() for name, p in layout.stage.named_parameters()}
+        wall, cpu = time.perf_counter(), time.thread_time()
         layout.optimizer.step()
+        record["optimizer_s"] = {"wall_s": time.perf_counter() - wall, "cpu_s": time.thread_time() - cpu}
     me = layout.me
     report = {
         "rank": rank,
@@ -214,9 +216,9 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int) -> dic
 
     result = run_pipeline_step(stage, me, batch_of, global_tokens, dtype)
     compute_s = time.perf_counter() - started
-    sync_started = time.perf_counter()
+    sync_started, sync_cpu = time.perf_counter(), time.thread_time()
     sync_bytes = layout.sync.sync(stage)
-    sync_s = time.perf_counter() - sync_started
+    sync_s, sync_cpu_s = time.perf_counter() - sync_started, time.thread_time() - sync_cpu
     contributes = me.is_last_stage and me.tp_rank == 0
     loss = torch.tensor([result.loss_sum if contributes else 0.0], dtype=torch.float64, device=_device())
     dist.all_reduce(loss)
@@ -231,6 +233,7 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int) -> dic
         "global_tokens": global_tokens,
         "pipeline_s": compute_s,
         "sync_s": sync_s,
+        "sync_cpu_s": sync_cpu_s,
         "p2p_sent_bytes": result.sent_bytes,
         "sync": sync_bytes,
         "ops": result.ops,
