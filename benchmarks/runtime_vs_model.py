@@ -389,6 +389,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep", type=Path, help="keep the plans and run reports in this folder")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 batch of 1500 tokens, 2 steps, no write")
     parser.add_argument("--results", type=Path, default=RESULTS_PATH)
+    parser.add_argument("--section", default=SECTION, help="section of the results file (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.quick:
         args.batches, args.tokens, args.steps = 1, 1500, 2
@@ -451,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     body = report_body(results, preamble)
     print(body)
     if not args.quick:
-        write_section(SECTION, command_line(), body, args.results)
+        write_section(args.section, command_line(), body, args.results)
     return 0
 
 
