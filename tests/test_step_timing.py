@@ -140,3 +140,26 @@ def test_the_comm_meter_records_only_inside_an_op_and_in_call_order() -> None:
     with comm_meter.recording() as later:
         pass
     assert later == []
+
+
+def test_the_run_report_carries_the_measured_step_of_every_step() -> None:
+    from hydraplan.api.cli_run import _measured_steps
+
+    reports = [
+        _report(0, 0, "<1,2,1>", 0, [_op("F", 0, 1.0, 1.0), _op("B", 0, 2.0, 2.0)], [[[0, 1], 0.5, 0.25]]),
+        _report(
+            1,
+            0,
+            "<1,2,1>",
+            1,
+            [_op("F", 0, 1.0, 1.0, transfer=(0.3, 0.1)), _op("B", 0, 2.0, 2.0)],
+            [[[0, 1], 0.5, 0.25]],
+        ),
+    ]
+    reports[0]["steps"][0]["ops"][1]["transfer_cpu_s"] = 0.2  # stage 0's backward waits for its gradient
+    (step,) = _measured_steps(reports)
+    assert step["sync_s"] == pytest.approx(0.25) and step["slowest_pipeline"] == 0
+    path = step["pipelines"]["0"]
+    assert path["total_s"] == pytest.approx(1.0 + 0.1 + 1.0 + 2.0 + 0.2 + 2.0)
+    assert path["transfer_s"] == pytest.approx(0.3) and len(path["ops"]) == 4
+    assert step["step_s"] == pytest.approx(path["total_s"] + 0.25)
