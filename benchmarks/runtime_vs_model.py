@@ -282,10 +282,11 @@ def batch_lengths(seed: int, tokens: int) -> list[int]:
     return lengths
 
 
-def fresh_profile(path: Path, budget_s: float) -> None:
+def fresh_profile(path: Path, budget_s: float, token_counts: list[int], repeats: int) -> None:
     from hydraplan.api.cli import main as hydraplan_main
 
     argv = ["profile", "--device", "cpu", "--model", "tiny", "--schemes", *MEASURED_SCHEMES]
+    argv += ["--token-counts", *map(str, token_counts), "--repeats", str(repeats)]
     argv += ["--budget-s", str(budget_s), "--out", str(path), "--progress"]
     if hydraplan_main(argv) not in (0, 130):
         raise SystemExit("hydraplan profile failed")
@@ -385,7 +386,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--time-limit-s", type=float, default=1.0, help="planning budget (default: 1.0)")
     parser.add_argument("--profile", type=Path, help="a profile file instead of the bundled tiny-cpu")
     parser.add_argument("--fresh-profile", action="store_true", help="measure a new CPU profile first")
-    parser.add_argument("--profile-budget-s", type=float, default=300.0)
+    parser.add_argument("--profile-budget-s", type=float, default=480.0)
+    parser.add_argument("--profile-token-counts", type=int, nargs="+", default=[256, 512, 1024])
+    parser.add_argument("--profile-repeats", type=int, default=2)
     parser.add_argument("--keep", type=Path, help="keep the plans and run reports in this folder")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 batch of 1500 tokens, 2 steps, no write")
     parser.add_argument("--results", type=Path, default=RESULTS_PATH)
@@ -404,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     if args.fresh_profile:
         args.profile = folder / "tiny-cpu-fresh.json"
-        fresh_profile(args.profile, args.profile_budget_s)
+        fresh_profile(args.profile, args.profile_budget_s, args.profile_token_counts, args.profile_repeats)
     source = load_profile(args.profile) if args.profile else bundled_profile("tiny-cpu")
     profile = benchmark_profile(source, args.memory_bytes)
     started, results = time.perf_counter(), []
@@ -422,7 +425,11 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
     provenance = source.provenance
     if args.fresh_profile:
-        which = f"a fresh measurement on this machine (`--fresh-profile`, budget {args.profile_budget_s:.0f} s)"
+        which = (
+            f"a fresh measurement on this machine just before the runs (`--fresh-profile`: `hydraplan profile "
+            f"--device cpu --model tiny`, token counts {args.profile_token_counts}, {args.profile_repeats} repeats, "
+            f"budget {args.profile_budget_s:.0f} s; {len(source.schemes)} schemes fitted)"
+        )
     else:
         which = f"`{args.profile}`" if args.profile else "the bundled `cost_models/data/tiny-cpu.json`"
     profile_line = (

@@ -10,7 +10,8 @@
   (the step's tokens), `pipeline_exec` (1F1B with variable-shape send/recv), `grad_sync`
   (gradient sync across pipelines of different layouts by canonical slices), `reshard`
   (strategy switches), `worker` (one rank's steps), `equivalence` (the one-process `--check`),
-  `timeline` (the measured critical path).
+  `timeline` (the measured critical path), `step_timing` (the measured step as the planner
+  models it, from the op, collective (`comm_meter`), sync and optimizer times).
 
 It depends on the plan schema, the measurement types and the plan checker, and on the model
 catalog; it never re-plans. torch comes with the `runtime` extra (`pip install -e ".[runtime]"`,
