@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -237,9 +238,24 @@ def target_lines(results: list[RunResult], misses: list[str]) -> list[str]:
         f"{'met' if not misses else 'NOT met: ' + '; '.join(misses)}",
         f"- runtime overhead, hydraplan plans (slowest pipeline's critical path over the model compute on it): "
         f"median {overhead:.1%}, worst {worst:.1%} ({'met' if worst <= TARGET_OVERHEAD else 'NOT met'}, "
-        f"target <= {TARGET_OVERHEAD:.0%})",
+        f"target <= {TARGET_OVERHEAD:.0%})" + _overhead_split(heterogeneous),
     ]
     return lines
+
+
+def _overhead_split(results: list[RunResult]) -> str:
+    """What the overhead is made of, as medians over the runs (shares of the model compute)."""
+    with_parts = [r for r in results if r.path_parts_s.get("model_s")]
+    if not with_parts:
+        return ""
+    shares = {
+        part: statistics.median(r.path_parts_s[part] / r.path_parts_s["model_s"] for r in with_parts)
+        for part in ("bookkeeping_s", "transfer_s", "collectives_s")
+    }
+    return (
+        f"; of it the runtime's own bookkeeping {shares['bookkeeping_s']:.1%} and p2p transfers "
+        f"{shares['transfer_s']:.1%}, TP/CP collectives {shares['collectives_s']:.1%} (medians)"
+    )
 
 
 def report_body(results: list[RunResult], preamble: list[str]) -> str:
@@ -309,11 +325,14 @@ def make_plans(lengths: list[int], profile, num_gpus: int, time_limit_s: float) 
     return plans
 
 
-def run_plan(plan, steps: int, folder: Path) -> list[dict]:
-    """Every rank's report of `hydraplan run --plan ... --steps ... --report ...` (its summary kept quiet)."""
+def run_plan(plan, steps: int, folder: Path, reuse: bool = False) -> list[dict]:
+    """Every rank's report of `hydraplan run --plan ... --steps ... --report ...` (its summary kept
+    quiet); with `reuse`, a report kept in `folder` for this plan id is read instead."""
     from hydraplan.api.cli import main as hydraplan_main
 
     plan_path, report_path = folder / f"{plan.plan_id}.json", folder / f"{plan.plan_id}.report.json"
+    if reuse and report_path.exists():
+        return json.loads(report_path.read_text())["ranks"]
     plan_path.write_text(plan.model_dump_json())
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -390,10 +409,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile-token-counts", type=int, nargs="+", default=[256, 512, 1024])
     parser.add_argument("--profile-repeats", type=int, default=2)
     parser.add_argument("--keep", type=Path, help="keep the plans and run reports in this folder")
+    parser.add_argument(
+        "--reuse", action="store_true", help="report on the runs kept in --keep (plans are deterministic: same ids)"
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 batch of 1500 tokens, 2 steps, no write")
     parser.add_argument("--results", type=Path, default=RESULTS_PATH)
     parser.add_argument("--section", default=SECTION, help="section of the results file (default: %(default)s)")
     args = parser.parse_args(argv)
+    if args.reuse and args.keep is None:
+        parser.error("--reuse needs --keep DIR")
     if args.quick:
         args.batches, args.tokens, args.steps = 1, 1500, 2
     return args
@@ -415,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     for batch in range(args.batches):
         lengths = batch_lengths(batch, args.tokens)
         for name, plan in make_plans(lengths, profile, args.num_gpus, args.time_limit_s).items():
-            result = summarise(batch, name, plan, run_plan(plan, args.steps, folder))
+            result = summarise(batch, name, plan, run_plan(plan, args.steps, folder, args.reuse))
             results.append(result)
             print(
                 f"batch {batch} {name} {plan.strategy}: predicted {_ms(result.predicted_step_s)} ms, measured "
@@ -423,6 +447,17 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     load_after = os.getloadavg()
+    meta_path = folder / "runs.json"  # when and under which load the runs were taken
+    if args.reuse and meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+    else:
+        meta = {
+            "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M UTC}",
+            "load_before": load_before[0],
+            "load_after": load_after[0],
+            "elapsed_s": time.perf_counter() - started,
+        }
+        meta_path.write_text(json.dumps(meta))
     provenance = source.provenance
     if args.fresh_profile:
         which = (
@@ -445,8 +480,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.batches} batches (seeds 0-{args.batches - 1}, lognormal lengths clipped to [16, 1150], about "
         f"{args.tokens} tokens each) on {args.num_gpus} gloo ranks (torch {metadata.version('torch')}, float32, 1 "
         f"thread per rank), {args.steps} steps per run (step 0 a warm-up; medians over the rest); planning budget "
-        f"{args.time_limit_s} s. Load average {load_before[0]:.1f} before, {load_after[0]:.1f} after (2 cores shared "
-        f"with other jobs); {time.perf_counter() - started:.0f} s in all.",
+        f"{args.time_limit_s} s. Runs taken {meta['date']}, load average {meta['load_before']:.1f} before, "
+        f"{meta['load_after']:.1f} after (2 cores shared with other jobs); {meta['elapsed_s']:.0f} s in all"
+        + (" (this report re-read their kept reports: `--reuse`)." if args.reuse else "."),
         "Measured step = the slowest pipeline's critical path through its executed 1F1B graph (ops: the "
         "thread CPU time of the stage's slowest rank + its TP/CP collectives, each the largest process CPU "
         "time over the stage's ranks (gloo's threads at work); edges: the p2p payload's receive, process "

@@ -111,3 +111,10 @@ def test_a_profiled_profile_prices_the_gradient_sync() -> None:
     assert {e.key: e.grad_bytes_per_gpu for e in bundled.schemes} == shard  # the bundled file is regenerated
     sync_s = ProfileCostModel(bundled).grad_sync_s([ParallelScheme(1, 1, 1)] * 4)
     assert sync_s == pytest.approx(2 * 3 / 4 * shard[(1, 1, 1)] / bundled.grad_sync_bandwidth_bytes_per_s)
+
+
+def test_the_overhead_line_names_its_parts() -> None:
+    result = _result(0, "hydraplan", 1.0, 1.1, overhead=0.15)
+    result.path_parts_s = {"model_s": 1.0, "bookkeeping_s": 0.01, "transfer_s": 0.04, "collectives_s": 0.10}
+    line = bench.target_lines([result, _result(0, "megatron", 1.2, 1.3)], [])[2]
+    assert "bookkeeping 1.0% and p2p transfers 4.0%, TP/CP collectives 10.0%" in line
