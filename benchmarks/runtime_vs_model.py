@@ -327,11 +327,13 @@ def make_plans(lengths: list[int], profile, num_gpus: int, time_limit_s: float) 
 
 def run_plan(plan, steps: int, folder: Path, reuse: bool = False) -> list[dict]:
     """Every rank's report of `hydraplan run --plan ... --steps ... --report ...` (its summary kept
-    quiet); with `reuse`, a report kept in `folder` for this plan id is read instead."""
+    quiet); with `reuse`, the report kept in `folder` for this plan id is read instead."""
     from hydraplan.api.cli import main as hydraplan_main
 
     plan_path, report_path = folder / f"{plan.plan_id}.json", folder / f"{plan.plan_id}.report.json"
-    if reuse and report_path.exists():
+    if reuse:
+        if not report_path.exists():  # a plan cut by the clock differs from the kept one
+            raise SystemExit(f"--reuse: no kept report for plan {plan.plan_id} ({plan.strategy}) in {folder}")
         return json.loads(report_path.read_text())["ranks"]
     plan_path.write_text(plan.model_dump_json())
     out = io.StringIO()
