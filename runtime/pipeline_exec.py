@@ -41,7 +41,8 @@ class StepResult:
     """What one rank's stage did in one step."""
 
     loss_sum: float = 0.0  # summed token losses on this rank (last stage only; 0 elsewhere)
-    # {"op", "micro_batch", "tokens", "wall_s", "cpu_s", "compute_cpu_s", "wait_s", "transfer_s", "comm"}
+    # {"op", "micro_batch", "tokens", "wall_s", "cpu_s", "compute_cpu_s", "wait_s", "transfer_s",
+    #  "transfer_cpu_s", "comm"}
     ops: list[dict] = field(default_factory=list)
     sent_bytes: int = 0  # point-to-point bytes this rank sent (headers included)
 
