@@ -245,11 +245,34 @@ def _write_report(path: str, spec, reports: list[dict], check: dict | None) -> N
         "steps": spec.steps,
         "dtype": spec.dtype,
         "critical_path_s": [pipeline_critical_paths_s(reports, step) for step in range(len(reports[0]["steps"]))],
+        "measured_steps": _measured_steps(reports),
         "ranks": [_public(report) for report in reports],
         "check": check,
     }
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(document, handle, indent=1)
+
+
+def _measured_steps(reports: list[dict]) -> list[dict]:
+    """Per step, the measured step as the planner models it (`runtime.step_timing`): the slowest
+    pipeline's critical path with its parts, the gradient sync, the AdamW step beside them."""
+    from dataclasses import asdict
+
+    from hydraplan.runtime.step_timing import step_timing
+
+    steps = []
+    for step in range(len(reports[0]["steps"])):
+        timing = step_timing(reports, step)
+        steps.append(
+            {
+                "step_s": timing.step_s,
+                "slowest_pipeline": timing.slowest_pipeline,
+                "sync_s": timing.sync_s,
+                "optimizer_s": timing.optimizer_s,
+                "pipelines": {str(index): asdict(path) for index, path in timing.pipelines.items()},
+            }
+        )
+    return steps
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import nnls
 
-from hydraplan.cost_models.analytic import max_tokens, ring_all_reduce_factor
+from hydraplan.cost_models.analytic import max_tokens, ring_all_reduce_factor, stage_params
 from hydraplan.cost_models.analytic_time import (
     comm_latency_s_per_micro_batch,
     cp_comm_s_per_token,
@@ -43,6 +43,7 @@ __all__ = [
     "fit_collectives",
     "fit_scheme",
     "fit_stage",
+    "grad_bytes_per_gpu",
 ]
 
 MIN_TIME_SAMPLES = 3  # a, b and c need three independent micro-batches
@@ -366,6 +367,12 @@ def with_communication(cost: SchemeCost, model: ModelSpec, provenance: ProfilePr
     return cost.model_copy(update={"b": cost.b + per_token, "c": cost.c + latency})
 
 
+def grad_bytes_per_gpu(model: ModelSpec, scheme: ParallelScheme, element_bytes: float) -> float:
+    """Gradient bytes of one GPU's shard: the larger end stage's parameters over TP, at the
+    measured dtype (the gradient-sync model of `planner/cost.py` reduces this much per replica)."""
+    return max(stage_params(model, scheme.pp)) / scheme.tp * element_bytes
+
+
 # ---------------------------------------------------------------------------------------------
 # The profile
 # ---------------------------------------------------------------------------------------------
@@ -385,6 +392,8 @@ def build_profiled_profile(
 
     With `model_spec` and thread-CPU-time samples, each scheme's communication is added from the
     measured collectives (`with_communication`); the fits in the provenance stay the compute's.
+    With `model_spec`, each scheme's `grad_bytes_per_gpu` is its gradient shard at the measured
+    dtype (`grad_bytes_per_gpu`), so the measured all-reduce bandwidth prices the gradient sync.
 
     Raises `ValueError` when no scheme could be fitted (too few samples).
     """
@@ -399,6 +408,9 @@ def build_profiled_profile(
             cost = result[0]
             if model_spec is not None and provenance.clock == "thread":
                 cost = with_communication(cost, model_spec, provenance)
+            if model_spec is not None:  # without it the gradient sync would be priced at 0 s
+                shard = grad_bytes_per_gpu(model_spec, ParallelScheme(*key), element_bytes_of(provenance.dtype))
+                cost = cost.model_copy(update={"grad_bytes_per_gpu": shard})
             entries.append(cost)
             fits.append(result[1])
     if not entries:

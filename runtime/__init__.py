@@ -13,9 +13,11 @@
   tokens), `pipeline_exec` (1F1B with variable-shape send/recv), `grad_sync`
   (gradient sync across pipelines of different layouts by canonical slices), `reshard`
   (strategy switches), `worker` (one rank's steps), `equivalence` (the one-process `--check`),
-  `timeline` (the measured critical path); `token_data` (pre-tokenised documents, numpy only)
-  and `data_feed` (`--data`), `checkpoint` (DCP checkpoints by canonical slices, `--save`/`--load`),
-  `run_io` (those flags checked before any rank starts), `faults` (out-of-memory messages).
+  `timeline` (the measured critical path), `step_timing` (the measured step as the planner
+  models it, from the op, collective (`comm_meter`), sync and optimizer times); `token_data`
+  (pre-tokenised documents, numpy only) and `data_feed` (`--data`), `checkpoint` (DCP
+  checkpoints by canonical slices, `--save`/`--load`), `run_io` (those flags checked before any
+  rank starts), `faults` (out-of-memory messages, too).
 
 It depends on the plan schema, the measurement types and the plan checker, and on the model
 catalog; it never re-plans. torch comes with the `runtime` extra (`pip install -e ".[runtime]"`,

@@ -21,6 +21,7 @@ once, and reduces only the pieces it holds.
 from __future__ import annotations
 
 import itertools
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -132,7 +133,7 @@ class GradSync:
         for parameter in parameters.values():
             if parameter.grad is None:
                 parameter.grad = torch.zeros_like(parameter)
-        sent_ring_bytes, buffer_bytes, elements = 0.0, 0, 0
+        sent_ring_bytes, buffer_bytes, elements, bucket_walls = 0.0, 0, 0, []
         for holders, pieces, group in self.buckets:
             views = [_local_view(parameters[p.name].grad, self.layout[p.name][0], p.box) for p in pieces]
             flat = torch.cat(
@@ -141,7 +142,9 @@ class GradSync:
                     for p, view in zip(pieces, views)
                 ]
             )
+            started, cpu = time.perf_counter(), time.process_time()
             dist.all_reduce(flat, group=group)
+            bucket_walls.append([list(holders), time.perf_counter() - started, time.process_time() - cpu])
             start = 0
             for view in views:
                 view.copy_(flat[start : start + view.numel()].view_as(view))
@@ -157,4 +160,6 @@ class GradSync:
             "elements": elements,
             "buffer_bytes": buffer_bytes,
             "ring_sent_bytes": sent_ring_bytes,
+            # [holders, wall seconds, process CPU seconds] of each bucket's all-reduce, in bucket order
+            "bucket_walls_s": bucket_walls,
         }

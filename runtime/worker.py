@@ -191,7 +191,9 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
             grads = {name: p.grad.detach().clone() for name, p in layout.stage.named_parameters()}
             grad_boxes = {name: box for name, (box, _) in layout.sync.layout.items()}
         watchdog.beat(step, "optimizer")
+        wall, cpu = time.perf_counter(), time.thread_time()
         layout.optimizer.step()
+        record["optimizer_s"] = {"wall_s": time.perf_counter() - wall, "cpu_s": time.thread_time() - cpu}
     if spec.save_dir is not None:
         meta = _checkpoint_meta(spec, cfg, plans, feed)
         checkpoint["saved"] = save_checkpoint(spec.save_dir, layout.stage, layout.optimizer, layout.sync.layouts, meta)
@@ -269,9 +271,9 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
     compute_s = time.perf_counter() - started
     faults.inject(spec.faults, "hang", me.rank, step)
     watchdog.beat(step, "sync")
-    sync_started = time.perf_counter()
+    sync_started, sync_cpu = time.perf_counter(), time.thread_time()
     sync_bytes = layout.sync.sync(stage)
-    sync_s = time.perf_counter() - sync_started
+    sync_s, sync_cpu_s = time.perf_counter() - sync_started, time.thread_time() - sync_cpu
     contributes = me.is_last_stage and me.tp_rank == 0
     loss = torch.tensor([result.loss_sum if contributes else 0.0], dtype=torch.float64, device=_device())
     watchdog.beat(step, "loss")
@@ -287,6 +289,7 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
         "global_tokens": global_tokens,
         "pipeline_s": compute_s,
         "sync_s": sync_s,
+        "sync_cpu_s": sync_cpu_s,
         "p2p_sent_bytes": result.sent_bytes,
         "sync": sync_bytes,
         "ops": result.ops,

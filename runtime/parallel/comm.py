@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from hydraplan.runtime.comm_meter import timed
+
 __all__ = ["copy_to_group", "gather_along_first_dim", "group_rank", "group_size", "reduce_from_group"]
 
 
@@ -29,7 +31,8 @@ def group_rank(group: dist.ProcessGroup | None) -> int:
 
 def _all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
     out = tensor.contiguous().clone()
-    dist.all_reduce(out, group=group)
+    with timed("all_reduce", out.numel() * out.element_size()):
+        dist.all_reduce(out, group=group)
     return out
 
 
@@ -59,7 +62,8 @@ class _GatherAlongFirstDim(torch.autograd.Function):
     def forward(ctx, tensor, group):
         ctx.group = group
         pieces = [torch.empty_like(tensor) for _ in range(group_size(group))]
-        dist.all_gather(pieces, tensor.contiguous(), group=group)
+        with timed("all_gather", tensor.numel() * tensor.element_size()):
+            dist.all_gather(pieces, tensor.contiguous(), group=group)
         return torch.stack(pieces)
 
     @staticmethod

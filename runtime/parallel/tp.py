@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hydraplan.runtime.batch import IGNORE_INDEX
+from hydraplan.runtime.comm_meter import timed
 from hydraplan.runtime.parallel.comm import copy_to_group, reduce_from_group
 
 __all__ = [
@@ -104,7 +105,8 @@ class VocabParallelCrossEntropy(nn.Module):
         logits = F.linear(copy_to_group(x, self.group), head_weight)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         shift = logits.detach().max(dim=-1).values
-        dist.all_reduce(shift, op=dist.ReduceOp.MAX, group=self.group)
+        with timed("all_reduce", shift.numel() * shift.element_size()):
+            dist.all_reduce(shift, op=dist.ReduceOp.MAX, group=self.group)
         shifted = logits - shift[:, None]
         sum_exp = reduce_from_group(shifted.exp().sum(dim=-1), self.group)
         counted = labels != IGNORE_INDEX
