@@ -314,7 +314,7 @@ def test_cli_refuses_a_checkpoint_of_another_run(ranks, workspace, tmp_path, cap
 def test_cli_continues_from_the_checkpoint_step_and_data_cursor(ranks, workspace, tmp_path, monkeypatch, capsys):
     specs = []
 
-    def fake_run_ranks(fn, nproc, *, backend, args, timeout_s):
+    def fake_run_ranks(fn, nproc, *, backend, args, timeout_s, stall_timeout_s):
         specs.append(args[0])
         return reports_of(ranks, "load_b")  # a run whose steps start at 2 (after a --load)
 

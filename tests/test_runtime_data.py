@@ -184,3 +184,30 @@ def test_plans_are_matched_against_the_documents(corpus, capsys):
         check_batches(data, [lengths[1:3]], 1, vocab_size=128)
     with pytest.raises(DataMismatchError, match="document 0 holds token 256"):
         check_batches(data, [lengths[:1]], 0, vocab_size=256)
+
+
+def test_online_planning_reads_each_steps_batch_from_the_documents(corpus, capsys, monkeypatch):
+    """`hydraplan run --data DIR` without a plan file: rank 0 plans step k for the next
+    `--batch-sequences` documents, the same ones the ranks then train on (`StepFeed`)."""
+    pytest.importorskip("torch")
+    from hydraplan.api.run_planning import DocumentLengths
+    from hydraplan.runtime import launch
+
+    data = convert(corpus, capsys)
+    lengths = DocumentLengths(str(corpus / "tokens"), 1, 2)
+    assert lengths(0) == data.sequence_lengths(1, 2) and lengths(1) == data.sequence_lengths(3, 2)
+    with pytest.raises(ValueError, match=r"step 2 needs documents 5\.\.6, it holds 5"):
+        lengths(2)
+    specs = []
+
+    def fake_run_ranks(fn, nproc, *, backend, args, timeout_s, stall_timeout_s):
+        specs.append(args[0])
+        return None  # as a failed launch: what the CLI gets is not under test here, the spec it launched is
+
+    monkeypatch.setattr(launch, "run_ranks", fake_run_ranks)
+    argv = ["run", "--nproc", "1", "--steps", "2", "--data", str(corpus / "tokens"), "--data-start", "1"]
+    assert main([*argv, "--batch-sequences", "2"]) == 1
+    (spec,) = specs
+    assert spec.data_path == str(corpus / "tokens") and spec.data_start == 1
+    assert spec.next_lengths(0) == data.sequence_lengths(1, 2)
+    assert spec.next_lengths(1) == data.sequence_lengths(3, 2)
