@@ -12,36 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hydraplan.runtime.assignment import one_f_one_b
+from hydraplan.runtime.step_timing import OpTime, critical_path
 
 __all__ = ["critical_path_s", "pipeline_critical_paths_s"]
 
 
 def critical_path_s(durations_s: dict[tuple[int, bool, int], float], num_stages: int, num_micro_batches: int) -> float:
-    """Makespan of the 1F1B schedule with `durations_s[(stage, is_forward, micro_batch)]`."""
-    orders = [one_f_one_b(stage, num_stages, num_micro_batches) for stage in range(num_stages)]
-    finish: dict[tuple[int, bool, int], float] = {}
-    cursor = [0] * num_stages
-    stage_free = [0.0] * num_stages
-    remaining = sum(len(order) for order in orders)
-    while remaining:
-        progressed = False
-        for stage, order in enumerate(orders):
-            while cursor[stage] < len(order):
-                is_forward, index = order[cursor[stage]]
-                if is_forward:
-                    waits_for = (stage - 1, True, index) if stage > 0 else None
-                else:
-                    waits_for = (stage + 1, False, index) if stage < num_stages - 1 else None
-                if waits_for is not None and waits_for not in finish:
-                    break
-                start = max(stage_free[stage], finish[waits_for] if waits_for else 0.0)
-                finish[(stage, is_forward, index)] = stage_free[stage] = start + durations_s[(stage, is_forward, index)]
-                cursor[stage] += 1
-                remaining -= 1
-                progressed = True
-        assert progressed, "the 1F1B order has a cycle"  # our own invariant: it never does
-    return max(stage_free)
+    """Makespan of the 1F1B schedule with `durations_s[(stage, is_forward, micro_batch)]` (no
+    transfer times: `step_timing.critical_path` with only the ops' durations)."""
+    times = {key: OpTime(model_s=duration) for key, duration in durations_s.items()}
+    return critical_path(times, num_stages, num_micro_batches).total_s
 
 
 def pipeline_critical_paths_s(reports: Sequence[dict], step: int) -> dict[int, float]:
