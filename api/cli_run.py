@@ -43,8 +43,7 @@ def run_run(args: argparse.Namespace) -> int:
     from hydraplan.runtime.run_io import resolve_run_io
     from hydraplan.runtime.worker import RunSpec
 
-    if args.check and args.load is not None:
-        raise ValueError(f"--load {args.load}: --check runs from the initial weights, not from a checkpoint")
+    _refuse_check_after_load(args)
     step_plans = plans if args.plans else plans * args.steps
     run_io = resolve_run_io(
         step_plans, cfg, args.dtype, data=args.data, data_start=args.data_start, save=args.save, load=args.load
@@ -54,18 +53,30 @@ def run_run(args: argparse.Namespace) -> int:
         plan_json=plan.model_dump_json(),
         plan_jsons=tuple(step_plan.model_dump_json() for step_plan in plans) if args.plans else (),
         steps=len(plans) if args.plans else args.steps,
-        dtype=args.dtype,
-        lr=args.lr,
-        init_seed=args.seed,
-        data_seed=args.data_seed,
-        collect_state=args.check,
-        models_file=args.models_file,
+        **_training_fields(args),
         **run_io,
     )
     reports = _launch(args, spec, nproc)
     if reports is None:
         return EXIT_RUN_FAILED
     return _finish(args, plans, spec, reports)
+
+
+def _training_fields(args: argparse.Namespace) -> dict:
+    """The `RunSpec` fields every run takes from its flags alike, planned ahead or step by step."""
+    return {
+        "dtype": args.dtype,
+        "lr": args.lr,
+        "init_seed": args.seed,
+        "data_seed": args.data_seed,
+        "collect_state": args.check,
+        "models_file": args.models_file,
+    }
+
+
+def _refuse_check_after_load(args: argparse.Namespace) -> None:
+    if args.check and args.load is not None:
+        raise ValueError(f"--load {args.load}: --check runs from the initial weights, not from a checkpoint")
 
 
 def _run_online(args: argparse.Namespace) -> int:
@@ -78,8 +89,7 @@ def _run_online(args: argparse.Namespace) -> int:
         raise ValueError(f"{RUNTIME_MISSING} ({exc})") from None
     from hydraplan.runtime.run_io import resolve_run_io
 
-    if args.check and args.load is not None:
-        raise ValueError(f"--load {args.load}: --check runs from the initial weights, not from a checkpoint")
+    _refuse_check_after_load(args)
     online = online_planning(args)
     try:
         # the plans come step by step: each step's documents are checked against its plan on the ranks
@@ -90,12 +100,7 @@ def _run_online(args: argparse.Namespace) -> int:
             online.read_documents(run_io["data_path"], run_io["data_start"], args.batch_sequences)
         spec = RunSpec(
             steps=args.steps,
-            dtype=args.dtype,
-            lr=args.lr,
-            init_seed=args.seed,
-            data_seed=args.data_seed,
-            collect_state=args.check,
-            models_file=args.models_file,
+            **_training_fields(args),
             **online.spec_fields(),
             **run_io,
         )
