@@ -129,7 +129,11 @@ class _Entry:
 
 @cache
 def _table() -> dict[tuple[int, float], _Entry]:
-    text = resources.files("hydraplan.planner").joinpath("data", TABLE_FILE).read_text()
+    return parse_table(resources.files("hydraplan.planner").joinpath("data", TABLE_FILE).read_text())
+
+
+def parse_table(text: str) -> dict[tuple[int, float], _Entry]:
+    """The table file's entries by (pp, forward share); a file of another schema is refused."""
     data = json.loads(text)
     if data.get("schema") != TABLE_SCHEMA:
         raise ValueError(f"{TABLE_FILE}: schema {data.get('schema')!r}, expected {TABLE_SCHEMA!r}")

@@ -60,6 +60,7 @@ def _dependency_order(num_stages: int, num_micro_batches: int) -> tuple[tuple[in
     done[sentinel] = 1
     order: list[tuple[int, int, int, int]] = []
     while len(order) < sentinel:
+        released = len(order)
         for stage, entries in enumerate(per_stage):
             position, end = cursor[stage], len(entries)
             while position < end:
@@ -70,6 +71,8 @@ def _dependency_order(num_stages: int, num_micro_batches: int) -> tuple[tuple[in
                 done[entry[0]] = 1
                 position += 1
             cursor[stage] = position
+        if len(order) == released:  # a schedule whose every next operation waits: a cycle, never 1F1B
+            raise RuntimeError(f"1F1B order of pp={num_stages}, m={num_micro}: no operation can run")
     return tuple(order)
 
 

@@ -30,6 +30,7 @@ from hydraplan.planner.bubble_floor import (
     build_table,
     largest_micro_batch_floor_s,
     most_work_s,
+    parse_table,
     pipeline_time_floor_s,
     ramp_shape,
     solve_floor_lp,
@@ -195,3 +196,11 @@ def test_floors_of_many_work_values_at_once_equal_the_floors_one_by_one():
         assert together.tolist() == [float(pipeline_time_floor_s(coef, work, cap)) for work in works]
         inverse = most_work_s(coef, together, cap)
         assert inverse.shape == works.shape and inverse == pytest.approx(works, rel=1e-9)
+
+
+def test_a_table_of_another_schema_is_refused():
+    committed = _committed()
+    assert len(parse_table(json.dumps(committed))) == len(TABULATED_STAGE_COUNTS)
+    for schema in ("hydraplan.bubble-floors/0", "hydraplan.bubble-floors/2", None):
+        with pytest.raises(ValueError, match="expected 'hydraplan.bubble-floors/1'"):
+            parse_table(json.dumps(dict(committed, schema=schema)))
