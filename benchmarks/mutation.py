@@ -104,11 +104,47 @@ def _dump(bin_dir: Path, session: Path, workdir: Path) -> list[tuple[dict, dict]
     return [tuple(json.loads(line)) for line in dump.stdout.splitlines()]
 
 
+def apply_recorded_mutation(source: str, diff: str) -> str | None:
+    """`source` with the mutation a session recorded as a unified diff, found by the diff's lines
+    rather than by position, so code moved since the run is still hit: the hunk with its context
+    when that is still in `source` once, else its removed lines alone, nearest to where they were;
+    None when those are gone (the code was changed)."""
+    header, _, hunk = diff[diff.index("@@") :].partition("\n") if "@@" in diff else ("", "", "")
+    before, after, removed, first_removed = [], [], [], None
+    for line in hunk.splitlines():
+        kind, text = (line[:1] or " "), line[1:]
+        if kind in "- ":
+            before.append(text)
+        if kind in "+ ":
+            after.append(text)
+        if kind == "-":
+            first_removed = len(before) - 1 if first_removed is None else first_removed
+            removed.append(text)
+    if first_removed is None:
+        return None
+    lines = source.split("\n")
+
+    def hits(block: list[str]) -> list[int]:
+        return [i for i in range(len(lines) - len(block) + 1) if lines[i : i + len(block)] == block]
+
+    whole = hits(before)
+    if len(whole) == 1:
+        start, old = whole[0], before
+        new = after
+    else:
+        was = int(header.split()[1].lstrip("-").split(",")[0]) - 1 + first_removed  # 0-based row in the run
+        candidates = hits(removed)
+        if not candidates:
+            return None
+        start, old = min(candidates, key=lambda i: abs(i - was)), removed
+        new = after[first_removed : len(after) - (len(before) - first_removed - len(removed))]
+    return "\n".join(lines[:start] + new + lines[start + len(old) :])
+
+
 def recheck_target(target: Target, session: Path, workdir: Path, bin_dir: Path, timeout_s: float) -> dict:
     """Apply each survivor of a kept session to this tree, rerun the focused tests: killed now or not."""
     module = workdir / target.module_path
     original = module.read_text()
-    source = original.splitlines()
     started = time.perf_counter()
     rows = []
     for job, result in _dump(bin_dir, session, workdir):
@@ -117,28 +153,32 @@ def recheck_target(target: Target, session: Path, workdir: Path, bin_dir: Path, 
         if result.get("test_outcome") != "survived" and result.get("output") != "timeout":
             continue
         mutation = job["mutations"][0]
-        apply = [str(bin_dir / "cosmic-ray"), "apply", target.module_path, mutation["operator_name"]]
-        subprocess.run([*apply, str(mutation["occurrence"])], cwd=workdir, check=True, capture_output=True)
-        try:
-            tests = subprocess.run(
-                _test_command(target, bin_dir / "python"), cwd=workdir, capture_output=True, timeout=timeout_s
-            )
-            now = "killed" if tests.returncode != 0 else "survives"
-        except subprocess.TimeoutExpired:
-            now = "timed out"
-        finally:
-            module.write_text(original)
-        row = mutation["start_pos"][0]
+        diff = result.get("diff") or ""
+        code = next((line[1:].strip() for line in diff.splitlines() if line.startswith("-") and line[1:2] != "-"), "")
+        mutated = apply_recorded_mutation(original, diff)
+        if mutated is None:
+            now = "code changed"
+        else:
+            module.write_text(mutated)
+            try:
+                tests = subprocess.run(
+                    _test_command(target, bin_dir / "python"), cwd=workdir, capture_output=True, timeout=timeout_s
+                )
+                now = "killed" if tests.returncode != 0 else "survives"
+            except subprocess.TimeoutExpired:
+                now = "timed out"
+            finally:
+                module.write_text(original)
         then = "survived" if result.get("test_outcome") == "survived" else "timed out"
-        rows.append((row, mutation["operator_name"], source[row - 1].strip(), then, now))
+        rows.append((mutation["start_pos"][0], mutation["operator_name"], code, then, now))
     return {"rows": sorted(rows), "elapsed_s": time.perf_counter() - started}
 
 
 def recheck_report(results: dict[str, dict]) -> str:
     body = [
         "The survivors of a kept session (and the mutants whose tests timed out), each applied to the tree "
-        "at HEAD (`cosmic-ray apply`) and run "
-        "against its target's focused tests again.",
+        "at HEAD (from the diff the session recorded, found by its lines: lines are those of the run) and "
+        "run against its target's focused tests again.",
     ]
     for name, result in results.items():
         rows = result["rows"]
