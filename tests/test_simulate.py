@@ -56,8 +56,8 @@ def test_stage_operations_follow_1f1b():
     assert stage_operations(0, 4, 2) == [(True, 0), (True, 1), (False, 0), (False, 1)]
 
 
-# (300, 2): more operations per stage than CPython keeps as shared small ints
-@pytest.mark.parametrize("num_micro_batches,num_stages", [(8, 4), (2, 4), (1, 8), (16, 1), (5, 5), (300, 2)])
+# (300, 2) and (2, 300): more operations per stage, and more stages, than CPython keeps as shared small ints
+@pytest.mark.parametrize("num_micro_batches,num_stages", [(8, 4), (2, 4), (1, 8), (16, 1), (5, 5), (300, 2), (2, 300)])
 def test_uniform_micro_batches_take_m_plus_pp_minus_one_slots(num_micro_batches, num_stages):
     time_s = simulate_1f1b([0.5] * num_micro_batches, num_stages, 1 / 3)
     assert time_s == pytest.approx((num_micro_batches + num_stages - 1) * 0.5)
