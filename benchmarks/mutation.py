@@ -58,6 +58,8 @@ TARGETS = {
             "planner/bubble_floor.py",
             ("tests/test_bubble_floor_table.py", "tests/test_bubble_floor.py", "tests/test_bounds.py"),
         ),
+        # the bound tests first (seconds), then the end-to-end exhaustive optimum (half a minute)
+        Target("bounds", "planner/bounds.py", ("tests/test_bounds.py", "tests/test_exhaustive.py")),
         Target("auth", "api/auth.py", ("tests/test_api_auth.py",)),
     )
 }
