@@ -5,6 +5,7 @@ simulator, the bound code or the API's token guard is broken?
     python benchmarks/mutation.py --targets checker,auth
     python benchmarks/mutation.py --targets simulate --sessions DIR    # keep the session databases
     python benchmarks/mutation.py --targets simulate --recheck DIR     # rerun DIR's survivors on HEAD
+    python benchmarks/mutation.py --targets bounds --workdir DIR --sessions DIR   # resumable: rerun to go on
 
 Cosmic Ray (`pip install cosmic-ray`) mutates one file at a time *in place*, so the run happens in
 a throwaway copy of the committed tree (`git archive HEAD`), installed editable into its own
@@ -13,12 +14,22 @@ mutant runs the focused tests of its target (first failure stops it). Binary-ope
 bitwise, shift, power and modulo operators are left out: they mostly make type errors that any
 test kills, at a large cost in run time. The survivors are listed in benchmarks/RESULTS.md; each
 one is killed by a new test or explained there.
+
+Each mutant's tests start without pytest's plugin autoloading (only Hypothesis's plugin: the other
+installed plugins cost seconds per mutant and none of these tests use them), and the exhaustive
+optima of `tests/test_exhaustive.py` are enumerated once and shared between mutants (they depend
+only on that file and planner/reference.py, which the bound code's mutants do not touch). Before
+mutating, the focused tests must pass on the unmutated copy. `--workdir DIR` keeps the copy, its
+venv and the session in DIR: a run stopped part way (the bound code's ~1,100 mutants take hours)
+goes on from where it stopped when the same command is given again.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -96,7 +107,17 @@ exclude-operators = [{excluded}]
 
 
 def _test_command(target: Target, python: Path) -> list[str]:
-    return [str(python), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *target.tests]
+    plugins = ["-p", "no:cacheprovider", "-p", "_hypothesis_pytestplugin"]
+    return [str(python), "-m", "pytest", "-x", "-q", *plugins, *target.tests]
+
+
+def _test_env(workdir: Path) -> dict[str, str]:
+    """The environment of every test run: no plugin autoloading, the shared exhaustive optima."""
+    return {
+        **os.environ,
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "HYDRAPLAN_EXHAUSTIVE_OPTIMA": str(workdir / "exhaustive-optima.json"),
+    }
 
 
 def _dump(bin_dir: Path, session: Path, workdir: Path) -> list[tuple[dict, dict]]:
@@ -164,7 +185,11 @@ def recheck_target(target: Target, session: Path, workdir: Path, bin_dir: Path, 
             module.write_text(mutated)
             try:
                 tests = subprocess.run(
-                    _test_command(target, bin_dir / "python"), cwd=workdir, capture_output=True, timeout=timeout_s
+                    _test_command(target, bin_dir / "python"),
+                    cwd=workdir,
+                    env=_test_env(workdir),
+                    capture_output=True,
+                    timeout=timeout_s,
                 )
                 now = "killed" if tests.returncode != 0 else "survives"
             except subprocess.TimeoutExpired:
@@ -207,9 +232,19 @@ def run_target(target: Target, workdir: Path, bin_dir: Path, timeout_s: float) -
     config, session = workdir / f"{target.name}.toml", workdir / f"{target.name}.sqlite"
     config.write_text(config_text(target, bin_dir / "python", timeout_s))
     started = time.perf_counter()
-    for command in (["cosmic-ray", "init"], ["cr-filter-operators"], ["cosmic-ray", "exec"]):
+    baseline = subprocess.run(
+        _test_command(target, bin_dir / "python"), cwd=workdir, env=_test_env(workdir), capture_output=True, text=True
+    )
+    if baseline.returncode != 0:
+        raise SystemExit(f"{target.name}: the focused tests fail without any mutation:\n{baseline.stdout[-2000:]}")
+    steps = [["cosmic-ray", "exec"]]
+    if not session.exists():  # else a stopped run goes on
+        steps = [["cosmic-ray", "init"], ["cr-filter-operators"], *steps]
+    for command in steps:
         arguments = [str(session), str(config)] if command == ["cr-filter-operators"] else [str(config), str(session)]
-        subprocess.run([str(bin_dir / command[0]), *command[1:], *arguments], cwd=workdir, check=True)
+        subprocess.run(
+            [str(bin_dir / command[0]), *command[1:], *arguments], cwd=workdir, env=_test_env(workdir), check=True
+        )
     source = (workdir / target.module_path).read_text().splitlines()
     counts = {"killed": 0, "survived": 0, "incompetent": 0, "skipped": 0, "pending": 0}
     survivors = []
@@ -270,18 +305,26 @@ def main() -> int:
     parser.add_argument("--timeout-s", type=float, default=300.0, help="per mutant (a hang counts as killed)")
     parser.add_argument("--sessions", type=Path, help="keep each target's session database here (<target>.sqlite)")
     parser.add_argument("--recheck", type=Path, help="rerun the survivors of the sessions kept in this folder")
+    parser.add_argument("--workdir", type=Path, help="keep the mutated copy here; a stopped run goes on from DIR")
     args = parser.parse_args()
     names = [name.strip() for name in args.targets.split(",") if name.strip()]
     unknown = [name for name in names if name not in TARGETS]
     if unknown:
         parser.error(f"unknown targets {unknown}; valid: {', '.join(TARGETS)}")
+    if args.recheck is not None and args.workdir is not None:
+        parser.error("--recheck applies the survivors to HEAD's tree: it takes no --workdir")
     if args.recheck is not None:
         missing = [name for name in names if not (args.recheck / f"{name}.sqlite").is_file()]
         if missing:
             parser.error(f"--recheck {args.recheck}: no session database for {missing}")
-    with tempfile.TemporaryDirectory(prefix="hydraplan-mutation-") as temporary:
-        workdir = Path(temporary)
-        bin_dir = prepare(workdir)
+    with contextlib.ExitStack() as stack:
+        if args.workdir is None:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hydraplan-mutation-")))
+        else:
+            workdir = args.workdir.resolve()
+            workdir.mkdir(parents=True, exist_ok=True)
+        # a kept copy is reused as it is (the tree of the run that made it); a new one is HEAD's
+        bin_dir = workdir / ".venv" / "bin" if (workdir / ".venv" / "bin" / "cosmic-ray").exists() else prepare(workdir)
         if args.recheck is not None:
             rechecked = {
                 name: recheck_target(TARGETS[name], args.recheck / f"{name}.sqlite", workdir, bin_dir, args.timeout_s)

@@ -7,12 +7,21 @@ written apart from the solver): every strategy of at most `max_schemes` distinct
 exactly the cluster, every assignment of sequences to its pipelines (none idle), and for each
 pipeline every ordered partition of its sequences into micro-batches under the capacity, timed by
 the reference 1F1B simulation.
+
+`HYDRAPLAN_EXHAUSTIVE_OPTIMA=FILE` keeps the optima in FILE between runs, keyed by the instance and
+by the source of this file and of planner/reference.py (the only code they depend on): the
+mutation run of the bound code (`benchmarks/mutation.py --targets bounds`) shares them between its
+mutants instead of enumerating again for each.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
+import os
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -55,15 +64,18 @@ def random_instance(case: int) -> tuple[CostProfile, list[int], int]:
     return profile, lengths, num_gpus
 
 
-def ordered_partitions(items: tuple[int, ...]):
-    """Every sequence of disjoint non-empty blocks covering `items` (execution order matters)."""
+def ordered_partitions(items: tuple[int, ...], fits=lambda block: True):
+    """Every sequence of disjoint non-empty blocks covering `items` (execution order matters),
+    each block one that `fits` accepts."""
     if not items:
         yield ()
         return
-    for size in range(1, len(items) + 1):
+    for size in range(len(items), 0, -1):  # fewest blocks first: they tend to be the fastest
         for block in itertools.combinations(items, size):
+            if not fits(block):
+                continue
             rest = tuple(item for item in items if item not in block)
-            for tail in ordered_partitions(rest):
+            for tail in ordered_partitions(rest, fits):
                 yield (block, *tail)
 
 
@@ -75,26 +87,36 @@ def exhaustive_optimum_s(profile: CostProfile, lengths: list[int], num_gpus: int
         entry = entries[scheme]
         capacity = reference.capacity_tokens(profile, entry)
         best = float("inf")
-        for blocks in ordered_partitions(members):
+        for blocks in ordered_partitions(members, lambda block: sum(lengths[i] for i in block) <= capacity):
             batches = [[lengths[i] for i in block] for block in blocks]
-            if any(sum(batch) > capacity for batch in batches):
-                continue
             times = [reference.stage_time_s(profile, entry, batch) for batch in batches]
+            if sum(times) >= best:  # one stage runs every micro-batch in turn: no better than that
+                continue
             best = min(best, reference.pipeline_time_s(times, entry.pp, entry.fwd_fraction))
         return best
 
-    best = float("inf")
-    for strategy in strategies(list(entries), num_gpus):
-        sync_s = reference.grad_sync_s(profile, strategy)
-        for owners in itertools.product(range(len(strategy)), repeat=len(lengths)):
-            if len(set(owners)) < len(strategy):
-                continue  # a pipeline without sequences is no plan
-            slowest = max(
-                best_pipeline_s(scheme, tuple(i for i, owner in enumerate(owners) if owner == pipeline))
-                for pipeline, scheme in enumerate(strategy)
-            )
-            best = min(best, slowest + sync_s)
-    return best
+    @cache
+    def best_split_s(schemes: tuple[reference.Scheme, ...], members: frozenset[int]) -> float:
+        """The least slowest-pipeline time of `members` split over pipelines of `schemes`, each
+        pipeline given at least one sequence: the first takes every non-empty subset in turn."""
+        if not schemes:
+            return 0.0 if not members else float("inf")
+        if len(members) < len(schemes):
+            return float("inf")
+        best = float("inf")
+        ordered = sorted(members)
+        for size in range(1, len(ordered) + 1):
+            for taken in itertools.combinations(ordered, size):
+                rest = best_split_s(schemes[1:], members.difference(taken))
+                if rest < best:  # else this split cannot beat the best one found
+                    best = min(best, max(best_pipeline_s(schemes[0], taken), rest))
+        return best
+
+    everything = frozenset(range(len(lengths)))
+    return min(
+        best_split_s(strategy, everything) + reference.grad_sync_s(profile, strategy)
+        for strategy in strategies(list(entries), num_gpus)
+    )
 
 
 def strategies(schemes: list[reference.Scheme], num_gpus: int) -> list[tuple[reference.Scheme, ...]]:
@@ -110,11 +132,29 @@ def strategies(schemes: list[reference.Scheme], num_gpus: int) -> list[tuple[ref
     return found
 
 
+def optimum_s(profile: CostProfile, lengths: list[int], num_gpus: int) -> float:
+    """`exhaustive_optimum_s`, read from `HYDRAPLAN_EXHAUSTIVE_OPTIMA` when it holds this instance
+    under the current code, else enumerated (and written there when that is set)."""
+    store = os.environ.get("HYDRAPLAN_EXHAUSTIVE_OPTIMA")
+    if not store:
+        return exhaustive_optimum_s(profile, lengths, num_gpus)
+    digest = hashlib.sha256()
+    for source in (Path(__file__), Path(reference.__file__)):
+        digest.update(source.read_bytes())
+    digest.update(json.dumps([profile.model_dump(mode="json"), lengths, num_gpus], sort_keys=True).encode())
+    key, path = digest.hexdigest(), Path(store)
+    known = json.loads(path.read_text()) if path.is_file() else {}
+    if key not in known:
+        known[key] = exhaustive_optimum_s(profile, lengths, num_gpus)
+        path.write_text(json.dumps(known))
+    return known[key]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", range(NUM_CASES))
 def test_bound_optimum_and_plan_against_exhaustive_search(case: int) -> None:
     profile, lengths, num_gpus = random_instance(case)
-    optimum = exhaustive_optimum_s(profile, lengths, num_gpus)
+    optimum = optimum_s(profile, lengths, num_gpus)
     assert optimum < float("inf")
     options = SolverOptions(time_limit_s=5, max_schemes=MAX_SCHEMES)
     plan = solve(PlanRequest(lengths=lengths, num_gpus=num_gpus, gpus_per_node=8, options=options), profile)
