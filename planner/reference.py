@@ -170,21 +170,50 @@ def placed_blocks(strategy_text: str) -> set[tuple[Scheme, tuple[int, ...]]]:
     return blocks
 
 
+def held_cells(scheme: Scheme, position: int, rows: int, columns: int) -> set[tuple[int, int]]:
+    """The cells of a `rows x columns` grid over (layers x TP slices) that the GPU at `position` of a
+    `scheme` pipeline holds: its stage's rows and its TP rank's columns (TP innermost, then CP, then
+    PP inside a pipeline; `rows` a multiple of pp, `columns` of tp)."""
+    tp, pp, cp = scheme
+    stage, tp_rank = position // (tp * cp), position % tp
+    rows_per_stage, columns_per_slice = rows // pp, columns // tp
+    return {
+        (row, column)
+        for row in range(stage * rows_per_stage, (stage + 1) * rows_per_stage)
+        for column in range(tp_rank * columns_per_slice, (tp_rank + 1) * columns_per_slice)
+    }
+
+
 def switch_cost_s(
     profile: CostProfile, previous_strategy: str | None, pipelines: Sequence[tuple[Scheme, Sequence[int]]]
 ) -> float:
-    """Re-sharding time from the previous strategy: every pipeline whose (scheme, ranks) block
-    is new loads its weight shard (`grad_bytes_per_gpu`: gradients have the weights' size and
-    dtype), all in parallel over the slowest link; 0 without a previous strategy. A previous
-    strategy with a profile that has no bandwidth cannot be priced: ValueError."""
+    """Re-sharding time from the previous strategy: every GPU loads the cells of its new shard that
+    its old shard lacks (a fine grid over layers x TP slices; the share of missing cells times its
+    new scheme's `grad_bytes_per_gpu` times `switch_bytes_per_weight_byte`), all GPUs in parallel
+    over the slowest link, the GPU with the most to load setting the time; 0 without a previous
+    strategy. A previous strategy with a profile that has no bandwidth cannot be priced: ValueError."""
     if previous_strategy is None:
         return 0.0
     bandwidth = profile.grad_sync_bandwidth_bytes_per_s
     if bandwidth is None:
         raise ValueError("the cost profile has no grad_sync_bandwidth_bytes_per_s to price a switch")
-    kept = placed_blocks(previous_strategy)
-    moved = {scheme for scheme, ranks in pipelines if (scheme, tuple(ranks)) not in kept}
-    if not moved:
-        return 0.0
+    old_place = {
+        rank: (scheme, position)
+        for scheme, ranks in placed_blocks(previous_strategy)
+        for position, rank in enumerate(ranks)
+    }
     entries = scheme_entries(profile)
-    return max(entries[scheme].grad_bytes_per_gpu for scheme in moved) / bandwidth
+    most = 0.0
+    for scheme, ranks in pipelines:
+        for position, rank in enumerate(ranks):
+            if rank not in old_place:
+                missing_share = 1.0
+            else:
+                old_scheme, old_position = old_place[rank]
+                rows = math.lcm(scheme[1], old_scheme[1])
+                columns = math.lcm(scheme[0], old_scheme[0])
+                new = held_cells(scheme, position, rows, columns)
+                old = held_cells(old_scheme, old_position, rows, columns)
+                missing_share = len(new - old) / len(new)
+            most = max(most, missing_share * entries[scheme].grad_bytes_per_gpu)
+    return most * profile.switch_bytes_per_weight_byte / bandwidth

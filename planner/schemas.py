@@ -251,6 +251,15 @@ class CostProfile(Frozen):
         allow_inf_nan=False,
         description="Share of the modelled gradient all-reduce not hidden behind the backward pass (1: no overlap).",
     )
+    switch_bytes_per_weight_byte: float = Field(
+        1.0,
+        ge=1,
+        le=16,
+        allow_inf_nan=False,
+        description="Bytes a strategy switch moves per byte of weight shard: 1 when the optimizer state is "
+        "sharded over the flat rank space and stays put (ZeRO-1, the default); 3 when every GPU keeps the two "
+        "AdamW moments of its own shard in the weights' dtype, as hydraplan's runtime does.",
+    )
     schemes: list[SchemeCost] = Field(
         min_length=1, max_length=limits.MAX_NUM_GPUS, description="One entry per runnable scheme."
     )

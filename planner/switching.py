@@ -1,16 +1,28 @@
 """Strategy-switch cost: the re-sharding of weights when a step changes strategy.
 
-Placement is a pure function of the strategy (`planner.strategies.place_pipelines`). A pipeline
-whose scheme and rank block are the same as in the previous step keeps its weights; every GPU of any
-other pipeline loads its new bf16 weight shard (`grad_bytes_per_gpu` bytes: the gradient shard has
-the weights' size and dtype). The loads run in parallel over the slowest link (the gradient-sync
-bandwidth), so the largest shard sets the time. Optimizer states are sharded over all GPUs
-independently of the strategy (ZeRO-1 over the flat rank space) and do not move.
+Placement is a pure function of the strategy (`planner.strategies.place_pipelines`): inside a
+pipeline TP is innermost, then CP, then PP, so the GPU at position `p` of a `<tp, pp, cp>` block
+holds stage `p // (tp*cp)` (the layer fraction `[s/pp, (s+1)/pp)` of the model) and TP slice
+`p % tp` (the fraction `[t/tp, (t+1)/tp)` of every sharded tensor); CP ranks and replicas hold the
+same shard. In that (layer x TP-slice) square a GPU's new shard is a rectangle, and what it must
+load is the part its old rectangle does not cover: `1 - |old & new| / |new|` of the new scheme's
+`grad_bytes_per_gpu` (the gradient shard has the weights' size and dtype), times the profile's
+`switch_bytes_per_weight_byte` (1 when the optimizer state is ZeRO-sharded over the flat rank space
+and stays; 3 when the AdamW moments travel with their shard, as in hydraplan's runtime). Every GPU
+loads in parallel over the slowest link (the gradient-sync bandwidth), so the GPU with the most to
+load sets the time. A GPU whose old shard covers its new one loads nothing: leaving a strategy of
+whole-model replicas (`N x <1,1,1>`, or CP ranks of pp 1) costs nothing.
+
+Layers are taken as equally heavy (the embedding and head sit on the first and last stages, which
+`grad_bytes_per_gpu`, the largest stage's shard, already prices); this is what
+`benchmarks/switch_bytes.py` compares with the bytes the runtime moves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from fractions import Fraction
+from functools import lru_cache
 
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.errors import PlanningError
@@ -18,11 +30,57 @@ from hydraplan.planner.schemas import CostProfile
 from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.strategies import Strategy, place_pipelines
 
+__all__ = ["load_fractions", "pipeline_blocks", "require_switch_pricing", "shard_rectangle", "switch_cost_s"]
+
+Rectangle = tuple[Fraction, Fraction, Fraction, Fraction]  # layer start, layer stop, TP start, TP stop
+
 
 def pipeline_blocks(strategy: Strategy) -> list[tuple[ParallelScheme, tuple[int, ...]]]:
     """(scheme, ranks) of every pipeline of a strategy as placed by the planner."""
     schemes = strategy.pipeline_schemes()
     return [(scheme, tuple(placement.ranks)) for scheme, placement in zip(schemes, place_pipelines(schemes))]
+
+
+def shard_rectangle(scheme: ParallelScheme, position: int) -> Rectangle:
+    """The (layer x TP-slice) rectangle the GPU at `position` of a `scheme` pipeline holds."""
+    stage, tp_rank = position // (scheme.tp * scheme.cp), position % scheme.tp
+    return (
+        Fraction(stage, scheme.pp),
+        Fraction(stage + 1, scheme.pp),
+        Fraction(tp_rank, scheme.tp),
+        Fraction(tp_rank + 1, scheme.tp),
+    )
+
+
+@lru_cache(maxsize=64)
+def _held_rectangles(previous: Strategy) -> dict[int, Rectangle]:
+    return {
+        rank: shard_rectangle(scheme, position)
+        for scheme, ranks in pipeline_blocks(previous)
+        for position, rank in enumerate(ranks)
+    }
+
+
+@lru_cache(maxsize=16384)
+def _block_load_fraction(previous: Strategy, scheme: ParallelScheme, ranks: tuple[int, ...]) -> Fraction:
+    """The largest share of its new shard any GPU of the block lacks (0: the block loads nothing)."""
+    held = _held_rectangles(previous)
+    worst = Fraction(0)
+    for position, rank in enumerate(ranks):
+        new = shard_rectangle(scheme, position)
+        old = held.get(rank)
+        if old is None:
+            return Fraction(1)
+        layers = max(Fraction(0), min(old[1], new[1]) - max(old[0], new[0]))
+        slices = max(Fraction(0), min(old[3], new[3]) - max(old[2], new[2]))
+        missing = 1 - layers * slices / ((new[1] - new[0]) * (new[3] - new[2]))
+        worst = max(worst, missing)
+    return worst
+
+
+def load_fractions(previous: Strategy, pipelines: Sequence[tuple[ParallelScheme, tuple[int, ...]]]) -> list[Fraction]:
+    """Per pipeline, the largest share of its weight shard one of its GPUs must load."""
+    return [_block_load_fraction(previous, scheme, tuple(ranks)) for scheme, ranks in pipelines]
 
 
 def require_switch_pricing(previous_strategy: str | None, profile: CostProfile) -> None:
@@ -46,8 +104,11 @@ def switch_cost_s(
     bandwidth = cost.profile.grad_sync_bandwidth_bytes_per_s
     if bandwidth is None:
         raise PlanningError("the cost profile has no grad_sync_bandwidth_bytes_per_s to price a strategy switch")
-    kept = set(pipeline_blocks(previous))
-    moved = {scheme for scheme, ranks in pipelines if (scheme, tuple(ranks)) not in kept}
-    if not moved:
+    loads = [
+        float(fraction) * cost.coefficients(scheme).grad_bytes_per_gpu
+        for (scheme, _), fraction in zip(pipelines, load_fractions(previous, pipelines))
+        if fraction
+    ]
+    if not loads:
         return 0.0
-    return max(cost.coefficients(scheme).grad_bytes_per_gpu for scheme in moved) / bandwidth
+    return max(loads) * cost.profile.switch_bytes_per_weight_byte / bandwidth

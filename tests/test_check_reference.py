@@ -79,6 +79,7 @@ def profiles(draw) -> CostProfile:
         "memory_reserve_bytes": draw(st.floats(min_value=0, max_value=1e9)),
         "grad_sync_s": draw(st.one_of(st.none(), st.floats(min_value=0, max_value=5))),
         "grad_sync_bandwidth_bytes_per_s": draw(st.one_of(st.none(), st.floats(min_value=1e9, max_value=1e12))),
+        "switch_bytes_per_weight_byte": draw(st.sampled_from([1.0, 3.0, 1.5])),
         "schemes": [entry.model_dump() for entry in entries],
     }
     try:

@@ -132,15 +132,15 @@ def test_same_request_and_seed_give_the_same_plan_under_the_work_limit(solver):
 def test_switch_cost_keeps_the_previous_strategy_unless_the_gain_is_larger():
     profile = synthetic_profile(max_gpus=16)
     lengths = wikipedia_like_batch(60_000, seed=15)
-    previous = "16x<1,1,1>"
+    previous = "2x<8,1,1>"  # every GPU holds an eighth of every layer: any other layout must load some
 
-    def request_after() -> PlanRequest:
+    def request_after(previous_strategy: str = previous) -> PlanRequest:
         options = SolverOptions(solver="greedy", time_limit_s=10)
-        return PlanRequest(lengths=lengths, num_gpus=16, previous_strategy=previous, options=options)
+        return PlanRequest(lengths=lengths, num_gpus=16, previous_strategy=previous_strategy, options=options)
 
-    def plan_after(cost_profile):
-        request = request_after()
-        staying = evaluate_strategy(request, cost_profile, parse_strategy(previous))
+    def plan_after(cost_profile, previous_strategy: str = previous):
+        request = request_after(previous_strategy)
+        staying = evaluate_strategy(request, cost_profile, parse_strategy(previous_strategy))
         return solve(request, cost_profile), staying
 
     # fast link: the gain beats the re-sharding, the planner switches and pays for it
@@ -152,10 +152,15 @@ def test_switch_cost_keeps_the_previous_strategy_unless_the_gain_is_larger():
     slow = profile.model_copy(update={"grad_sync_bandwidth_bytes_per_s": 1e6, "grad_sync_s": 0.0})
     stay, _ = plan_after(slow)
     assert stay.strategy == previous and stay.switch_cost_s == 0.0 and check_plan(stay) == []
+    # from whole-model replicas every new shard is already held: even on the slow link the planner
+    # leaves 16x<1,1,1>, at no switch cost
+    left, replicas = plan_after(slow, "16x<1,1,1>")
+    assert left.strategy != "16x<1,1,1>" and left.switch_cost_s == 0.0 and check_plan(left) == []
+    assert left.objective_s == left.step_time_s < replicas.objective_s
     # no bandwidth at all: a switch cannot be priced, so a previous strategy is refused, by name
     unpriced = profile.model_copy(update={"grad_sync_bandwidth_bytes_per_s": None, "grad_sync_s": 0.0})
     for attempt in (lambda: plan_after(unpriced), lambda: run_baseline("megatron", request_after(), unpriced)):
-        with pytest.raises(PlanningError, match=r"previous_strategy '16x<1,1,1>'.*grad_sync_bandwidth_bytes_per_s"):
+        with pytest.raises(PlanningError, match=r"previous_strategy '2x<8,1,1>'.*grad_sync_bandwidth_bytes_per_s"):
             attempt()
 
 
