@@ -6,10 +6,12 @@ One `hydraplan run --plans DIR` on 4 gloo ranks (the tiny model, float32) whose 
 strategy every step (`STRATEGIES`); each plan is made for its fixed strategy with the previous
 step's as `previous_strategy` (`planner.solve.evaluate_strategy`, the bundled `tiny-cpu` profile),
 so it carries the planner's switch cost. The runtime (`runtime/reshard.py`) sends each rank only
-the cells of its new shard that it did not hold (weights and both AdamW moments); the planner
-(`planner/switching.py`) charges every GPU of a pipeline whose (scheme, ranks) block is new the
-load of its whole weight shard (`grad_bytes_per_gpu`, optimizer states not moved). The table sets
-them side by side; the section `runtime_switch_bytes` of benchmarks/RESULTS.md is rewritten.
+the cells of its new shard that it did not hold (weights and both AdamW moments), each cell from
+its least busy old holder; the planner (`planner/switching.py`) charges each GPU the share of its
+new (layer x TP-slice) shard its old one lacks, of `grad_bytes_per_gpu`, times the profile's
+`switch_bytes_per_weight_byte` (3 in profiles measured on the runtime), the busiest GPU setting
+the time. The table sets them side by side, per rank and for the busiest one; the section
+`runtime_switch_bytes` of benchmarks/RESULTS.md is rewritten.
 """
 
 from __future__ import annotations
@@ -61,6 +63,27 @@ def make_plans(folder: Path) -> list:
     return plans
 
 
+def planned_loads(plan) -> list[float]:
+    """The planner's bytes to load per rank for the switch into `plan` (0 without one)."""
+    from hydraplan.planner.scheme import ParallelScheme
+    from hydraplan.planner.strategies import parse_strategy
+    from hydraplan.planner.switching import gpu_load_fraction
+
+    loads = [0.0] * sum(len(pipeline.ranks) for pipeline in plan.pipelines)
+    if plan.previous_strategy is None:
+        return loads
+    previous = parse_strategy(plan.previous_strategy)
+    shard = {(e.tp, e.pp, e.cp): e.grad_bytes_per_gpu for e in plan.cost_profile.schemes}
+    for pipeline in plan.pipelines:
+        scheme = ParallelScheme(pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp)
+        for position, rank in enumerate(pipeline.ranks):
+            share = float(gpu_load_fraction(previous, scheme, position, rank))
+            loads[rank] = (
+                share * shard[scheme.tp, scheme.pp, scheme.cp] * plan.cost_profile.switch_bytes_per_weight_byte
+            )
+    return loads
+
+
 def main() -> int:
     from hydraplan.api.cli import main as hydraplan_main
 
@@ -78,17 +101,21 @@ def main() -> int:
     for step in range(1, len(plans)):
         switches = [rank["steps"][step]["switch"] for rank in ranks]
         same = switches[0] is None
-        weight = [0 if same else s["weight_bytes"] for s in switches]
+        received = [0 if same else s["received_bytes"] for s in switches]
+        sent = [0 if same else s["sent_bytes"] for s in switches]
+        planned = planned_loads(plans[step])
         rows.append(
             [
                 step,
                 plans[step - 1].strategy,
                 plans[step].strategy,
-                "kept (same placement)" if same else f"{sum(weight):,}",
-                "-" if same else f"{max(weight):,}",
+                "kept (same placement)" if same else " / ".join(f"{value / 1e6:.2f}" for value in received),
+                " / ".join(f"{value / 1e6:.2f}" for value in planned),
+                "-" if same else f"{max(received) / 1e6:.2f}",
+                f"{max(planned) / 1e6:.2f}",
+                "-" if same else f"{max(sent) / 1e6:.2f}",
                 "-" if same else f"{max(s['seconds'] for s in switches) * 1e3:.0f}",
                 f"{plans[step].switch_cost_s * 1e3:.2f}",
-                "-" if same else f"{max(s['planned_weight_bytes'] for s in switches):,.0f}",
             ]
         )
     table = markdown_table(
@@ -96,20 +123,26 @@ def main() -> int:
             "step",
             "from",
             "to",
-            "runtime weight bytes sent (all ranks)",
-            "most by one rank",
+            "runtime MB received, ranks 0-3",
+            "planner MB to load, ranks 0-3",
+            "runtime most received",
+            "planner most to load",
+            "runtime most sent",
             "runtime wall ms (slowest rank)",
             "planner switch_cost_s ms",
-            "planner shard bytes per moved GPU",
         ],
         rows,
     )
     body = "\n\n".join(
         [
             "4 gloo ranks, the tiny model in float32, one plan per step (`hydraplan run --plans`), 8 short "
-            "sequences; plans of the bundled `tiny-cpu` profile (fp32 gradient shards, measured gloo bandwidth). "
-            "Runtime bytes: the weight part of what `runtime/reshard.py` sent (a third of it: each cell travels "
-            "with its two AdamW moments). Planner: `switch_cost_s` of the plan and the shard it charges.",
+            "sequences; plans of the bundled `tiny-cpu` profile (fp32 gradient shards, measured gloo bandwidth, "
+            "`switch_bytes_per_weight_byte` 3). Runtime: the bytes `runtime/reshard.py` moved (weights and both "
+            "AdamW moments); planner: each GPU's share of its new shard it did not hold, of `grad_bytes_per_gpu`, "
+            "times 3 (`planner/switching.py`), and the plan's `switch_cost_s` (the busiest GPU's load over the "
+            "profile's bandwidth). The planner takes layers as equally heavy, and `grad_bytes_per_gpu` is the "
+            "largest stage's shard: the tiny model's embedding and head weigh more than its layers, which "
+            "sets the rows apart where a GPU loads part of a pipeline stage.",
             table,
         ]
     )

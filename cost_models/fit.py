@@ -431,6 +431,8 @@ def build_profiled_profile(
         gpu_memory_bytes=memory_bytes,
         memory_reserve_bytes=memory_reserve_bytes,
         grad_sync_bandwidth_bytes_per_s=bandwidth,
+        # hydraplan's runtime keeps each shard's AdamW moments beside it and moves them on a switch
+        switch_bytes_per_weight_byte=3.0,
         schemes=entries,
         notes=notes,
         provenance=provenance.model_copy(update={"fits": fits}),

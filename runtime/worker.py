@@ -178,7 +178,7 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
                 switch = reshard(
                     layout.stage, layout.optimizer, layout.sync.layouts, new.stage, new.optimizer, new.sync.layouts
                 )
-                switch |= _planned_switch(plan, new.me)
+                switch |= _planned_switch(plan)
             elif spec.load_dir is not None:
                 checkpoint["loaded"] = load_checkpoint(spec.load_dir, new.stage, new.optimizer, new.sync.layouts)
             layout = new
@@ -221,18 +221,10 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
     return report
 
 
-def _planned_switch(plan: Plan, me: RankAssignment) -> dict:
-    """The planner's switch model: a moved pipeline's GPUs load their bf16 weight shard
-    (`grad_bytes_per_gpu`; optimizer states do not move there), `switch_cost_s` in the plan."""
-    entry = next(
-        (e for e in plan.cost_profile.schemes if (e.tp, e.pp, e.cp) == (me.scheme.tp, me.scheme.pp, me.scheme.cp)),
-        None,
-    )
-    return {
-        "planned_weight_bytes": entry.grad_bytes_per_gpu if entry is not None else 0.0,
-        "planned_switch_cost_s": plan.switch_cost_s,
-        "previous_strategy": plan.previous_strategy,
-    }
+def _planned_switch(plan: Plan) -> dict:
+    """What the plan says of the switch into it (`benchmarks/switch_bytes.py` sets the planner's
+    per-GPU loads of `planner/switching.py` beside the bytes this rank moved)."""
+    return {"planned_switch_cost_s": plan.switch_cost_s, "previous_strategy": plan.previous_strategy}
 
 
 def _checkpoint_meta(spec: RunSpec, cfg, plans: list[Plan], feed: StepFeed | None) -> dict:

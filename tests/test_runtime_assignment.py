@@ -145,13 +145,17 @@ def test_a_switch_takes_each_new_cell_from_its_old_holder_and_keeps_what_stays()
     new = [{"w": (((0, 4), (0, 3)), True)}, {"w": (((1, 3), (0, 3)), True)}, {"w": (((2, 4), (0, 3)), True)}]
     assert transfers_between(old, new) == [
         Transfer("w", ((0, 2), (0, 3)), 0, 0),  # kept
-        Transfer("w", ((2, 4), (0, 3)), 1, 0),  # the lowest old holder (ranks 1 and 2 hold it)
+        Transfer("w", ((2, 4), (0, 3)), 1, 0),  # ranks 1 and 2 hold it, neither sends yet: the lower
         Transfer("w", ((1, 2), (0, 3)), 0, 1),
         Transfer("w", ((2, 3), (0, 3)), 1, 1),  # kept
         Transfer("w", ((2, 4), (0, 3)), 2, 2),  # kept
     ]
     with pytest.raises(ValueError, match="no rank of the old layout holds it"):
         transfers_between([{"w": (((0, 2), (0, 3)), True)}], [{"w": (((0, 4), (0, 3)), True)}])
+    # two old replicas, four new ones: the two newcomers are served one by each replica
+    replicas = [{"w": (((0, 4), (0, 3)), True)}] * 2 + [{}] * 2
+    sources = [t.source for t in transfers_between(replicas, [{"w": (((0, 4), (0, 3)), True)}] * 4)]
+    assert sources == [0, 1, 0, 1]
 
 
 def test_the_critical_path_of_a_hand_computed_schedule():
