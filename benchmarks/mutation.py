@@ -227,11 +227,21 @@ def recheck_report(results: dict[str, dict]) -> str:
     return "\n".join(body)
 
 
-def run_target(target: Target, workdir: Path, bin_dir: Path, timeout_s: float) -> dict:
-    """Mutate one file; the counts and every surviving mutant (line, operator, the code mutated)."""
+def run_target(target: Target, workdir: Path, bin_dir: Path, timeout_s: float, execute: bool = True) -> dict:
+    """Mutate one file; the counts and every surviving mutant (line, operator, the code mutated).
+    Without `execute`, only the counts of the session kept in `workdir` as it stands."""
     config, session = workdir / f"{target.name}.toml", workdir / f"{target.name}.sqlite"
     config.write_text(config_text(target, bin_dir / "python", timeout_s))
     started = time.perf_counter()
+    # a run stopped mid-mutant leaves its file mutated: put back the copy taken before the first
+    module, pristine = workdir / target.module_path, workdir / ".pristine" / target.module_path
+    if pristine.exists():
+        shutil.copy(pristine, module)
+    else:
+        pristine.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(module, pristine)
+    if not execute:
+        return _summary(target, workdir, bin_dir, session, None)
     baseline = subprocess.run(
         _test_command(target, bin_dir / "python"), cwd=workdir, env=_test_env(workdir), capture_output=True, text=True
     )
@@ -245,6 +255,10 @@ def run_target(target: Target, workdir: Path, bin_dir: Path, timeout_s: float) -
         subprocess.run(
             [str(bin_dir / command[0]), *command[1:], *arguments], cwd=workdir, env=_test_env(workdir), check=True
         )
+    return _summary(target, workdir, bin_dir, session, started)
+
+
+def _summary(target: Target, workdir: Path, bin_dir: Path, session: Path, started: float | None) -> dict:
     source = (workdir / target.module_path).read_text().splitlines()
     counts = {"killed": 0, "survived": 0, "incompetent": 0, "skipped": 0, "pending": 0}
     survivors = []
@@ -259,7 +273,7 @@ def run_target(target: Target, workdir: Path, bin_dir: Path, timeout_s: float) -
     return {
         "counts": counts,
         "survivors": sorted(survivors),
-        "elapsed_s": time.perf_counter() - started,
+        "elapsed_s": None if started is None else time.perf_counter() - started,  # None: not run now
         "session": session,
     }
 
@@ -278,14 +292,15 @@ def report(results: dict[str, dict]) -> str:
                 counts["killed"],
                 counts["survived"],
                 score,
-                f"{result['elapsed_s'] / 60:.0f} min",
+                counts["pending"],
+                "-" if result["elapsed_s"] is None else f"{result['elapsed_s'] / 60:.0f} min",
             ]
         )
     body = [
         "Each target file is mutated by Cosmic Ray (every operator but binary swaps to bitwise, shift, "
         "power and modulo operators); a mutant is killed when its target's focused tests fail.",
         "",
-        markdown_table(["target", "file", "mutants run", "killed", "survived", "score", "time"], rows),
+        markdown_table(["target", "file", "mutants run", "killed", "survived", "score", "not run yet", "time"], rows),
     ]
     for name, result in results.items():
         if result["survivors"]:
@@ -306,11 +321,16 @@ def main() -> int:
     parser.add_argument("--sessions", type=Path, help="keep each target's session database here (<target>.sqlite)")
     parser.add_argument("--recheck", type=Path, help="rerun the survivors of the sessions kept in this folder")
     parser.add_argument("--workdir", type=Path, help="keep the mutated copy here; a stopped run goes on from DIR")
+    parser.add_argument(
+        "--report-only", action="store_true", help="write the section from the --workdir sessions as they stand"
+    )
     args = parser.parse_args()
     names = [name.strip() for name in args.targets.split(",") if name.strip()]
     unknown = [name for name in names if name not in TARGETS]
     if unknown:
         parser.error(f"unknown targets {unknown}; valid: {', '.join(TARGETS)}")
+    if args.report_only and args.workdir is None:
+        parser.error("--report-only reads the sessions of a --workdir")
     if args.recheck is not None and args.workdir is not None:
         parser.error("--recheck applies the survivors to HEAD's tree: it takes no --workdir")
     if args.recheck is not None:
@@ -336,7 +356,7 @@ def main() -> int:
             return 0
         results = {}
         for name in names:
-            results[name] = run_target(TARGETS[name], workdir, bin_dir, args.timeout_s)
+            results[name] = run_target(TARGETS[name], workdir, bin_dir, args.timeout_s, not args.report_only)
             if args.sessions is not None:
                 args.sessions.mkdir(parents=True, exist_ok=True)
                 shutil.copy(results[name]["session"], args.sessions / f"{name}.sqlite")
