@@ -29,7 +29,10 @@ from hydraplan.planner.schemas import PROFILE_SCHEMA, CostProfile
 __all__ = ["BUNDLED_PROFILES", "ProfileError", "bundled_profile", "load_profile", "save_profile"]
 
 # Measured profiles shipped in cost_models/data/, by name. `tiny-cpu` is regenerated with
-# `hydraplan profile --device cpu --model tiny --out cost_models/data/tiny-cpu.json`.
+# `hydraplan profile --device cpu --model tiny --out cost_models/data/tiny-cpu.json
+#  --token-counts 128 256 512 1024 1536 --repeats 2 --budget-s 600` (past the longest sequence,
+# 1,150 tokens, of `benchmarks/runtime_vs_model.py`'s batches: the stage time of one long
+# sequence grows faster than the fit's square beyond the measured counts).
 BUNDLED_PROFILES = {"tiny-cpu": "tiny-cpu.json"}
 
 

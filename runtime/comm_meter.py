@@ -9,8 +9,8 @@ copying and reducing; the calling thread sleeps meanwhile) to the op's list, in 
 Every rank of a TP or CP group calls the same collectives in the same order, so the k-th entries
 of the group's ranks are one collective. Its wall time includes waiting for the last rank to
 arrive and, with the ranks oversubscribing the cores, waiting to be scheduled again; the CPU time
-is the work itself (`runtime.step_timing` uses the largest over the group's ranks, and reports
-the least wall time beside it). Outside `recording()` nothing is kept (the profiler and the
+is the work itself (`runtime.step_timing` uses the mean over the group's ranks, and reports
+the largest and the least wall time beside it). Outside `recording()` nothing is kept (the profiler and the
 one-process check pay one `None` test per collective).
 """
 

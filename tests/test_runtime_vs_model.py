@@ -13,7 +13,7 @@ from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.scheme import ParallelScheme
 
 
-def _result(batch, name, predicted, measured, strategy=None, overhead=0.02) -> bench.RunResult:
+def _result(batch, name, predicted, measured, strategy=None, overhead=0.02, runtime_overhead=0.01) -> bench.RunResult:
     return bench.RunResult(
         batch=batch,
         name=name,
@@ -27,6 +27,7 @@ def _result(batch, name, predicted, measured, strategy=None, overhead=0.02) -> b
         measured_sync_s=0.03,
         optimizer_s=0.01,
         overhead=overhead,
+        runtime_overhead=runtime_overhead,
     )
 
 
@@ -63,11 +64,11 @@ def test_winners_agree_differ_within_the_error_or_disagree() -> None:
 
 
 def test_the_targets_read_the_figures() -> None:
-    good = [_result(0, "hydraplan", 1.0, 1.05, overhead=0.04), _result(0, "megatron", 1.2, 1.25)]
+    good = [_result(0, "hydraplan", 1.0, 1.05, overhead=0.12, runtime_overhead=0.04), _result(0, "megatron", 1.2, 1.25)]
     lines = bench.target_lines(good, [])
     assert "(met, target <= 15%)" in lines[0] and lines[1].endswith("met")
-    assert "worst 4.0% (met" in lines[2]
-    bad = [_result(0, "hydraplan", 1.0, 1.5, overhead=0.2), _result(0, "megatron", 1.0, 1.6)]
+    assert "worst 4.0% (met" in lines[2] and "worst 12.0% (over 10%)" in lines[3]
+    bad = [_result(0, "hydraplan", 1.0, 1.5, overhead=0.3, runtime_overhead=0.2), _result(0, "megatron", 1.0, 1.6)]
     lines = bench.target_lines(bad, [])
     assert "NOT met, target <= 15%" in lines[0] and "worst 20.0% (NOT met" in lines[2]
 
@@ -116,5 +117,5 @@ def test_a_profiled_profile_prices_the_gradient_sync() -> None:
 def test_the_overhead_line_names_its_parts() -> None:
     result = _result(0, "hydraplan", 1.0, 1.1, overhead=0.15)
     result.path_parts_s = {"model_s": 1.0, "bookkeeping_s": 0.01, "transfer_s": 0.04, "collectives_s": 0.10}
-    line = bench.target_lines([result, _result(0, "megatron", 1.2, 1.3)], [])[2]
+    line = bench.target_lines([result, _result(0, "megatron", 1.2, 1.3)], [])[3]
     assert "bookkeeping 1.0% and p2p transfers 4.0%, TP/CP collectives 10.0%" in line

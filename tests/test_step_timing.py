@@ -39,6 +39,7 @@ def test_the_parts_of_an_op_all_hold_its_stage() -> None:
     assert (path.model_s, path.bookkeeping_s, path.collectives_s, path.transfer_s) == pytest.approx(
         (3.0, 0.25, 0.75, 0.0)
     )
+    assert path.overhead == pytest.approx(4.0 / 3.0 - 1) and path.runtime_overhead == pytest.approx(4.0 / 3.75 - 1)
 
 
 @pytest.mark.parametrize("num_stages, num_micro", [(1, 3), (2, 1), (3, 5), (4, 7)])
@@ -78,8 +79,11 @@ def test_op_times_take_the_slowest_rank_and_each_collective_once() -> None:
     rank_1 = [_op("F", 0, 1.2, 1.0, [("all_gather", 8, 0.05, 0.04), ("all_gather", 8, 0.40, 0.01)], (0.1, 0.02))]
     by_cpu = op_times([rank_0, rank_1])[(True, 0)]
     assert by_cpu.model_s == pytest.approx(1.0) and by_cpu.bookkeeping_s == pytest.approx(0.2)  # rank 1's
-    assert by_cpu.collectives_s == pytest.approx(0.04 + 0.03)  # per call, the busier rank's CPU
+    assert by_cpu.collectives_s == pytest.approx(0.03 + 0.02)  # per call, the ranks' mean CPU
     assert by_cpu.transfer_s == pytest.approx(0.02)
+    by_busiest = op_times([rank_0, rank_1], clock="cpu-busiest")[(True, 0)]
+    assert by_busiest.collectives_s == pytest.approx(0.04 + 0.03)  # per call, the busier rank's CPU
+    assert by_busiest.model_s == by_cpu.model_s and by_busiest.transfer_s == by_cpu.transfer_s
     by_wall = op_times([rank_0, rank_1], clock="wall")[(True, 0)]
     assert by_wall.collectives_s == pytest.approx(0.05 + 0.01)  # per call, the last to arrive's wall
     assert by_wall.transfer_s == pytest.approx(0.1)
@@ -90,7 +94,9 @@ def test_op_times_take_the_slowest_rank_and_each_collective_once() -> None:
 def test_ranks_that_disagree_on_their_collectives_fall_back_to_their_own_totals() -> None:
     rank_0 = [_op("B", 0, 1.0, 1.0, [("all_reduce", 4, 0.1, 0.01)])]
     rank_1 = [_op("B", 0, 1.0, 1.0, [("all_reduce", 4, 0.1, 0.02), ("all_reduce", 4, 0.1, 0.03)])]
-    assert op_times([rank_0, rank_1])[(False, 0)].collectives_s == pytest.approx(0.05)
+    assert op_times([rank_0, rank_1])[(False, 0)].collectives_s == pytest.approx(0.03)  # their totals' mean
+    assert op_times([rank_0, rank_1], clock="wall")[(False, 0)].collectives_s == pytest.approx(0.1)
+    assert op_times([rank_0, rank_1], clock="cpu-busiest")[(False, 0)].collectives_s == pytest.approx(0.05)
 
 
 def _report(rank, pipeline, scheme, stage, ops, buckets, optimizer=0.01) -> dict:
@@ -115,13 +121,15 @@ def test_a_step_is_the_slowest_pipeline_plus_the_slowest_ranks_sync() -> None:
         ),
     ]
     reports[1]["steps"][0]["sync"]["bucket_walls_s"].append([[1, 2], 0.2, 0.02])
-    timing = step_timing(reports, 0)
+    timing = step_timing(reports, 0, clock="cpu-busiest")
     assert timing.pipelines[0].total_s == pytest.approx(1.5 + 0.1 + 2.0)  # per op the slowest rank
     assert timing.pipelines[1].total_s == pytest.approx(3.0)
     assert timing.slowest_pipeline == 0 and timing.pipeline_s == pytest.approx(3.6)
     assert timing.sync_s == pytest.approx(0.3 + 0.05)  # bucket [0,1,2]: 0.3, bucket [1,2]: 0.05
     assert timing.step_s == pytest.approx(3.95)
     assert timing.optimizer_s == pytest.approx(0.07)
+    mean = step_timing(reports, 0)  # the default: per bucket the holders' mean
+    assert mean.sync_s == pytest.approx(0.2 + 0.035) and mean.pipelines[0].total_s == pytest.approx(3.6)
     by_wall = step_timing(reports, 0, clock="wall")
     assert by_wall.sync_s == pytest.approx(0.1 + 0.2)
     assert by_wall.pipelines[0].collectives_s == pytest.approx(0.5)
