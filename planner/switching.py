@@ -30,7 +30,14 @@ from hydraplan.planner.schemas import CostProfile
 from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.strategies import Strategy, place_pipelines
 
-__all__ = ["load_fractions", "pipeline_blocks", "require_switch_pricing", "shard_rectangle", "switch_cost_s"]
+__all__ = [
+    "gpu_load_fraction",
+    "load_fractions",
+    "pipeline_blocks",
+    "require_switch_pricing",
+    "shard_rectangle",
+    "switch_cost_s",
+]
 
 Rectangle = tuple[Fraction, Fraction, Fraction, Fraction]  # layer start, layer stop, TP start, TP stop
 
@@ -61,21 +68,22 @@ def _held_rectangles(previous: Strategy) -> dict[int, Rectangle]:
     }
 
 
+def gpu_load_fraction(previous: Strategy, scheme: ParallelScheme, position: int, rank: int) -> Fraction:
+    """The share of its new shard (position `position` of a `scheme` pipeline) that GPU `rank`
+    did not hold under `previous`: 1 for a GPU `previous` did not use."""
+    old = _held_rectangles(previous).get(rank)
+    if old is None:
+        return Fraction(1)
+    new = shard_rectangle(scheme, position)
+    layers = max(Fraction(0), min(old[1], new[1]) - max(old[0], new[0]))
+    slices = max(Fraction(0), min(old[3], new[3]) - max(old[2], new[2]))
+    return 1 - layers * slices / ((new[1] - new[0]) * (new[3] - new[2]))
+
+
 @lru_cache(maxsize=16384)
 def _block_load_fraction(previous: Strategy, scheme: ParallelScheme, ranks: tuple[int, ...]) -> Fraction:
     """The largest share of its new shard any GPU of the block lacks (0: the block loads nothing)."""
-    held = _held_rectangles(previous)
-    worst = Fraction(0)
-    for position, rank in enumerate(ranks):
-        new = shard_rectangle(scheme, position)
-        old = held.get(rank)
-        if old is None:
-            return Fraction(1)
-        layers = max(Fraction(0), min(old[1], new[1]) - max(old[0], new[0]))
-        slices = max(Fraction(0), min(old[3], new[3]) - max(old[2], new[2]))
-        missing = 1 - layers * slices / ((new[1] - new[0]) * (new[3] - new[2]))
-        worst = max(worst, missing)
-    return worst
+    return max(gpu_load_fraction(previous, scheme, position, rank) for position, rank in enumerate(ranks))
 
 
 def load_fractions(previous: Strategy, pipelines: Sequence[tuple[ParallelScheme, tuple[int, ...]]]) -> list[Fraction]:
