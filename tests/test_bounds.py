@@ -123,6 +123,49 @@ def test_dual_feasible_images_of_one_pipelines_items_sum_to_at_most_one():
     assert dual_feasible_images(np.array([0.6])).max() == 1.0
 
 
+def test_dual_feasible_images_by_hand():
+    """Each function's value at sizes away from its breakpoints: f_eps (Fekete & Schepers) keeps x
+    in [eps, 1 - eps], maps larger sizes to 1 and smaller ones to 0; u_k maps x to x where (k+1)x
+    is an integer and to floor((k+1)x)/k elsewhere."""
+    from hydraplan.planner.bounds import DFF_STEPS, DFF_THRESHOLDS, dual_feasible_images
+
+    sizes = np.array([0.15, 0.35, 0.52, 0.7, 0.9])
+    images = dual_feasible_images(sizes)
+    assert images.shape == (len(DFF_THRESHOLDS) + len(DFF_STEPS), len(sizes))
+    by_eps = dict(zip(DFF_THRESHOLDS, images))
+    assert by_eps[0.2].tolist() == [0.0, 0.35, 0.52, 0.7, 1.0]
+    assert by_eps[0.4].tolist() == [0.0, 0.0, 0.52, 1.0, 1.0]
+    assert by_eps[0.5].tolist() == [0.0, 0.0, 1.0, 1.0, 1.0]
+    by_k = dict(zip(DFF_STEPS, images[len(DFF_THRESHOLDS) :]))
+    assert by_k[2].tolist() == pytest.approx([0.0, 0.5, 0.5, 1.0, 1.0])  # floor(3x) / 2
+    assert by_k[3].tolist() == pytest.approx([0.0, 1 / 3, 2 / 3, 2 / 3, 1.0])  # floor(4x) / 3
+    assert by_k[4].tolist() == pytest.approx([0.0, 0.25, 0.5, 0.75, 1.0])  # floor(5x) / 4
+    # where (k+1)x is an integer, u_k(x) is x (less the float slack), not j/k
+    assert dual_feasible_images(np.array([0.5]))[len(DFF_THRESHOLDS) + 2] == pytest.approx(0.5, abs=1e-8)
+
+
+def test_the_big_item_share_is_where_every_function_starts_to_count():
+    """Below BIG_ITEM_SHARE every function maps a size to 0 (so smaller items can be left out of
+    the packing bound), and just above it one of them does not."""
+    from hydraplan.planner.bounds import BIG_ITEM_SHARE, NUM_DFFS, dual_feasible_images
+
+    below = dual_feasible_images(np.array([BIG_ITEM_SHARE * 0.999, BIG_ITEM_SHARE / 2]))
+    assert below.shape[0] == NUM_DFFS and (below == 0).all()
+    assert dual_feasible_images(np.array([BIG_ITEM_SHARE * 1.001])).max() > 0
+
+
+def test_simplex_grids_by_hand():
+    from hydraplan.planner.bounds import simplex_grid
+
+    assert simplex_grid(1, 5).tolist() == [[1.0]]
+    assert sorted(simplex_grid(2, 4).tolist()) == [[0, 1], [0.25, 0.75], [0.5, 0.5], [0.75, 0.25], [1, 0]]
+    assert len(simplex_grid(3, 2)) == 6  # (2,0,0) x3 and (1,1,0) x3, over 2
+    high = simplex_grid(4, 9)  # corners, centre, pairwise midpoints
+    assert len(high) == 4 + 1 + 6 and np.allclose(high.sum(axis=1), 1.0)
+    assert [0.25] * 4 in high.tolist() and [0.5, 0.5, 0, 0] in high.tolist()
+    assert not simplex_grid(3, 2).flags.writeable
+
+
 def test_packing_bounds_refuse_coarsened_tables(tables):
     """Coarsened rows merge items, which the packing bound would treat as one indivisible item."""
     coarse = tables.coarsened()
