@@ -172,3 +172,39 @@ def test_packing_bounds_refuse_coarsened_tables(tables):
     assert len(coarse.lengths) < len(tables.lengths)
     with pytest.raises(ValueError, match="coarsened"):
         coarse.packing_bounds([0], np.array([[1]]), np.array([1.0]), np.array([2.0]))
+
+
+def test_packing_bounds_stay_below_every_plan_and_raise_the_fluid_bound_where_items_are_large():
+    """Few, long documents against the pipelines' capacity: the packing argument lifts the count
+    bounds of many strategies, and stays at most the slowest pipeline of a plan of each."""
+    from hydraplan.planner.schemas import PlanRequest, SolverOptions
+    from hydraplan.planner.solve import evaluate_strategy
+    from hydraplan.planner.strategies import Strategy, count_vectors
+
+    profile = synthetic_profile(max_gpus=8)
+    cost = ProfileCostModel(profile)
+    coefs = runnable_schemes(cost, 8)
+    rng = np.random.default_rng(7)
+    lengths = np.concatenate([rng.integers(3000, 9000, size=14), rng.integers(100, 800, size=10)])
+    tables = BoundTables.build(lengths, coefs)
+    request = PlanRequest(lengths=lengths.tolist(), num_gpus=8, options=SolverOptions(solver="greedy"))
+    raised = checked = 0
+    for columns in itertools.combinations(range(len(coefs)), 2):
+        schemes = [coefs[column].scheme for column in columns]
+        for counts in itertools.islice(count_vectors(schemes, 8), 3):
+            try:
+                plan = evaluate_strategy(request, profile, Strategy.of(list(zip(schemes, counts))))
+            except ValueError:
+                continue  # some document fits none of the strategy's pipelines
+            slowest = max(pipeline.time_s for pipeline in plan.pipelines)
+            row = np.array([counts])
+            _, start = tables.count_bounds(columns, row)
+            packed = tables.packing_bounds(columns, row, start, np.array([2 * slowest]))
+            assert start[0] <= packed[0] <= slowest * (1 + 1e-9), (plan.strategy, start[0], packed[0], slowest)
+            raised += packed[0] > start[0] * 1.001
+            checked += 1
+            if checked >= 40:
+                break
+        if checked >= 40:
+            break
+    assert checked >= 20 and raised >= 3, (checked, raised)
