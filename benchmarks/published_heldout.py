@@ -23,15 +23,26 @@ Sources:
   (https://catalog.ngc.nvidia.com/orgs/nvidia/teams/dgxc-benchmarking/resources/nemotron340b-dgxc-benchmarking-a,
   2025-03): BF16 on 128 H100, TP 8, PP 8, VP 12, micro-batch 1, global batch 32, step 4.77 s, all
   read here. Architecture: nvidia/Nemotron-4-340B-Base `model_config.yaml` (read here).
+
+Llama 3 405B and Nemotron-4 340B are defined here, not in the bundled catalog
+(`cost_models/data/models.json`): every stage count a bundled model allows must be in the planner's
+bubble-floor table (`planner/bubble_floor.py`), and their 126 and 96 layers would add 7, 9, 14,
+18, 21, 24, 42, 48, 63, 96 and 126 stages to it.
 """
 
 from __future__ import annotations
 
 from benchmarks.published_runs import PublishedRun
-from hydraplan.cost_models.catalog import get_model
 from hydraplan.planner.schemas import ModelSpec
 
-__all__ = ["HELD_OUT", "HELD_OUT_MODELS", "narayanan_flops_per_token", "palm_flops_per_token"]
+__all__ = [
+    "HELD_OUT",
+    "HELD_OUT_MODELS",
+    "LLAMA3_405B",
+    "NEMOTRON4_340B",
+    "narayanan_flops_per_token",
+    "palm_flops_per_token",
+]
 
 NARAYANAN = "https://arxiv.org/abs/2104.04473 (Narayanan et al. 2021-04, Tables 1-2)"
 LLAMA3 = "https://arxiv.org/abs/2407.21783 (Llama Team 2024-07, Table 4)"
@@ -77,12 +88,41 @@ def _gpt(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
     )
 
 
+LLAMA3_405B = ModelSpec(
+    name="llama3-405b",
+    num_layers=126,
+    hidden_size=16384,
+    ffn_hidden_size=53248,
+    num_heads=128,
+    num_kv_heads=8,
+    vocab_size=128256,
+    gated_mlp=True,
+    tied_embeddings=False,
+    source="Llama Team 2024, 'The Llama 3 Herd of Models' (arXiv 2407.21783), Table 3: 126 layers, model "
+    "dimension 16,384, FFN 53,248, 128 heads, 8 key/value heads, vocabulary 128,256",
+)
+
+NEMOTRON4_340B = ModelSpec(
+    name="nemotron4-340b",
+    num_layers=96,
+    hidden_size=18432,
+    ffn_hidden_size=73728,
+    num_heads=96,
+    num_kv_heads=8,
+    vocab_size=256000,
+    gated_mlp=False,
+    tied_embeddings=False,
+    source="nvidia/Nemotron-4-340B-Base model_config.yaml: 96 layers, hidden 18,432, FFN 73,728 (squared "
+    "ReLU, not gated), 96 heads, 8 query groups, untied embeddings; vocabulary 256,000 (its "
+    "nemotron_2_256k tokenizer; Nemotron-4 340B Technical Report, arXiv 2406.11704)",
+)
+
+
 def _llama3_405b_pp16() -> ModelSpec:
     """Llama 3 405B as its 16 pipeline stages run it: the paper takes one layer off the first and
     the last stage (embedding and head in their place), so every stage runs 8 layers; the planner's
     even split needs 128 = 16 x 8 layers, the LM head is then charged on top of the last 8."""
-    base = get_model("llama3-405b")
-    return base.model_copy(update={"name": "llama3-405b-pp16", "num_layers": 128})
+    return LLAMA3_405B.model_copy(update={"name": "llama3-405b-pp16", "num_layers": 128})
 
 
 HELD_OUT_MODELS: dict[str, ModelSpec] = {
@@ -90,6 +130,7 @@ HELD_OUT_MODELS: dict[str, ModelSpec] = {
     "gpt-18.4b": _gpt("gpt-18.4b", 40, 6144, 48),
     "gpt-175b-narayanan": _gpt("gpt-175b-narayanan", 96, 12288, 96),
     "llama3-405b-pp16": _llama3_405b_pp16(),
+    "nemotron4-340b": NEMOTRON4_340B,
 }
 
 
@@ -144,7 +185,7 @@ LLAMA3_STAGE0 = (
 
 
 def _llama3(name: str, num_gpus: int, cp: int, seq_len: int, tflops: float) -> PublishedRun:
-    real = get_model("llama3-405b")
+    real = LLAMA3_405B
     tokens_per_batch = 16 * 2**20
     return PublishedRun(
         name=name,

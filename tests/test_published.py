@@ -7,9 +7,14 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.published import ALL_RUNS, predict, summary
-from benchmarks.published_heldout import HELD_OUT, HELD_OUT_MODELS, narayanan_flops_per_token, palm_flops_per_token
+from benchmarks.published_heldout import (
+    HELD_OUT,
+    HELD_OUT_MODELS,
+    LLAMA3_405B,
+    narayanan_flops_per_token,
+    palm_flops_per_token,
+)
 from benchmarks.published_runs import GPT_MODELS, RUNS, megatron_model_flops_per_token
-from hydraplan.cost_models.catalog import get_model
 
 IDS = [run.name for run in ALL_RUNS]
 
@@ -70,7 +75,7 @@ def test_narayanan_flops_reduce_to_eight_per_parameter() -> None:
 
 def test_palm_flops_of_llama3_405b() -> None:
     # 6N with N ~ 405B (minus the 2.1B input embedding) plus 12*126*16384*8192 for attention
-    model = get_model("llama3-405b")
+    model = LLAMA3_405B
     assert model.num_params == pytest.approx(405e9, rel=0.02)
     attention = 12 * 126 * 16384 * 8192
     assert palm_flops_per_token(model, 8192) == pytest.approx(6 * (model.num_params - 128256 * 16384) + attention)
