@@ -82,7 +82,7 @@ def legacy_options(run: PublishedRun) -> AnalyticOptions:
     """The model before issue 13 for this run: its recompute where it had one, otherwise the
     default recipe (ZeRO-1, fp32 gradients, nothing overlapped) and flat efficiency."""
     recompute = run.recompute if run.recompute != "selective-op" else "selective"
-    return AnalyticOptions(recompute=recompute, min_capacity_tokens=1)  # type: ignore[arg-type]
+    return AnalyticOptions(recompute=recompute, efficiency="flat", min_capacity_tokens=1)  # type: ignore[arg-type]
 
 
 def predict(run: PublishedRun, options: AnalyticOptions | None = None) -> Prediction:
