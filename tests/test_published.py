@@ -4,9 +4,11 @@ predicted inside its band, and no published recipe out of memory unless the row 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from benchmarks.published import ALL_RUNS, predict, summary
+from benchmarks.published import ALL_RUNS, interleaving_sensitivity, predict, summary
 from benchmarks.published_heldout import (
     HELD_OUT,
     HELD_OUT_MODELS,
@@ -79,3 +81,21 @@ def test_palm_flops_of_llama3_405b() -> None:
     assert model.num_params == pytest.approx(405e9, rel=0.02)
     attention = 12 * 126 * 16384 * 8192
     assert palm_flops_per_token(model, 8192) == pytest.approx(6 * (model.num_params - 128256 * 16384) + attention)
+
+
+def test_interleaving_divides_only_the_bubble() -> None:
+    # Narayanan et al. 2021 §2.2.2: v model chunks per GPU cut the bubble (pp-1) to (pp-1)/v
+    run = next(run for run in HELD_OUT if run.virtual_stages > 1)
+    plain, interleaved = predict(replace(run, virtual_stages=1)), predict(run)
+    m, pp, v = run.micro_batches, run.pp, run.virtual_stages
+    plain_stage_s = (plain.step_s - plain.grad_sync_s) / (m + pp - 1)
+    interleaved_stage_s = (interleaved.step_s - interleaved.grad_sync_s) / (m + (pp - 1) / v)
+    assert interleaved_stage_s == pytest.approx(plain_stage_s)
+    assert interleaved.step_s < plain.step_s
+
+
+def test_sensitivity_lists_the_wide_band_rows() -> None:
+    text = interleaving_sensitivity(ALL_RUNS)
+    wide = [run for run in HELD_OUT if run.band > 0.30]
+    assert wide and all(run.name in text for run in wide)
+    assert f"v=1 (the table): {predict(wide[0]).ratio:.2f}" in text
