@@ -210,13 +210,13 @@ checks the 175B one). The torchtitan rows are that file's text at the cited comm
 
 Parameters: the A100 entry of `cost_models/data/efficiency.json` (GEMM 68% of peak with half-point
 dimension 512, attention 50% with half-point length 256, HBM 80%, NVLink bus 78%, network bus 92%)
-was fitted once by a grid search over these 10 rows (smallest worst-case error), the same values
+was fitted once by a grid search over the 10 in-sample rows (smallest worst-case error), the same values
 for every row; recipes come from the sources (Megatron: selective recompute + sequence
 parallelism, data-parallel size 1; torchtitan: FSDP2 with fp32 gradient reduction, its op-level
 selective or full checkpointing, local batch 1-2); `OVERLAPPED_EXPOSED` (25%) is one assumption for
 every overlapped recipe. The column "flat efficiency" keeps each row's recipe with the old flat
 55% GEMM / 45% attention shares and one network link per GPU for the sync and FSDP gathers
-(0.66-1.18: the small-width row over-, the others
+(0.66-1.18 on the in-sample rows: the small-width row over-, the others
 under-predicted); "model before issue 13" is the default recipe it always priced (ZeRO-1, fp32
 gradients, no FSDP, no overlap, selective recompute for torchtitan's op-level policy): it
 predicts every torchtitan FSDP run out of memory.
