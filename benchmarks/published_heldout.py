@@ -134,6 +134,8 @@ def _llama3_405b_pp16() -> ModelSpec:
 
 HELD_OUT_MODELS: dict[str, ModelSpec] = {
     "gpt-1.7b": _gpt("gpt-1.7b", 24, 2304, 24),
+    "gpt-3.6b": _gpt("gpt-3.6b", 30, 3072, 32),
+    "gpt-7.5b": _gpt("gpt-7.5b", 36, 4096, 32),
     "gpt-18.4b": _gpt("gpt-18.4b", 40, 6144, 48),
     "gpt-175b-narayanan": _gpt("gpt-175b-narayanan", 96, 12288, 96),
     "llama3-405b-pp16": _llama3_405b_pp16(),
@@ -222,6 +224,8 @@ def _llama3(name: str, num_gpus: int, cp: int, seq_len: int, tflops: float) -> P
 
 HELD_OUT: tuple[PublishedRun, ...] = (
     _narayanan("Megatron GPT 1.7B, 32 A100, DP32", "gpt-1.7b", 32, 1, 1, 512, 137, 1),
+    _narayanan("Megatron GPT 3.6B, 64 A100, TP2 DP32", "gpt-3.6b", 64, 2, 1, 512, 138, 1),
+    _narayanan("Megatron GPT 7.5B, 128 A100, TP4 DP32", "gpt-7.5b", 128, 4, 1, 512, 142, 1),
     _narayanan("Megatron GPT 18.4B, 256 A100, TP8 DP32", "gpt-18.4b", 256, 8, 1, 1024, 135, 1),
     _narayanan("Megatron GPT 175B, 384 A100, TP8 PP12 DP4", "gpt-175b-narayanan", 384, 8, 12, 1536, 153, 2),
     _narayanan("Megatron GPT 175B, 768 A100, TP8 PP12 DP8", "gpt-175b-narayanan", 768, 8, 12, 1536, 149, 2),
