@@ -57,7 +57,7 @@ RecipeRef = Annotated[
     TrainingRecipe | None,
     Field(
         description="The training recipe the analytic profile of model + gpu is built for (default: selective "
-        "recompute, ZeRO-1, fp32 gradients reduced in bf16, nothing overlapped, flat efficiency)."
+        "recompute, ZeRO-1, fp32 gradients reduced in bf16, nothing overlapped, catalog efficiency)."
     ),
 ]
 InlineProfile = Annotated[CostProfile | None, Field(description="An inline cost profile (instead of model + gpu).")]

@@ -100,6 +100,16 @@ class PublishedRun:
     published_as: str  # what the source printed
     source: str
     band: float = 0.30  # |predicted / published - 1| allowed by the test
+    # False: one of the rows the A100 efficiency entry was fitted on (in-sample); True: a row no
+    # parameter was fitted on (benchmarks/published_heldout.py).
+    held_out: bool = False
+    # Interleaved 1F1B model chunks per GPU (Narayanan et al. 2021 §2.2.2): bubble (pp-1)/v.
+    virtual_stages: int = 1
+    # Which figures were read in a source here and which were recalled or derived.
+    provenance: str = "see RESULTS.md, published"
+    # Why the model's capacity is below the micro-batch this run held, when it is (the test then
+    # checks that it still is, so a fix is noticed); empty: the capacity must hold it.
+    capacity_short: str = ""
 
     @property
     def dp(self) -> int:

@@ -18,8 +18,9 @@ Modelling choices (conservative where they must be):
 - Memory follows Korthikanti et al. 2022 with a 1F1B schedule (stage 0 holds `pp` micro-batches)
   and the recipe's ZeRO sharding (`recipe`); the default is ZeRO-1 sharding of the fp32 optimizer
   state over all GPUs, as Hydraulis trains.
-- The training recipe and the per-GPU efficiencies are `AnalyticOptions` fields; the defaults
-  reproduce the model before issue 13 exactly.
+- The training recipe and the per-GPU efficiencies are `AnalyticOptions` fields; the default
+  efficiency is the per-GPU catalog (`efficiency="flat"` with the other defaults reproduces the
+  model before issue 13 exactly).
 """
 
 from __future__ import annotations
@@ -104,11 +105,13 @@ class AnalyticOptions:
       pass (Megatron `--overlap-grad-reduce`, FSDP's prefetching lower it); `tp_comm_exposed`
       and `cp_comm_exposed` 1.0 the same for TP collectives (`--tp-comm-overlap`, async TP) and
       ring-attention transfers (overlapped with the attention of the previous block by design).
-    - `efficiency` "flat" (the default, the model before issue 13): the flat efficiencies above
-      and the profile's one link bandwidth for gradient sync; "catalog": per-GPU, per-shape
-      achieved rates from `cost_models/data/efficiency.json` where the GPU has an entry,
-      memory-bound kernels from HBM bandwidth, NCCL bus efficiencies, and each scheme's
-      data-parallel bus bandwidth over all NICs of a node (`recipe.dp_bus_bandwidth`).
+    - `efficiency` "catalog" (the default, validated against published runs in
+      `benchmarks/published.py`): per-GPU, per-shape achieved rates from
+      `cost_models/data/efficiency.json` where the GPU has an entry (a GPU without one keeps the
+      flat efficiencies above), memory-bound kernels from HBM bandwidth, NCCL bus efficiencies,
+      and each scheme's data-parallel bus bandwidth over all NICs of a node
+      (`recipe.dp_bus_bandwidth`); "flat" (the model before issue 13): the flat efficiencies
+      above and the profile's one link bandwidth for gradient sync.
     """
 
     matmul_efficiency: float = 0.55
@@ -127,7 +130,7 @@ class AnalyticOptions:
     dp_sync_exposed: float = 1.0
     tp_comm_exposed: float = 1.0
     cp_comm_exposed: float = 1.0
-    efficiency: Literal["catalog", "flat"] = "flat"
+    efficiency: Literal["catalog", "flat"] = "catalog"
 
     @classmethod
     def from_recipe(cls, recipe: TrainingRecipe | None, **values: object) -> AnalyticOptions:

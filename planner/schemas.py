@@ -188,8 +188,10 @@ Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 class TrainingRecipe(Frozen):
     """How the model is trained, as the analytic cost model prices it (issue 13).
 
-    The defaults are the model before issue 13: selective recompute, ZeRO-1 with fp32 gradients
-    reduced in bf16, fp32 Adam, nothing overlapped, one flat efficiency for every GPU.
+    The defaults: selective recompute, ZeRO-1 with fp32 gradients reduced in bf16, fp32 Adam,
+    nothing overlapped, and the per-GPU, per-shape efficiencies validated against published runs
+    (`catalog`, benchmarks/RESULTS.md "published"); `efficiency="flat"` is the model before
+    issue 13 (one efficiency for every GPU and shape).
     """
 
     recompute: Literal["none", "selective", "selective-op", "full"] = Field(
@@ -211,7 +213,7 @@ class TrainingRecipe(Frozen):
     tp_comm_exposed: Fraction = Field(1.0, description="Share of tensor-parallel communication not overlapped.")
     cp_comm_exposed: Fraction = Field(1.0, description="Share of context-parallel (ring) transfers not overlapped.")
     efficiency: Literal["flat", "catalog"] = Field(
-        "flat",
+        "catalog",
         description="flat: one efficiency for every GPU and shape; catalog: per-GPU, per-shape achieved rates, "
         "memory-bound kernels and multi-NIC data-parallel bandwidth (cost_models/data/efficiency.json).",
     )

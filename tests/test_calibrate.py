@@ -29,7 +29,8 @@ TRUE = HardwareParams(
     gemm_flops_per_s=4e10,
     attention_flops_per_s=1.5e10,
     intra_node_bandwidth_bytes_per_s=3e9,
-    inter_node_bandwidth_bytes_per_s=GPU.inter_node_bandwidth_bytes_per_s,
+    # not measured on one device: it stays at the default model's value (the catalog's NCCL bus share)
+    inter_node_bandwidth_bytes_per_s=HardwareParams.from_specs(GPU, OPTIONS).inter_node_bandwidth_bytes_per_s,
     per_layer_overhead_s=2e-4,
     gemm_half_dim=48.0,
     attention_half_length_tokens=24.0,

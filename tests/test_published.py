@@ -1,33 +1,61 @@
 """The analytic model against published training runs (issue 13): every row of
-`benchmarks/published_runs.py` predicted inside its band, and no published recipe out of memory."""
+`benchmarks/published_runs.py` (in-sample) and `benchmarks/published_heldout.py` (held out)
+predicted inside its band, and no published recipe out of memory unless the row says why."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from benchmarks.published import predict
+from benchmarks.published import ALL_RUNS, interleaving_sensitivity, predict, summary
+from benchmarks.published_heldout import (
+    HELD_OUT,
+    HELD_OUT_MODELS,
+    LLAMA3_405B,
+    narayanan_flops_per_token,
+    palm_flops_per_token,
+)
 from benchmarks.published_runs import GPT_MODELS, RUNS, megatron_model_flops_per_token
 
-IDS = [run.name for run in RUNS]
+IDS = [run.name for run in ALL_RUNS]
 
 
-@pytest.mark.parametrize("run", RUNS, ids=IDS)
+@pytest.mark.parametrize("run", ALL_RUNS, ids=IDS)
 def test_prediction_within_the_rows_band(run) -> None:
     prediction = predict(run)
     assert abs(prediction.ratio - 1) <= run.band, f"{run.name}: predicted/published {prediction.ratio:.2f}"
 
 
-@pytest.mark.parametrize("run", RUNS, ids=IDS)
+@pytest.mark.parametrize("run", ALL_RUNS, ids=IDS)
 def test_capacity_holds_what_the_recipe_ran(run) -> None:
     prediction = predict(run)
-    assert prediction.capacity_tokens >= run.micro_batch * run.seq_len
+    ran = run.micro_batch * run.seq_len
+    if run.capacity_short:  # a stated shortfall: still short, so a fix shows up here
+        assert prediction.capacity_tokens < ran
+    else:
+        assert prediction.capacity_tokens >= ran
 
 
-def test_the_issue_target_holds_over_the_table() -> None:
+def test_the_issue_target_holds_over_the_in_sample_table() -> None:
     ratios = [predict(run).ratio for run in RUNS]
     assert len(ratios) >= 10
     assert sum(abs(ratio - 1) <= 0.15 for ratio in ratios) >= 0.8 * len(ratios)
     assert all(abs(ratio - 1) <= 0.30 for ratio in ratios)
+
+
+def test_held_out_rows_are_apart_and_cover_h100() -> None:
+    assert len(HELD_OUT) >= 6 and all(run.held_out for run in HELD_OUT)
+    assert not any(run.held_out for run in RUNS)
+    assert sum(run.gpu.startswith("h100") for run in HELD_OUT) >= 3
+    assert all(run.provenance and run.source.startswith("https://") for run in HELD_OUT)
+
+
+def test_summary_counts_the_bands() -> None:
+    predictions = [predict(run) for run in HELD_OUT]
+    text = summary(predictions)
+    within_30 = sum(abs(item.ratio - 1) <= 0.30 for item in predictions)
+    assert f"within +-30%: {within_30} of {len(predictions)}" in text
 
 
 def test_megatron_mfu_converts_with_the_papers_formula() -> None:
@@ -37,3 +65,37 @@ def test_megatron_mfu_converts_with_the_papers_formula() -> None:
     step_s = run.global_batch * run.seq_len * flops / (run.num_gpus * 312e12 * 0.514)
     assert step_s == pytest.approx(13.75, rel=0.01)
     assert run.published_tokens_per_s_per_gpu == pytest.approx(run.global_batch * 2048 / step_s / 64)
+
+
+def test_narayanan_flops_reduce_to_eight_per_parameter() -> None:
+    # Narayanan et al. 2021 eq. 4: with 6h >> s and 16lh >> V the count is ~8 FLOPs per parameter
+    # per token (forward, backward, recomputed forward); GPT-3 175B has 174.6B parameters (Table 2).
+    model = HELD_OUT_MODELS["gpt-175b-narayanan"]
+    assert narayanan_flops_per_token(model, 2048) == pytest.approx(8 * 174.6e9, rel=0.05)
+    assert narayanan_flops_per_token(model, 2048) > 8 * 174.6e9  # the s/(6h) and V terms add to it
+
+
+def test_palm_flops_of_llama3_405b() -> None:
+    # 6N with N ~ 405B (minus the 2.1B input embedding) plus 12*126*16384*8192 for attention
+    model = LLAMA3_405B
+    assert model.num_params == pytest.approx(405e9, rel=0.02)
+    attention = 12 * 126 * 16384 * 8192
+    assert palm_flops_per_token(model, 8192) == pytest.approx(6 * (model.num_params - 128256 * 16384) + attention)
+
+
+def test_interleaving_divides_only_the_bubble() -> None:
+    # Narayanan et al. 2021 §2.2.2: v model chunks per GPU cut the bubble (pp-1) to (pp-1)/v
+    run = next(run for run in HELD_OUT if run.virtual_stages > 1)
+    plain, interleaved = predict(replace(run, virtual_stages=1)), predict(run)
+    m, pp, v = run.micro_batches, run.pp, run.virtual_stages
+    plain_stage_s = (plain.step_s - plain.grad_sync_s) / (m + pp - 1)
+    interleaved_stage_s = (interleaved.step_s - interleaved.grad_sync_s) / (m + (pp - 1) / v)
+    assert interleaved_stage_s == pytest.approx(plain_stage_s)
+    assert interleaved.step_s < plain.step_s
+
+
+def test_sensitivity_lists_the_wide_band_rows() -> None:
+    text = interleaving_sensitivity(ALL_RUNS)
+    wide = [run for run in HELD_OUT if run.band > 0.30]
+    assert wide and all(run.name in text for run in wide)
+    assert f"v=1 (the table): {predict(wide[0]).ratio:.2f}" in text

@@ -8,6 +8,7 @@ import pytest
 
 from hydraplan.cost_models.analytic import AnalyticOptions, build_profile
 from hydraplan.cost_models.catalog import get_gpu, get_model
+from hydraplan.cost_models.efficiency import gpu_efficiency
 from hydraplan.cost_models.recipe import dp_bus_bandwidth, sharded_static_bytes
 from hydraplan.planner import reference
 from hydraplan.planner.cost import ProfileCostModel
@@ -64,7 +65,10 @@ def test_full_recompute_forward_share_is_a_quarter() -> None:
 
 
 def test_exposed_tp_communication_scales_only_the_tp_term() -> None:
-    h, layers, intra = MODEL.hidden_size, MODEL.num_layers, GPU.intra_node_bandwidth_bytes_per_s
+    # the default (catalog) efficiency runs NVLink collectives at the H100 entry's bus share (80%)
+    h, layers = MODEL.hidden_size, MODEL.num_layers
+    intra = GPU.intra_node_bandwidth_bytes_per_s * gpu_efficiency(GPU.name).nvlink_bus_efficiency
+    assert intra == pytest.approx(360e9)
     tp_comm_s = layers * 4 * (2 * 7 / 8) * 2 * h / intra
     full = entries(AnalyticOptions())[(8, 1, 1)].b
     hidden = entries(AnalyticOptions(tp_comm_exposed=0.0))[(8, 1, 1)].b
@@ -94,7 +98,8 @@ def test_grad_sync_takes_scheme_bandwidth_bytes_and_exposure() -> None:
 
 
 def test_a_profile_without_the_new_fields_syncs_as_before() -> None:
-    profile = build_profile(MODEL, GPU, 16, 8)
+    # the flat model (before issue 13) writes no per-scheme sync fields
+    profile = build_profile(MODEL, GPU, 16, 8, AnalyticOptions(efficiency="flat"))
     entry = next(entry for entry in profile.schemes if entry.key == (1, 1, 1))
     assert entry.grad_sync_bandwidth_bytes_per_s is None and entry.grad_sync_bytes_per_gpu is None
     expected = 2 * 15 / 16 * entry.grad_bytes_per_gpu / profile.grad_sync_bandwidth_bytes_per_s
@@ -109,8 +114,15 @@ def test_zero3_gathers_land_in_the_per_micro_batch_term() -> None:
     assert hidden.c == pytest.approx(zero1.c)
 
 
+def test_the_default_recipe_is_the_validated_catalog_model() -> None:
+    assert AnalyticOptions().efficiency == "catalog"
+    assert build_profile(MODEL, GPU, 16, 8).recipe.efficiency == "catalog"
+    flat = entries(AnalyticOptions(efficiency="flat"))
+    assert entries(AnalyticOptions())[(8, 1, 1)].b != flat[(8, 1, 1)].b
+
+
 def test_catalog_efficiency_is_slower_on_narrow_shards() -> None:
-    flat = entries(AnalyticOptions())
+    flat = entries(AnalyticOptions(efficiency="flat"))
     catalog = entries(AnalyticOptions(efficiency="catalog"))
     # the narrow TP-8 GEMMs lose more than the TP-1 ones against the flat model
     assert catalog[(8, 1, 1)].b / flat[(8, 1, 1)].b > catalog[(1, 1, 1)].b / flat[(1, 1, 1)].b
