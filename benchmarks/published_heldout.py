@@ -32,7 +32,7 @@ bubble-floor table (`planner/bubble_floor.py`), and their 126 and 96 layers woul
 
 from __future__ import annotations
 
-from benchmarks.published_runs import PublishedRun
+from benchmarks.published_runs import PublishedRun, megatron_gpt
 from hydraplan.planner.schemas import ModelSpec
 
 __all__ = [
@@ -80,19 +80,8 @@ NGC_READ = (
 
 
 def _gpt(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
-    """A GPT of Narayanan et al. 2021 Table 1: 4h GeLU MLP, MHA, vocabulary 51,200, tied embeddings."""
-    return ModelSpec(
-        name=name,
-        num_layers=layers,
-        hidden_size=hidden,
-        ffn_hidden_size=4 * hidden,
-        num_heads=heads,
-        num_kv_heads=heads,
-        vocab_size=51200,
-        gated_mlp=False,
-        tied_embeddings=True,
-        source="Narayanan et al. 2021 (arXiv 2104.04473), Table 1",
-    )
+    """A GPT of Narayanan et al. 2021 Table 1 (the same Megatron GPT shape)."""
+    return megatron_gpt(name, layers, hidden, heads, source="Narayanan et al. 2021 (arXiv 2104.04473), Table 1")
 
 
 LLAMA3_405B = ModelSpec(

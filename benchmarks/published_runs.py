@@ -33,7 +33,13 @@ MEGATRON_README = (
 TORCHTITAN_A100 = "https://github.com/pytorch/torchtitan/blob/0413364/docs/performance.md (2024-07)"
 
 
-def _gpt(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
+def megatron_gpt(
+    name: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    source: str = "Korthikanti et al. 2022 (arXiv 2205.05198), Table 3",
+) -> ModelSpec:
     """A Megatron GPT of the scaling studies: 4h MLP (GeLU), MHA, vocabulary 51,200, tied
     input and output embeddings (Megatron's default)."""
     return ModelSpec(
@@ -46,15 +52,15 @@ def _gpt(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
         vocab_size=51200,
         gated_mlp=False,
         tied_embeddings=True,
-        source="Korthikanti et al. 2022 (arXiv 2205.05198), Table 3",
+        source=source,
     )
 
 
 GPT_MODELS = {
-    "gpt-22b": _gpt("gpt-22b", 48, 6144, 64),
-    "gpt-175b": _gpt("gpt-175b", 96, 12288, 96),
-    "gpt-530b": _gpt("gpt-530b", 105, 20480, 128),
-    "gpt-1t": _gpt("gpt-1t", 128, 25600, 160),
+    "gpt-22b": megatron_gpt("gpt-22b", 48, 6144, 64),
+    "gpt-175b": megatron_gpt("gpt-175b", 96, 12288, 96),
+    "gpt-530b": megatron_gpt("gpt-530b", 105, 20480, 128),
+    "gpt-1t": megatron_gpt("gpt-1t", 128, 25600, 160),
 }
 
 LLAMA2_70B = ModelSpec(
