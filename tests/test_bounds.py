@@ -208,3 +208,35 @@ def test_packing_bounds_stay_below_every_plan_and_raise_the_fluid_bound_where_it
         if checked >= 40:
             break
     assert checked >= 20 and raised >= 3, (checked, raised)
+
+
+def test_set_packing_bounds_stay_below_every_plan_of_the_set_and_raise_some():
+    """The GPU-weighted packing argument over scheme sets: each raised set bound is at most the
+    step time of a plan of every strategy of the set tried, and it lifts some sets."""
+    from hydraplan.planner.schemas import PlanRequest, SolverOptions
+    from hydraplan.planner.solve import evaluate_strategy
+    from hydraplan.planner.strategies import Strategy, count_vectors
+
+    profile = synthetic_profile(max_gpus=8)
+    cost = ProfileCostModel(profile)
+    coefs = runnable_schemes(cost, 8)
+    rng = np.random.default_rng(7)
+    lengths = np.concatenate([rng.integers(3000, 9000, size=14), rng.integers(100, 800, size=10)])
+    tables = BoundTables.build(lengths, coefs)
+    floors = SyncFloors(cost, coefs, 8)
+    sets, plain = zip(*tables.all_set_bounds(2, 8))
+    start = np.array(plain) + np.array([floors(columns) for columns in sets])
+    raised = tables.set_packing_bounds_s(list(sets), 8, floors, start, cap_s=100.0)
+    assert (raised >= start).all() and (raised > start * 1.001).sum() >= 3
+    request = PlanRequest(lengths=lengths.tolist(), num_gpus=8, options=SolverOptions(solver="greedy"))
+    checked = 0
+    for columns, bound in zip(sets, raised.tolist()):
+        schemes = [coefs[column].scheme for column in columns]
+        for counts in itertools.islice(count_vectors(schemes, 8), 3):
+            try:
+                plan = evaluate_strategy(request, profile, Strategy.of(list(zip(schemes, counts))))
+            except ValueError:
+                continue  # some document fits none of the strategy's pipelines
+            assert bound <= plan.step_time_s * (1 + 1e-9), (plan.strategy, bound, plan.step_time_s)
+            checked += 1
+    assert checked >= 20, checked
