@@ -72,6 +72,18 @@ def test_sync_floors_of_extended_sets_match_one_by_one():
         assert floors.extended(prefix, children) == pytest.approx(expected)
 
 
+def test_sync_floors_of_many_blocks_at_once_match_one_by_one():
+    """`extended_blocks` is `extended` of each (prefix, child) in one pass: the same values, with
+    the empty prefix, prefixes whose widest shard wins and ones whose child's does."""
+    floors = SyncFloors(COST, COEFS, 32)
+    prefixes = [(), (0,), (1, 2), (len(COEFS) - 1,), (3, 5)]
+    block_of = np.repeat(np.arange(len(prefixes)), len(COEFS) - 6)
+    children = np.tile(np.arange(6, len(COEFS)), len(prefixes))
+    expected = [floors((*prefixes[block], int(child))) for block, child in zip(block_of, children)]
+    assert floors.extended_blocks(prefixes, block_of, children).tolist() == pytest.approx(expected)
+    assert len(set(expected)) > 3  # the floors differ across these sets: a mix-up would show
+
+
 def test_replica_coupled_set_bounds_stay_below_every_plan_of_the_set_and_help_somewhere():
     from hydraplan.planner.schemas import PlanRequest, SolverOptions
     from hydraplan.planner.solve import evaluate_strategy
