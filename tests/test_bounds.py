@@ -178,6 +178,22 @@ def test_simplex_grids_by_hand():
     assert not simplex_grid(3, 2).flags.writeable
 
 
+def test_the_fluid_bound_of_one_scheme_by_hand():
+    """With one scheme the dual fluid bound is the even split of every item's GPU-seconds over the
+    pipelines, per pipeline: (sum of a l^2 + b l + c l / capacity over the items + n (pp - 1) c) / n
+    for n pipelines of pp stages (each pipeline's bubble floor counted once)."""
+    from hydraplan.planner.cost import SchemeCoefficients
+    from hydraplan.planner.scheme import ParallelScheme
+
+    lengths = np.array([100, 250, 250, 900, 1600])
+    for tp, pp, n in [(1, 1, 4), (2, 2, 2), (1, 4, 1)]:
+        coef = SchemeCoefficients(ParallelScheme(tp, pp, 1), 2e-9, 3e-6, 1e-3, 1 / 3, 2048, 1e9)
+        fluid, bound = BoundTables.build(lengths, [coef]).count_bounds([0], np.array([[n]]))
+        work = sum(coef.a * length**2 + coef.b * length + coef.c * length / coef.capacity_tokens for length in lengths)
+        assert fluid[0] == pytest.approx((work + n * (pp - 1) * coef.c) / n, rel=1e-12)
+        assert bound[0] >= fluid[0]
+
+
 def test_packing_bounds_refuse_coarsened_tables(tables):
     """Coarsened rows merge items, which the packing bound would treat as one indivisible item."""
     coarse = tables.coarsened()
