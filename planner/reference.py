@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import cache
 
 from hydraplan.planner.schemas import CostProfile, SchemeCost
 
@@ -206,14 +207,17 @@ def switch_cost_s(
     most = 0.0
     for scheme, ranks in pipelines:
         for position, rank in enumerate(ranks):
-            if rank not in old_place:
-                missing_share = 1.0
-            else:
-                old_scheme, old_position = old_place[rank]
-                rows = math.lcm(scheme[1], old_scheme[1])
-                columns = math.lcm(scheme[0], old_scheme[0])
-                new = held_cells(scheme, position, rows, columns)
-                old = held_cells(old_scheme, old_position, rows, columns)
-                missing_share = len(new - old) / len(new)
-            most = max(most, missing_share * entries[scheme].grad_bytes_per_gpu)
+            missing = missing_share(scheme, position, *old_place[rank]) if rank in old_place else 1.0
+            most = max(most, missing * entries[scheme].grad_bytes_per_gpu)
     return most * profile.switch_bytes_per_weight_byte / bandwidth
+
+
+@cache
+def missing_share(scheme: Scheme, position: int, old_scheme: Scheme, old_position: int) -> float:
+    """The share of the new shard's grid cells the old shard does not hold (memoised: a placement
+    repeats the same pairs of positions over its pipelines)."""
+    rows = math.lcm(scheme[1], old_scheme[1])
+    columns = math.lcm(scheme[0], old_scheme[0])
+    new = held_cells(scheme, position, rows, columns)
+    old = held_cells(old_scheme, old_position, rows, columns)
+    return len(new - old) / len(new)

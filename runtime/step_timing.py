@@ -20,8 +20,9 @@ parallel time. From every rank's report (`worker.run_worker`) the step is rebuil
 Communication has three clocks (`clock`): `cpu` (default), the process CPU time during the call,
 the mean over its participants (gloo's threads doing the copies and reductions: the work, as the
 ops' compute is counted). Every participant of a ring all-reduce or all-gather does the same work
-and gloo's calling thread sleeps while it waits for a late peer (0.000 s of thread CPU time and
-0.003 s of process CPU time over a 0.5 s wait, measured here), so the participants' figures are
+and gloo's calling thread sleeps while it waits for a late peer (measured on the 2-core dev
+machine: two gloo ranks, one 0.5 s late to a 1 MB all-reduce; the other spent 0.000 s of thread
+CPU time and 0.003 s of process CPU time in the call), so the participants' figures are
 copies of one quantity that differ by the noise of oversubscribed cores (the process's other
 threads run in the window too): their largest is biased upwards, their mean is not.
 `cpu-busiest` takes that largest (an upper figure); `wall`, the least wall time among the
