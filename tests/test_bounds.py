@@ -202,6 +202,17 @@ def test_packing_bounds_refuse_coarsened_tables(tables):
         coarse.packing_bounds([0], np.array([[1]]), np.array([1.0]), np.array([2.0]))
 
 
+def long_documents_on_8_gpus():
+    """14 documents of 3,000-9,000 tokens and 10 short ones on 8 GPUs: items large against the
+    pipelines, so the packing arguments bite (and more than 12 items: no few-items path)."""
+    profile = synthetic_profile(max_gpus=8)
+    cost = ProfileCostModel(profile)
+    coefs = runnable_schemes(cost, 8)
+    rng = np.random.default_rng(7)
+    lengths = np.concatenate([rng.integers(3000, 9000, size=14), rng.integers(100, 800, size=10)])
+    return profile, cost, coefs, lengths, BoundTables.build(lengths, coefs)
+
+
 def test_packing_bounds_stay_below_every_plan_and_raise_the_fluid_bound_where_items_are_large():
     """Few, long documents against the pipelines' capacity: the packing argument lifts the count
     bounds of many strategies, and stays at most the slowest pipeline of a plan of each."""
@@ -209,12 +220,7 @@ def test_packing_bounds_stay_below_every_plan_and_raise_the_fluid_bound_where_it
     from hydraplan.planner.solve import evaluate_strategy
     from hydraplan.planner.strategies import Strategy, count_vectors
 
-    profile = synthetic_profile(max_gpus=8)
-    cost = ProfileCostModel(profile)
-    coefs = runnable_schemes(cost, 8)
-    rng = np.random.default_rng(7)
-    lengths = np.concatenate([rng.integers(3000, 9000, size=14), rng.integers(100, 800, size=10)])
-    tables = BoundTables.build(lengths, coefs)
+    profile, cost, coefs, lengths, tables = long_documents_on_8_gpus()
     request = PlanRequest(lengths=lengths.tolist(), num_gpus=8, options=SolverOptions(solver="greedy"))
     raised = checked = 0
     for columns in itertools.combinations(range(len(coefs)), 2):
@@ -245,12 +251,7 @@ def test_set_packing_bounds_stay_below_every_plan_of_the_set_and_raise_some():
     from hydraplan.planner.solve import evaluate_strategy
     from hydraplan.planner.strategies import Strategy, count_vectors
 
-    profile = synthetic_profile(max_gpus=8)
-    cost = ProfileCostModel(profile)
-    coefs = runnable_schemes(cost, 8)
-    rng = np.random.default_rng(7)
-    lengths = np.concatenate([rng.integers(3000, 9000, size=14), rng.integers(100, 800, size=10)])
-    tables = BoundTables.build(lengths, coefs)
+    profile, cost, coefs, lengths, tables = long_documents_on_8_gpus()
     floors = SyncFloors(cost, coefs, 8)
     sets, plain = zip(*tables.all_set_bounds(2, 8))
     start = np.array(plain) + np.array([floors(columns) for columns in sets])
