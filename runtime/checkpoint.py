@@ -42,7 +42,7 @@ from torch.distributed.checkpoint.planner import LoadPlan, SavePlan, TensorWrite
 from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
 from hydraplan.runtime.assignment import PlanRefusedError
-from hydraplan.runtime.grad_sync import Box
+from hydraplan.runtime.grad_sync import Box, box_elements
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -89,16 +89,9 @@ def cells_by_rank(layouts: list[dict]) -> list[dict[str, list[Box]]]:
             owners = [rank for rank, box in holders if all(b[0] <= c[0] and c[1] <= b[1] for b, c in zip(box, cell))]
             if owners:
                 owner = min(owners, key=lambda rank: (load[rank], rank))
-                load[owner] += _num_elements(cell)
+                load[owner] += box_elements(cell)
                 owned[owner].setdefault(name, []).append(tuple(cell))
     return owned
-
-
-def _num_elements(box: Box) -> int:
-    count = 1
-    for start, stop in box:
-        count *= stop - start
-    return count
 
 
 def _narrow(tensor: torch.Tensor, held: Box, cell: Box) -> torch.Tensor:

@@ -31,7 +31,7 @@ from torch import nn
 
 from hydraplan.runtime.parallel import parameter_slices
 
-__all__ = ["Box", "GradSync", "Piece", "local_layout", "pieces_of"]
+__all__ = ["Box", "GradSync", "box_elements", "Piece", "local_layout", "pieces_of"]
 
 Box = tuple[tuple[int, int], ...]  # [start, stop) per dimension, in the full tensor
 
@@ -46,10 +46,15 @@ class Piece:
 
     @property
     def num_elements(self) -> int:
-        count = 1
-        for start, stop in self.box:
-            count *= stop - start
-        return count
+        return box_elements(self.box)
+
+
+def box_elements(box: Box) -> int:
+    """Elements in a box of a tensor."""
+    count = 1
+    for start, stop in box:
+        count *= stop - start
+    return count
 
 
 def local_layout(module: nn.Module, tp_rank: int) -> dict[str, tuple[Box, bool]]:

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hydraplan.runtime.grad_sync import Box
+from hydraplan.runtime.grad_sync import Box, box_elements
 
 __all__ = ["Transfer", "reshard", "transfers_between"]
 
@@ -41,13 +41,6 @@ class Transfer:
 def _intersect(left: Box, right: Box) -> Box | None:
     cell = tuple((max(a, c), min(b, d)) for (a, b), (c, d) in zip(left, right))
     return cell if all(start < stop for start, stop in cell) else None
-
-
-def _volume(box: Box) -> int:
-    count = 1
-    for start, stop in box:
-        count *= stop - start
-    return count
 
 
 def transfers_between(old_layouts: list[dict], new_layouts: list[dict]) -> list[Transfer]:
@@ -73,7 +66,7 @@ def transfers_between(old_layouts: list[dict], new_layouts: list[dict]) -> list[
                     source = target
                 else:
                     source = min(owners, key=lambda rank: (sending[rank], rank))
-                    sending[source] += _volume(cell)
+                    sending[source] += box_elements(cell)
                 transfers.append(Transfer(name, tuple(cell), source, target))
     return transfers
 

@@ -36,6 +36,7 @@ Pure Python (no torch): the benchmark and the tests build it from plain dictiona
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -148,15 +149,10 @@ def _walk_back(last: OpKey, total_s: float, times: dict[OpKey, OpTime], came_fro
 CLOCKS = ("cpu", "cpu-busiest", "wall")
 
 
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values)
-
-
 def _per_call(calls_by_rank: Sequence[Sequence[Sequence]], clock: str) -> float:
     """Sum over the k-th collective of the ranks that ran it: the mean or the largest CPU time,
     or the least wall time (records `[kind, bytes, wall_s, cpu_s]`)."""
-    column, pick = {"cpu": (3, _mean), "cpu-busiest": (3, max), "wall": (2, min)}[clock]
+    column, pick = {"cpu": (3, statistics.fmean), "cpu-busiest": (3, max), "wall": (2, min)}[clock]
     counts = {len(calls) for calls in calls_by_rank}
     if len(counts) != 1:  # ranks that disagree on the calls: each rank's own total
         return pick(sum(call[column] for call in calls) for calls in calls_by_rank)
@@ -213,7 +209,7 @@ class StepTiming:
 def _sync_s(reports: Sequence[dict], step: int, clock: str) -> float:
     """Per bucket the holders' mean or largest CPU time (or least wall time), summed per rank;
     the slowest rank."""
-    column, pick = {"cpu": (2, _mean), "cpu-busiest": (2, max), "wall": (1, min)}[clock]
+    column, pick = {"cpu": (2, statistics.fmean), "cpu-busiest": (2, max), "wall": (1, min)}[clock]
     figures: dict[tuple[int, ...], list[float]] = {}
     for report in reports:
         for holders, *times in report["steps"][step]["sync"].get("bucket_walls_s", []):
