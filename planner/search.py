@@ -56,6 +56,7 @@ from hydraplan.planner.counts import capped_count_vectors, fillable, near_ideal
 from hydraplan.planner.dispatch import greedy_dispatch
 from hydraplan.planner.few_items import MAX_ITEMS as FEW_ITEMS
 from hydraplan.planner.few_items import few_items_bound
+from hydraplan.planner.fluid import interval_fluid_s
 from hydraplan.planner.lp_dispatch import lp_dispatch
 from hydraplan.planner.milp import solve_milp
 from hydraplan.planner.packing import PackedPipeline, best_order, pack_pipeline
@@ -65,7 +66,6 @@ from hydraplan.planner.strategies import Strategy, placement_key
 from hydraplan.planner.switching import pipeline_blocks, switch_cost_s
 
 MAX_STRATEGIES_PER_SET = 4000
-ESTIMATE_RESOLUTION = 6  # simplex grid of the strategy estimates (bounds use the default, 12)
 # set bounds over more distinct lengths than this use coarsened tables (rows of lengths within 2%):
 # ~0.6 s of the 2 s budget went to seeding 4,390 sets over 2,500 lengths at 70B / 256 GPUs
 EXACT_SET_BOUND_MAX_LENGTHS = 1024
@@ -323,11 +323,17 @@ class Frontier:
                 int(count): self.cost.grad_sync_for_replicas_s(int(count), schemes) for count in np.unique(replicas)
             }
             syncs = np.array([sync_of[count] for count in replicas.tolist()])
-            _, bounds = self.tables.count_bounds(columns, counts, cutoff_s=self.incumbent_s - syncs)
-            # estimates only rank strategies: a coarser grid of multipliers will do
-            fluid, estimates = self.tables.count_bounds(
-                columns, counts, _bubble_inflation(self.tables, columns, bounds), resolution=ESTIMATE_RESOLUTION
-            )
+            dual, bounds = self.tables.count_bounds(columns, counts, cutoff_s=self.incumbent_s - syncs)
+            # estimates only rank strategies: the fluid division by length intervals, with bubbles
+            # priced in (`planner.fluid`; the grid dual, never above it, starts its search)
+            # priced only for the strategies that can still beat the incumbent: the others are never
+            # solved (the incumbent only falls), and their bound stands in
+            live = np.flatnonzero(bounds + syncs < self.incumbent_s)
+            fluid = bounds.copy()
+            if live.size:
+                inflation = _bubble_inflation(self.tables, columns, bounds)
+                fluid[live] = interval_fluid_s(self.tables, columns, counts[live], inflation, lower_s=dual[live])
+            estimates = np.maximum(fluid, self.tables.pipeline_time_bound_s(columns, self.num_gpus))
             for strategy, bound, estimate, flat, sync in zip(
                 group, bounds.tolist(), estimates.tolist(), fluid.tolist(), syncs.tolist()
             ):
