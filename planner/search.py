@@ -8,8 +8,9 @@ never negative, is left out of bounds and charged when a strategy is solved; see
 1. solves the previous strategy (if any) and the most promising homogeneous strategies, whose set
    bounds are high but which are often near the best;
 2. alternates: expand scheme sets in bound order while their bound beats the incumbent and the
-   best queued estimate, then solve the queued strategy with the best *estimate* (the dual bound
-   with 1F1B bubbles priced in), skipping strategies whose bound cannot beat the incumbent;
+   best queued estimate, then solve the queued strategy with the best *estimate* (the fluid
+   division of the items by length intervals with 1F1B bubbles priced in, `planner.fluid`),
+   skipping strategies whose bound cannot beat the incumbent;
 3. stops at the work limits (deterministic) or at its share of the time limit.
 
 The time limit is hard at every scale: once the first strategy is solved (the first incumbent,
