@@ -137,7 +137,8 @@ def balance_to_targets(
     tokens = [0] * len(targets_s)
     bins: list[list[int]] = [[] for _ in targets_s]
     capacity = coef.capacity_tokens
-    for position, length in enumerate(sub_lengths.tolist()):
+    works = (coef.a * sub_lengths * sub_lengths + coef.b * sub_lengths).tolist()
+    for position, (length, added) in enumerate(zip(sub_lengths.tolist(), works)):
         while parked and -parked[0][0] >= length:
             _, index = heapq.heappop(parked)
             heapq.heappush(heap, (keys[index], index))
@@ -146,13 +147,13 @@ def balance_to_targets(
             heapq.heappush(parked, (tokens[index] - capacity, index))
         if not heap:
             return None
-        key, index = heapq.heappop(heap)
+        key, index = heap[0]
         bins[index].append(position)
         tokens[index] += length
-        added = coef.a * length * length + coef.b * length
         loads[index] += added
         keys[index] = key + added
-        heapq.heappush(heap, (keys[index], index))
+        # pop and push at once: the (key, bin) pairs are unique, so the order of the bins is the same
+        heapq.heapreplace(heap, (keys[index], index))
     used = [index for index in range(len(bins)) if bins[index]]
     return [bins[index] for index in used], [loads[index] + coef.c for index in used]
 
