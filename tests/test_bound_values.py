@@ -137,6 +137,4 @@ def test_short_axis_minima_match_numpy():
     weights = rng.random((7, 3))
     np.testing.assert_array_equal(weighted_min(values, weights), (values[..., None, :] * weights).min(axis=-1))
     per_set = rng.random((4, 6, 3))  # weights per entry of the second axis, as the replica split uses
-    np.testing.assert_array_equal(
-        weighted_min(values, per_set), (values[:, :, None, :] * per_set[None]).min(axis=-1)
-    )
+    np.testing.assert_array_equal(weighted_min(values, per_set), (values[:, :, None, :] * per_set[None]).min(axis=-1))
