@@ -108,6 +108,10 @@ PACKING_SEARCH_EVALUATIONS = 1500  # exact simulations per pipeline in the packi
 BOUND_RESERVE_SHARE = 0.15  # of the time limit, kept from the packing local search for the bounds
 # Work limits keep the search deterministic; the time shares are only a safety net.
 MIN_EXPANSIONS = 24  # scheme sets expanded whatever the clock says
+# strategies enumerated between two solves at most: at 1,024 GPUs sets hold ~1,200 strategies each,
+# and the expansions took the whole 10 s budget (61K strategies) before any mixed one was solved;
+# never reached at 64 GPUs (4,316 strategies in the 8B default's 100 expansions)
+STRATEGIES_PER_SOLVE = 8000
 # 100: under the validated analytic model (issue 13) the default request's set bounds sit closer
 # together, and 200 expansions took ~0.9-1.2 s of the 2 s default on a quiet 2-core EPYC, so that a
 # CPU-bound neighbour made the clock cut every run; 100 gives the same plan and the same bound there
@@ -440,6 +444,7 @@ def search(
     queue: list[tuple[float, float, str, int]] = []  # unsolved strategies by estimate
     queued = 0
     expansions = 0
+    enumerated_at_solve = len(frontier.strategies)
     while True:
         incumbent_s = frontier.incumbent_s = solved[0].objective_s if solved else math.inf
         while frontier.sets and frontier.next_set_bound_s() < incumbent_s and expansions < settings.work.max_expansions:
@@ -449,6 +454,8 @@ def search(
                 break
             if expansions >= MIN_EXPANSIONS and queue and frontier.next_set_bound_s() >= queue[0][0]:
                 break
+            if len(frontier.strategies) - enumerated_at_solve >= STRATEGIES_PER_SOLVE:
+                break  # at scale (a thousand strategies a set) solves must not wait for every expansion
             frontier.expand_next()
             expansions += 1
         for entry in frontier.strategies[queued:]:
@@ -464,6 +471,7 @@ def search(
             break
         entry = frontier.strategies[heapq.heappop(queue)[3]]
         attempts += 1
+        enumerated_at_solve = len(frontier.strategies)
         candidate = first_solution(entry.strategy)
         if candidate is not None:
             solved.append(candidate)
