@@ -330,9 +330,9 @@ class Frontier:
             syncs = np.array([sync_of[count] for count in replicas.tolist()])
             dual, bounds = self.tables.count_bounds(columns, counts, cutoff_s=self.incumbent_s - syncs)
             # estimates only rank strategies: the fluid division by length intervals, with bubbles
-            # priced in (`planner.fluid`; the grid dual, never above it, starts its search)
-            # priced only for the strategies that can still beat the incumbent: the others are never
-            # solved (the incumbent only falls), and their bound stands in
+            # priced in (`planner.fluid`; the grid dual, never above it, starts its search), for the
+            # strategies that can still beat the incumbent; the others are never solved (the
+            # incumbent only falls), and their bound stands in
             live = np.flatnonzero(bounds + syncs < self.incumbent_s)
             fluid = bounds.copy()
             if live.size:
