@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -70,7 +71,11 @@ TARGETS = {
             ("tests/test_bubble_floor_table.py", "tests/test_bubble_floor.py", "tests/test_bounds.py"),
         ),
         # the bound tests first (seconds), then the end-to-end exhaustive optimum (half a minute)
-        Target("bounds", "planner/bounds.py", ("tests/test_bounds.py", "tests/test_exhaustive.py")),
+        Target(
+            "bounds",
+            "planner/bounds.py",
+            ("tests/test_bound_values.py", "tests/test_bounds.py", "tests/test_exhaustive.py"),
+        ),
         Target("auth", "api/auth.py", ("tests/test_api_auth.py",)),
     )
 }
@@ -201,11 +206,17 @@ def recheck_target(target: Target, session: Path, workdir: Path, bin_dir: Path, 
     return {"rows": sorted(rows), "elapsed_s": time.perf_counter() - started}
 
 
-def recheck_report(results: dict[str, dict]) -> str:
+def recheck_report(results: dict[str, dict], tests: dict[str, tuple[str, ...]] | None = None) -> str:
     body = [
         "The survivors of a kept session (and the mutants whose tests timed out), each applied to the tree "
         "at HEAD (from the diff the session recorded, found by its lines: lines are those of the run) and "
-        "run against its target's focused tests again.",
+        "run against its target's focused tests again"
+        + (
+            f" (here only {', '.join(f'`{t}`' for t in sorted({t for ts in tests.values() for t in ts}))}: "
+            "`survives` means these tests miss it)."
+            if tests
+            else "."
+        ),
     ]
     for name, result in results.items():
         rows = result["rows"]
@@ -324,6 +335,11 @@ def main() -> int:
     parser.add_argument(
         "--report-only", action="store_true", help="write the section from the --workdir sessions as they stand"
     )
+    parser.add_argument(
+        "--tests",
+        help="with --recheck: comma-separated test files to run instead of the target's focused tests (a quick "
+        "screen: a mutant they kill is killed; one they miss may still fall to the others)",
+    )
     args = parser.parse_args()
     names = [name.strip() for name in args.targets.split(",") if name.strip()]
     unknown = [name for name in names if name not in TARGETS]
@@ -333,6 +349,15 @@ def main() -> int:
         parser.error("--report-only reads the sessions of a --workdir")
     if args.recheck is not None and args.workdir is not None:
         parser.error("--recheck applies the survivors to HEAD's tree: it takes no --workdir")
+    if args.tests is not None and args.recheck is None:
+        parser.error("--tests narrows a --recheck")
+    if args.tests is not None:
+        files = tuple(name.strip() for name in args.tests.split(",") if name.strip())
+        absent = [name for name in files if not (ROOT / name).is_file()]
+        if not files or absent:
+            parser.error(f"--tests {args.tests!r}: no such test files {absent}")
+        for name in names:
+            TARGETS[name] = dataclasses.replace(TARGETS[name], tests=files)
     if args.recheck is not None:
         missing = [name for name in names if not (args.recheck / f"{name}.sqlite").is_file()]
         if missing:
@@ -350,7 +375,7 @@ def main() -> int:
                 name: recheck_target(TARGETS[name], args.recheck / f"{name}.sqlite", workdir, bin_dir, args.timeout_s)
                 for name in names
             }
-            text = recheck_report(rechecked)
+            text = recheck_report(rechecked, {name: TARGETS[name].tests for name in names} if args.tests else None)
             print(text)
             write_section("mutation-recheck-" + "+".join(names), command_line(), text)
             return 0
