@@ -241,28 +241,33 @@ class BoundTables:
         split = np.where(thresholds > fewest[:, None], split, -np.inf)
         return np.maximum(area + plain_sync, split.max(axis=1))
 
+    def fluid_costs(self, columns: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The fluid relaxation's terms for the schemes `columns`: each item's cost on one pipeline
+        of each (`u_is`, rows x columns, inf where it does not fit) and each pipeline's 1F1B floor
+        `K_s = (pp_s - 1) c_s`. Shared by the dual bounds here and the estimates of
+        `planner.fluid`."""
+        columns = list(columns)
+        gpus = np.array([self.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
+        floors = np.array([(self.coefs[column].scheme.pp - 1) * self.coefs[column].c for column in columns])
+        return self.gpu_seconds[:, columns] / gpus[None, :], floors
+
     def count_bounds(
         self,
         columns: Sequence[int],
         counts: np.ndarray,
-        inflation: np.ndarray | None = None,
         resolution: int = 12,
         cutoff_s: np.ndarray | float = math.inf,
     ) -> tuple[np.ndarray, np.ndarray]:
         """For each row of `counts` (pipelines per scheme of `columns`): the dual fluid bound on
         the slowest pipeline, and that maxed with the area, longest-item and bubble-floor bounds;
         see the module docstring. Rows whose bound already reaches `cutoff_s` skip the (costlier)
-        bubble floors. With `inflation` (per column, >= 1) item costs are scaled by it: the
-        results are then estimates for ranking strategies, not bounds."""
+        bubble floors."""
         columns = list(columns)
         gpus = np.array([self.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
-        per_pipeline = self.gpu_seconds[:, columns] / gpus[None, :]
-        if inflation is not None:
-            per_pipeline = per_pipeline * inflation[None, :]
+        per_pipeline, floors = self.fluid_costs(columns)
         # an item that does not fit a scheme may only be priced there at zero weight: a finite
         # stand-in keeps 0 * inf out; it can only lower (never invalidate) the bound
         per_pipeline = np.where(np.isfinite(per_pipeline), per_pipeline, 1e30)
-        floors = np.array([(self.coefs[c].scheme.pp - 1) * self.coefs[c].c for c in columns])
         grid = np.vstack([simplex_grid(len(columns), resolution), gpus / gpus.sum()])
         priced = weighted_min(per_pipeline, grid)
         totals = self.multiplicity @ priced
@@ -271,7 +276,7 @@ class BoundTables:
         denominator = counts @ grid.T
         fluid = (numerator / denominator).max(axis=1)
         bound = np.maximum(fluid, self.pipeline_time_bound_s(columns, int(round(counts[0] @ gpus))))
-        if inflation is None and any(self.coefs[column].scheme.pp > 1 for column in columns):
+        if any(self.coefs[column].scheme.pp > 1 for column in columns):
             bound = self._bubble_dual(columns, counts, grid, bound, np.broadcast_to(cutoff_s, bound.shape))
         return fluid, bound
 

@@ -46,9 +46,7 @@ def interval_fluid_s(
     (per column, >= 1, or None) scales item costs as in `count_bounds`; `lower_s` (per row, the
     fluid dual of `count_bounds` or any value known not to exceed the result) starts the search.
     Inf where some item fits no scheme of `columns`."""
-    columns = list(columns)
-    gpus = np.array([tables.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
-    per_pipeline = tables.gpu_seconds[:, columns] / gpus[None, :]
+    per_pipeline, floors = tables.fluid_costs(columns)
     if inflation is not None:
         per_pipeline = per_pipeline * inflation[None, :]
     if not np.isfinite(per_pipeline).any(axis=1).all():
@@ -60,8 +58,7 @@ def interval_fluid_s(
     fits = np.isfinite(loads)
     finite = np.cumsum(np.where(fits, loads, 0.0), axis=0)
     beyond = np.cumsum(~fits, axis=0) * MISFIT
-    prefix = np.vstack([np.zeros(len(columns)), finite + beyond])
-    floors = np.array([(tables.coefs[c].scheme.pp - 1) * tables.coefs[c].c for c in columns])
+    prefix = np.vstack([np.zeros(per_pipeline.shape[1]), finite + beyond])
     return _least_time(prefix, floors, counts.astype(np.float64), np.asarray(lower_s, dtype=np.float64))
 
 
