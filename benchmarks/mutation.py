@@ -206,15 +206,14 @@ def recheck_target(target: Target, session: Path, workdir: Path, bin_dir: Path, 
     return {"rows": sorted(rows), "elapsed_s": time.perf_counter() - started}
 
 
-def recheck_report(results: dict[str, dict], tests: dict[str, tuple[str, ...]] | None = None) -> str:
+def recheck_report(results: dict[str, dict], screen: tuple[str, ...] | None = None) -> str:
     body = [
         "The survivors of a kept session (and the mutants whose tests timed out), each applied to the tree "
         "at HEAD (from the diff the session recorded, found by its lines: lines are those of the run) and "
         "run against its target's focused tests again"
         + (
-            f" (here only {', '.join(f'`{t}`' for t in sorted({t for ts in tests.values() for t in ts}))}: "
-            "`survives` means these tests miss it)."
-            if tests
+            f" (here only {', '.join(f'`{name}`' for name in screen)}: `survives` means these tests miss it)."
+            if screen
             else "."
         ),
     ]
@@ -351,13 +350,14 @@ def main() -> int:
         parser.error("--recheck applies the survivors to HEAD's tree: it takes no --workdir")
     if args.tests is not None and args.recheck is None:
         parser.error("--tests narrows a --recheck")
+    screen = None
     if args.tests is not None:
-        files = tuple(name.strip() for name in args.tests.split(",") if name.strip())
-        absent = [name for name in files if not (ROOT / name).is_file()]
-        if not files or absent:
+        screen = tuple(name.strip() for name in args.tests.split(",") if name.strip())
+        absent = [name for name in screen if not (ROOT / name).is_file()]
+        if not screen or absent:
             parser.error(f"--tests {args.tests!r}: no such test files {absent}")
         for name in names:
-            TARGETS[name] = dataclasses.replace(TARGETS[name], tests=files)
+            TARGETS[name] = dataclasses.replace(TARGETS[name], tests=screen)
     if args.recheck is not None:
         missing = [name for name in names if not (args.recheck / f"{name}.sqlite").is_file()]
         if missing:
@@ -375,7 +375,7 @@ def main() -> int:
                 name: recheck_target(TARGETS[name], args.recheck / f"{name}.sqlite", workdir, bin_dir, args.timeout_s)
                 for name in names
             }
-            text = recheck_report(rechecked, {name: TARGETS[name].tests for name in names} if args.tests else None)
+            text = recheck_report(rechecked, screen)
             print(text)
             write_section("mutation-recheck-" + "+".join(names), command_line(), text)
             return 0

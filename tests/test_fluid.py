@@ -98,7 +98,7 @@ def test_never_below_the_fluid_lp_and_equal_to_it_for_up_to_two_schemes(schemes)
 def test_one_scheme_by_hand():
     coef = coefficient(1, 2, 1, a=0.0, b=1e-3, c=0.5, capacity=10_000)
     tables = BoundTables.build(np.array([100, 200, 300, 400]), [coef])
-    # per pipeline (1 of 2 GPUs' worth... one pipeline of 2 GPUs): gpu_seconds / 2 per item
+    # one pipeline's cost of the items: their GPU-seconds over the pipeline's 2 GPUs
     total = float(tables.multiplicity @ tables.gpu_seconds[:, 0]) / 2
     counts = np.array([[1], [3]])
     estimate = interval_fluid_s(tables, [0], counts, None, lower_s=np.array([0.1, 0.1]))
