@@ -5,6 +5,7 @@ simulator, the bound code or the API's token guard is broken?
     python benchmarks/mutation.py --targets checker,auth
     python benchmarks/mutation.py --targets simulate --sessions DIR    # keep the session databases
     python benchmarks/mutation.py --targets simulate --recheck DIR     # rerun DIR's survivors on HEAD
+                                                                       # (each one's outcome: DIR/<target>-recheck.json)
     python benchmarks/mutation.py --targets bounds --workdir DIR --sessions DIR   # resumable: rerun to go on
 
 Cosmic Ray (`pip install cosmic-ray`) mutates one file at a time *in place*, so the run happens in
@@ -169,12 +170,15 @@ def apply_recorded_mutation(source: str, diff: str) -> str | None:
     return "\n".join(lines[:start] + new + lines[start + len(old) :])
 
 
-def recheck_target(target: Target, session: Path, workdir: Path, bin_dir: Path, timeout_s: float) -> dict:
-    """Apply each survivor of a kept session to this tree, rerun the focused tests: killed now or not."""
+def recheck_target(
+    target: Target, session: Path, workdir: Path, bin_dir: Path, timeout_s: float, known_killed: frozenset = frozenset()
+) -> dict:
+    """Apply each survivor of a kept session to this tree, rerun the focused tests: killed now or not.
+    Mutants in `known_killed` (job ids an earlier recheck of this tree killed) are not rerun."""
     module = workdir / target.module_path
     original = module.read_text()
     started = time.perf_counter()
-    rows = []
+    rows, outcomes, taken = [], {}, 0
     for job, result in _dump(bin_dir, session, workdir):
         result = result or {}
         # a timeout counts as a kill; on a loaded machine it may be a slow survivor, so rerun those too
@@ -186,6 +190,9 @@ def recheck_target(target: Target, session: Path, workdir: Path, bin_dir: Path, 
         mutated = apply_recorded_mutation(original, diff)
         if mutated is None:
             now = "code changed"
+        elif job["job_id"] in known_killed:
+            now = "killed"
+            taken += 1
         else:
             module.write_text(mutated)
             try:
@@ -203,7 +210,8 @@ def recheck_target(target: Target, session: Path, workdir: Path, bin_dir: Path, 
                 module.write_text(original)
         then = "survived" if result.get("test_outcome") == "survived" else "timed out"
         rows.append((mutation["start_pos"][0], mutation["operator_name"], code, then, now))
-    return {"rows": sorted(rows), "elapsed_s": time.perf_counter() - started}
+        outcomes[job["job_id"]] = now
+    return {"rows": sorted(rows), "elapsed_s": time.perf_counter() - started, "outcomes": outcomes, "known": taken}
 
 
 def recheck_report(results: dict[str, dict], screen: tuple[str, ...] | None = None) -> str:
@@ -228,6 +236,12 @@ def recheck_report(results: dict[str, dict], screen: tuple[str, ...] | None = No
             f"or time out again ({result['elapsed_s'] / 60:.0f} min)",
             "",
         ]
+        if result.get("known"):
+            body += [
+                f"{result['known']} of the kills are taken from earlier rechecks of this tree with some of these "
+                "tests (`--known-killed`) and were not rerun.",
+                "",
+            ]
         body.append(
             markdown_table(
                 ["line", "operator", "code", "in the run", "now"],
@@ -335,6 +349,12 @@ def main() -> int:
         "--report-only", action="store_true", help="write the section from the --workdir sessions as they stand"
     )
     parser.add_argument(
+        "--known-killed",
+        type=Path,
+        help="with --recheck: a JSON of job ids (a list, or an object whose values say 'killed') that earlier "
+        "rechecks of this tree killed with these tests: not rerun, reported as killed",
+    )
+    parser.add_argument(
         "--tests",
         help="with --recheck: comma-separated test files to run instead of the target's focused tests (a quick "
         "screen: a mutant they kill is killed; one they miss may still fall to the others)",
@@ -350,6 +370,19 @@ def main() -> int:
         parser.error("--recheck applies the survivors to HEAD's tree: it takes no --workdir")
     if args.tests is not None and args.recheck is None:
         parser.error("--tests narrows a --recheck")
+    known_killed: frozenset = frozenset()
+    if args.known_killed is not None:
+        if args.recheck is None:
+            parser.error("--known-killed goes with --recheck")
+        try:
+            known = json.loads(args.known_killed.read_text())
+        except (OSError, ValueError) as error:
+            parser.error(f"--known-killed {args.known_killed}: {error}")
+        if isinstance(known, dict):
+            known = [job for job, outcome in known.items() if outcome == "killed"]
+        if not isinstance(known, list) or not all(isinstance(job, str) for job in known):
+            parser.error(f"--known-killed {args.known_killed}: expected a list of job ids or an object of outcomes")
+        known_killed = frozenset(known)
     screen = None
     if args.tests is not None:
         screen = tuple(name.strip() for name in args.tests.split(",") if name.strip())
@@ -372,11 +405,15 @@ def main() -> int:
         bin_dir = workdir / ".venv" / "bin" if (workdir / ".venv" / "bin" / "cosmic-ray").exists() else prepare(workdir)
         if args.recheck is not None:
             rechecked = {
-                name: recheck_target(TARGETS[name], args.recheck / f"{name}.sqlite", workdir, bin_dir, args.timeout_s)
+                name: recheck_target(
+                    TARGETS[name], args.recheck / f"{name}.sqlite", workdir, bin_dir, args.timeout_s, known_killed
+                )
                 for name in names
             }
             text = recheck_report(rechecked, screen)
             print(text)
+            for name, result in rechecked.items():  # per mutant, for explaining the survivors by job id
+                (args.recheck / f"{name}-recheck.json").write_text(json.dumps(result["outcomes"], indent=1) + "\n")
             write_section("mutation-recheck-" + "+".join(names), command_line(), text)
             return 0
         results = {}
