@@ -260,8 +260,9 @@ class BoundTables:
     ) -> tuple[np.ndarray, np.ndarray]:
         """For each row of `counts` (pipelines per scheme of `columns`): the dual fluid bound on
         the slowest pipeline, and that maxed with the area, longest-item and bubble-floor bounds;
-        see the module docstring. Rows whose bound already reaches `cutoff_s` skip the (costlier)
-        bubble floors."""
+        see the module docstring. Every row must fill the same GPUs (the area bound is taken at the
+        first row's). Rows whose bound already reaches `cutoff_s` skip the (costlier) bubble
+        floors."""
         columns = list(columns)
         gpus = np.array([self.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
         per_pipeline, floors = self.fluid_costs(columns)
@@ -715,8 +716,8 @@ def simplex_grid(dimension: int, resolution: int) -> np.ndarray:
     """Points of the probability simplex with coordinates in multiples of 1/resolution (dimension
     <= 3), or corners, centre and pairwise midpoints for higher dimensions."""
     if dimension == 1:
-        return np.ones((1, 1))
-    if dimension <= 3:
+        grid = np.ones((1, 1))
+    elif dimension <= 3:
         points = [
             combo for combo in itertools.product(range(resolution + 1), repeat=dimension) if sum(combo) == resolution
         ]
