@@ -1,0 +1,315 @@
+"""`BoundTables.packing_bounds` and its `_ItemSizes` helper pinned on tiny instances: the values the
+bisection must reach (worked out here from the docstrings: the item sizes `x = w / min(G_s(T),
+T - E_s(w))`, the dual feasible functions and `PACKING_BISECTIONS` halvings of [probe, cutoff]), and
+validity against an exhaustive search over the assignments of 3-6 items to the pipelines."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from hydraplan.planner.bounds import BoundTables, _ItemSizes
+from hydraplan.planner.bubble_floor import largest_micro_batch_floor_s, most_work_s, pipeline_time_floor_s
+from hydraplan.planner.cost import SchemeCoefficients
+from hydraplan.planner.scheme import ParallelScheme
+
+
+def scheme(tp: int, pp: int, b: float, c: float) -> SchemeCoefficients:
+    """Linear work (`a = 0`): an item of l tokens carries `b l` seconds per stage."""
+    return SchemeCoefficients(ParallelScheme(tp, pp, 1), a=0.0, b=b, c=c, fwd_fraction=1 / 3,
+                              capacity_tokens=1_000_000, grad_bytes_per_gpu=1e9)  # fmt: skip
+
+
+# pp 1: a pipeline of work W over m micro-batches takes W + m c, so G(T) = T - c and E(w) = c
+ONE = scheme(1, 1, b=1e-5, c=1e-3)
+ONE_TWIN = scheme(2, 1, b=1e-5, c=1e-3)  # the same costs on another scheme
+DEEP2 = scheme(1, 2, b=1e-4, c=1e-4)
+DEEP4 = scheme(1, 4, b=1e-4, c=5e-3)
+
+
+def halvings(start: float, cutoff: float, threshold: float, steps: int = 12) -> float:
+    """What `packing_bounds` returns for a row whose T is infeasible exactly below `threshold`:
+    a probe 0.2% above the start (left alone if feasible), then `steps` halvings of [probe, cutoff],
+    keeping the lower end proved infeasible."""
+    low, high = start, cutoff
+    probe = min(low * 1.002, high)
+    if probe >= threshold:
+        return start
+    low = probe
+    for _ in range(steps):
+        mid = (low + high) / 2
+        low, high = (mid, high) if mid < threshold else (low, mid)
+    return low
+
+
+def packed(coefs, lengths, counts, start, cutoff, **options) -> np.ndarray:
+    tables = BoundTables.build(np.asarray(lengths), coefs)
+    return tables.packing_bounds(
+        list(range(len(coefs))),
+        np.asarray(counts),
+        np.asarray(start, dtype=np.float64),
+        np.asarray(cutoff, dtype=np.float64),
+        **options,
+    )
+
+
+def pipeline_floor_s(coef: SchemeCoefficients, works: list[float]) -> float:
+    """The least time of one pipeline holding these items (one micro-batch at most per item):
+    the bubble floor over at most len(works) micro-batches and the largest micro-batch floor."""
+    total = sum(works)
+    return max(
+        float(pipeline_time_floor_s(coef, total, len(works))),
+        total + float(largest_micro_batch_floor_s(coef, max(works))),
+    )
+
+
+def exhaustive_s(coefs, lengths, counts) -> float:
+    """Least over every assignment of the items to the pipelines (each holding one at least) of
+    the slowest pipeline's floor: no plan of these pipelines beats it."""
+    pipelines = [column for column, count in enumerate(counts) for _ in range(count)]
+    best = math.inf
+    for owner in itertools.product(range(len(pipelines)), repeat=len(lengths)):
+        if len(set(owner)) < len(pipelines):
+            continue
+        slowest = max(
+            pipeline_floor_s(coefs[column], [coefs[column].b * x for x, o in zip(lengths, owner) if o == p])
+            for p, column in enumerate(pipelines)
+        )
+        best = min(best, slowest)
+    return best
+
+
+def test_three_items_on_two_pipelines_reach_the_optimum_by_twelve_halvings():
+    # some pipeline carries two of three equal items: T >= 2w + c. Below it every size
+    # w / (T - c) is over 1/2, which f_1/2 maps to 1: 3 > 2 pipelines. At or above it no function
+    # sums past 2 (sizes <= 1/2), so T is infeasible exactly below 2w + c. The fluid bound sees
+    # only 1.5 w + c. The cutoff is chosen so that 11 or 13 halvings would end elsewhere.
+    w, c = 0.03, 1e-3
+    optimum, start, cutoff = 2 * w + c, 1.5 * w + c, 0.0816
+    expected = halvings(start, cutoff, optimum)
+    assert halvings(start, cutoff, optimum, 11) != expected != halvings(start, cutoff, optimum, 13)
+    assert optimum - (cutoff - start) / 4096 < expected < optimum
+    got = packed([ONE], [3_000] * 3, [[2]], [start], [cutoff])
+    assert got[0] == pytest.approx(expected, rel=1e-12, abs=0)
+    assert got[0] <= exhaustive_s([ONE], [3_000] * 3, [2])
+
+
+def test_a_scheme_without_pipelines_and_a_second_row_change_nothing():
+    # the instance above with a twin scheme of no pipelines: at lambda = (1/2, 1/2) the twin
+    # prices every item as scheme 0 does, and at weight on it alone nothing is available (nor
+    # used), which proves nothing; with a second row (one pipeline: 3w + c, where the sizes
+    # w / (T - c) sum to 1) in the same call, each row is bisected on its own
+    w, c = 0.03, 1e-3
+    start, cutoff = np.array([1.5 * w + c, 2 * w + c]), np.array([0.0816, 0.15])
+    got = packed([ONE, ONE_TWIN], [3_000] * 3, [[2, 0], [1, 0]], start, cutoff)
+    assert got[0] == pytest.approx(halvings(start[0], cutoff[0], 2 * w + c), rel=1e-12, abs=0)
+    assert got[1] == pytest.approx(halvings(start[1], cutoff[1], 3 * w + c), rel=1e-12, abs=0)
+    assert got[1] <= exhaustive_s([ONE, ONE_TWIN], [3_000] * 3, [1, 0])
+
+
+def test_the_default_grid_holds_the_even_split_of_two_twin_schemes():
+    # 13 equal items on 6 + 6 pipelines of twin schemes: some pipeline holds two, T >= 2w + c.
+    # Only lambda = (1/2, 1/2) sees it: 13 items of image 1 at weight 1/2 use 6.5 > 6; at any other
+    # weights (multiples of 1/12) the lighter weight prices each item, 13 * 5/12 < 6. A grid
+    # without 1/2 (multiples of 1/13) proves nothing: 13 * 6/13 = 6.
+    w, c = 0.03, 1e-3
+    start, cutoff = 1.2 * w + c, 0.0816
+    got = packed([ONE, ONE_TWIN], [3_000] * 13, [[6, 6]], [start], [cutoff])
+    assert got[0] == pytest.approx(halvings(start, cutoff, 2 * w + c), rel=1e-12, abs=0)
+    coarse = packed([ONE, ONE_TWIN], [3_000] * 13, [[6, 6]], [start], [cutoff], resolution=13)
+    assert coarse[0] == start
+
+
+def test_should_stop_ends_the_bisection_and_is_asked_only_while_bisecting():
+    w, c = 0.03, 1e-3
+    optimum, start, cutoff = 2 * w + c, 1.5 * w + c, 0.0816
+    calls = []
+
+    def after_two_halvings() -> bool:
+        calls.append(1)
+        return len(calls) >= 3
+
+    got = packed([ONE], [3_000] * 3, [[2]], [start], [cutoff], should_stop=after_two_halvings)
+    assert got[0] == pytest.approx(halvings(start, cutoff, optimum, 2), rel=1e-12, abs=0)
+    assert len(calls) == 3  # told to stop, it asks no more
+    # a start already at the optimum: the probe just above it is feasible, nothing to bisect
+    calls.clear()
+    got = packed([ONE], [3_000] * 3, [[2]], [optimum], [cutoff], should_stop=after_two_halvings)
+    assert got[0] == optimum and not calls
+
+
+def test_one_item_that_fits_no_pipeline_below_its_own_time_is_priced_out():
+    # one item on one pipeline: below w + c it fits no pipeline (priced 1e30, infeasible); from
+    # there its size is at most 1
+    w, c = 0.03, 1e-3
+    start, cutoff = 0.5 * (w + c), 2 * (w + c)
+    got = packed([ONE], [3_000], [[1]], [start], [cutoff])
+    assert got[0] == pytest.approx(halvings(start, cutoff, w + c), rel=1e-12, abs=0)
+
+
+@pytest.mark.parametrize("coef, count", [(ONE, 1), (DEEP2, 2)])
+def test_a_pipeline_filled_exactly_is_not_proved_infeasible(coef, count):
+    # `count` equal items on one pipeline that they fill exactly at the optimum (pp 1: w + c; pp 2,
+    # two items: the bubble floor of two micro-batches, above the largest micro-batch floor). A
+    # cutoff a hair above it is feasible, float noise or not: the bound must stay at its start
+    w = coef.b * 3_000
+    optimum = pipeline_floor_s(coef, [w] * count)
+    assert optimum == pytest.approx(float(pipeline_time_floor_s(coef, count * w, count)), rel=1e-12)
+    start, cutoff = optimum * (1 - 1e-4), optimum * (1 + 1e-10)
+    got = packed([coef], [3_000] * count, [[1]], [start], [cutoff])
+    assert got[0] == start
+    # n such fillings on n pipelines: every pipeline is full, the images sum to n exactly
+    n = 3
+    got = packed([coef], [3_000] * count * n, [[n]], [start], [cutoff])
+    assert got[0] == start
+
+
+def test_the_exact_bisection_also_holds_at_another_resolution():
+    # the three items over one pipeline of each twin: at lambda = (9/19, 10/19) of a 19-step grid
+    # the lighter weight prices them, 3 * 9/19 > 9/19 + 10/19, so 2w + c is reached there too
+    w, c = 0.03, 1e-3
+    start, cutoff = 1.5 * w + c, 0.0816
+    got = packed([ONE, ONE_TWIN], [3_000] * 3, [[1, 1]], [start], [cutoff], resolution=19)
+    assert got[0] == pytest.approx(halvings(start, cutoff, 2 * w + c), rel=1e-12, abs=0)
+
+
+def test_many_large_items_on_a_fine_grid_are_priced_a_row_at_a_time():
+    # 160 distinct large lengths on three twin schemes, each on its own pipeline, over a grid of
+    # 861 points: more than PACKING_CHUNK_ELEMENTS images per row of counts, so the rows go one per
+    # chunk. The longest item fits no pipeline below its own w + c: the probe 0.2% above a start
+    # 0.2% below that is infeasible, and stopping there (one costly pass) leaves the probe
+    lengths = np.arange(3_000, 3_160)
+    third = scheme(4, 1, b=1e-5, c=1e-3)
+    longest = 1e-5 * 3_159 + 1e-3
+    start, cutoff = 0.998 * longest, 2.0 * longest
+    got = packed(
+        [ONE, ONE_TWIN, third], lengths, [[54, 53, 53]], [start], [cutoff], resolution=40, should_stop=lambda: True
+    )
+    assert got[0] == start * 1.002 < longest
+
+
+def largest_floor_s(coef: SchemeCoefficients, w: float) -> float:
+    """E_s(w) of `planner.bubble_floor`, by hand: c + kappa (c + w) + (pp - 1) f c with
+    kappa = (pp - 1) max(0, 1 - 2f)."""
+    stages, f = coef.scheme.pp, coef.fwd_fraction
+    return coef.c + (stages - 1) * max(0.0, 1 - 2 * f) * (coef.c + w) + (stages - 1) * f * coef.c
+
+
+def test_item_sizes_by_hand():
+    # ten items of 10 tokens and one of 3,000 on a two-stage scheme; per row (T, room G): an
+    # item fits if w + E(w) <= T and w <= G, and then has size w / min(G, T - E(w)), else 1e30
+    tables = BoundTables.build(np.array([3_000] + [10] * 10), [DEEP2])
+    sizes = _ItemSizes(tables, [0], 0.2)
+    small, large = 1e-4 * 10, 1e-4 * 3_000
+    needs = [w + largest_floor_s(DEEP2, w) for w in (small, large)]
+    np.testing.assert_allclose(sizes.all_needs[:, 0], needs, rtol=1e-12)
+    times = np.array([0.45, 0.39, 0.45])
+    rooms = np.array([[0.4], [0.35], [0.29]])
+    # 0.45: the large item leaves T - E = 0.3498 beside it, less than the room 0.4;
+    # 0.39 < w + E(w) = 0.40017: it fits no micro-batch; room 0.29 < w: it fits no pipeline
+    expected_large = [large / (0.45 - largest_floor_s(DEEP2, large)), 1e30, 1e30]
+    expected_small = [small / 0.4, small / 0.35, small / 0.29]
+    every = sizes.sizes(times, rooms, every=True)  # rows x items (short first) x schemes
+    np.testing.assert_allclose(every[:, :, 0], np.transpose([expected_small, expected_large]), rtol=1e-12)
+    # only the large item is large: 1e-3 < BIG_ITEM_SHARE * G(0.2)
+    assert sizes.big.tolist() == [False, True] and sizes.multiplicity.tolist() == [1]
+    np.testing.assert_allclose(sizes.sizes(times, rooms)[:, 0, 0], expected_large, rtol=1e-12)
+    # images: the size 0.8576 is over 1 - eps for every eps, and u_k(x) = floor((k+1) x) / k is 1
+    # for k = 2, 3, 4; an item that cannot go stays 1e30 under every function
+    images = sizes.images(times, rooms)  # functions x rows x items x schemes
+    assert images.shape == (10, 3, 1, 1)
+    np.testing.assert_allclose(images[:, 0, 0, 0], 1.0, rtol=0, atol=1e-8)
+    assert (images[:, 1:, 0, 0] == 1e30).all()
+
+
+def test_items_at_the_big_share_are_kept_and_smaller_ones_left_out():
+    # pp 1 without overhead: G(T) = T, so at the least time 1.25 an item is large from 0.2 * 1.25
+    bare = scheme(1, 1, b=1e-4, c=0.0)
+    tables = BoundTables.build(np.array([2_000, 2_500, 3_000]), [bare])
+    assert 0.2 * 1.25 == 1e-4 * 2_500  # the middle item sits exactly at the share
+    sizes = _ItemSizes(tables, [0], 1.25)
+    assert sizes.big.tolist() == [False, True, True]
+    assert sizes.useful
+
+
+def test_the_identity_prices_every_item_up_to_400_lengths():
+    # 400 distinct short lengths, none large: only the identity can raise the bound, to the area
+    # W / n + c of two pipelines (pp 1: sizes w / (T - c) summing to at most n)
+    lengths = np.arange(1, 401)
+    tables = BoundTables.build(lengths, [ONE])
+    sizes = _ItemSizes(tables, [0], 0.2)
+    assert sizes.identity and not sizes.big.any() and sizes.useful
+    total = 1e-5 * lengths.sum()
+    start, cutoff = 0.3, 0.8
+    got = tables.packing_bounds([0], np.array([[2]]), np.array([start]), np.array([cutoff]))
+    assert got[0] == pytest.approx(halvings(start, cutoff, total / 2 + 1e-3), rel=1e-12, abs=0)
+    # one more length: the identity is off, and with no large item nothing is left to price
+    wider = BoundTables.build(np.arange(1, 402), [ONE])
+    assert not _ItemSizes(wider, [0], 0.2).identity and not _ItemSizes(wider, [0], 0.2).useful
+    assert wider.packing_bounds([0], np.array([[2]]), np.array([start]), np.array([cutoff]))[0] == start
+
+
+def test_item_sizes_need_one_row_per_item():
+    tables = BoundTables.build(np.full(300, 1_000), [ONE])
+    assert _ItemSizes(tables, [0], 0.1).all_multiplicity.tolist() == [300]  # 300 items, counted right
+    for wrong in (299, 301):
+        with pytest.raises(ValueError, match="one row per item"):
+            _ItemSizes(dataclasses.replace(tables, num_items=wrong), [0], 0.1)
+
+
+def test_item_count_caps_by_hand():
+    """`rooms`: G_s(T) over at most k micro-batches, k the cap given, lowered (never raised) to
+    the number of lightest items that fit that room, for up to ITEM_CAP_ROUNDS rounds."""
+    time = np.array([1.0])
+
+    def room(coef, lengths, most_items):
+        tables = BoundTables.build(np.asarray(lengths), [coef])
+        return _ItemSizes(tables, [0], 0.1).rooms(time, np.array([most_items]))[0, 0]
+
+    def most(coef, cap=None):
+        return float(most_work_s(coef, 1.0, cap))
+
+    # pp 1: T - c whatever the cap
+    assert room(ONE, [3_000] * 4, 3) == pytest.approx(1.0 - 1e-3, rel=1e-12)
+    # four stages, items of 0.205: five micro-batches leave room for three (0.615 <= G_5 < 0.82),
+    # three for two (0.41 <= G_3 < 0.615), two for one (G_2 < 0.41): three rounds end at G_1
+    w = 0.205
+    assert 3 * w <= most(DEEP4, 5) < 4 * w and 2 * w <= most(DEEP4, 3) < 3 * w and most(DEEP4, 2) < 2 * w
+    assert room(DEEP4, [2_050] * 6, 5) == pytest.approx(most(DEEP4, 1), rel=1e-12)
+    # a cap of one stays one, though all six short items would fit
+    assert room(DEEP4, [10] * 6, 1) == pytest.approx(most(DEEP4, 1), rel=1e-12)
+    # 200 items of 0.00772 s: 128 fit the uncapped room (G_inf < 129 w) and still fit G_128, which
+    # is smaller: the cap comes down to 128 (caps above 128 price like none)
+    fine = scheme(1, 4, b=7.72e-5, c=1e-5)
+    w = 7.72e-5 * 100
+    assert 128 * w <= most(fine, 128) < most(fine) < 129 * w
+    assert room(fine, [100] * 200, 200) == pytest.approx(most(fine, 128), rel=1e-12)
+    # six stages, no overhead, items of 0.13: 8 micro-batches leave room for 5, 5 for 4, 4 for 3
+    # and 3 for 2. Three rounds (ITEM_CAP_ROUNDS) stop at G_3; a fourth would go on to G_2
+    six = scheme(1, 6, b=1e-4, c=0.0)
+    w = 0.13
+    for cap, fitting in [(8, 5), (5, 4), (4, 3), (3, 2)]:
+        assert fitting * w <= most(six, cap) < (fitting + 1) * w
+    assert room(six, [1_300] * 9, 8) == pytest.approx(most(six, 3), rel=1e-12)
+
+
+INSTANCES = [
+    ([ONE], [1_000, 2_000, 3_000, 3_000], [[1], [2], [3], [4]]),
+    ([DEEP2], [500, 1_500, 2_500, 2_500, 3_000], [[1], [2], [3], [5]]),
+    ([ONE, DEEP2], [800, 1_600, 2_400, 3_000], [[1, 1], [2, 0], [0, 2], [2, 1], [0, 4]]),
+    ([DEEP4], [300, 1_200, 1_800, 2_400, 2_400, 3_000], [[1], [2], [3], [6]]),
+]
+
+
+@pytest.mark.parametrize("coefs, lengths, rows", INSTANCES)
+def test_packing_bounds_stay_below_every_assignment_of_the_items(coefs, lengths, rows):
+    # some rows have a scheme without pipelines, some as many pipelines as items (each holding
+    # one, whose images are all 1: used exactly equals available)
+    optimum = np.array([exhaustive_s(coefs, lengths, row) for row in rows])
+    got = packed(coefs, lengths, rows, 0.5 * optimum, 2.0 * optimum)
+    assert (got >= 0.5 * optimum).all()
+    assert (got <= optimum * (1 + 1e-9)).all(), (got, optimum)
