@@ -75,7 +75,16 @@ TARGETS = {
         Target(
             "bounds",
             "planner/bounds.py",
-            ("tests/test_bound_values.py", "tests/test_bounds.py", "tests/test_exhaustive.py"),
+            (
+                "tests/test_bound_values.py",
+                "tests/test_bound_sets.py",
+                "tests/test_bound_set_packing.py",
+                "tests/test_bound_replica_split.py",
+                "tests/test_bound_bubble_dual.py",
+                "tests/test_bound_packing.py",
+                "tests/test_bounds.py",
+                "tests/test_exhaustive.py",
+            ),
         ),
         Target("auth", "api/auth.py", ("tests/test_api_auth.py",)),
     )
