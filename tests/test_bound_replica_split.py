@@ -225,3 +225,12 @@ def test_the_simplex_grid_holds_every_point_of_a_fine_resolution():
     assert {tuple(np.rint(point * 4).astype(int)) for point in three} == {
         (i, j, 4 - i - j) for i in range(5) for j in range(5 - i)
     }
+
+
+@pytest.mark.parametrize("dimension", [1, 2, 3, 5])
+def test_every_cached_simplex_grid_is_read_only(dimension):
+    # the grids are cached and shared by every caller: a write into one would change later bounds
+    grid = simplex_grid(dimension, 12)
+    assert np.isclose(grid.sum(axis=1), 1.0).all()
+    with pytest.raises(ValueError):
+        grid[0, 0] = 0.5
