@@ -8,9 +8,12 @@ Each prediction is the analytic profile of exactly that configuration (model, GP
 per node, recipe) evaluated for the run's uniform micro-batches: 1F1B pipeline time
 `(m + (pp - 1) / v) * stage_time` (exact for equal micro-batches, Narayanan et al. 2021 §2.2;
 v the model chunks per GPU of an interleaved schedule, 1 without) plus the
-profile's exposed gradient synchronisation. No parameter is set per row: the per-GPU figures are
+profile's exposed gradient synchronisation. The capacity is that of the run's own schedule:
+every pipeline rank with its layers (Megatron-Core's uneven `embedding-and-loss` split where the
+run used it) and the micro-batches it keeps in flight under 1F1B or the interleaved schedule
+(`cost_models/pipeline_layout.py`). No parameter is set per row: the per-GPU figures are
 those of `cost_models/data/efficiency.json`, and an overlapped recipe exposes the global
-`OVERLAPPED_EXPOSED` share of its data-parallel communication.
+`OVERLAPPED_EXPOSED` share of its data-parallel (or TP) communication.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from dataclasses import dataclass, replace
 from benchmarks.published_heldout import HELD_OUT, HELD_OUT_MODELS
 from benchmarks.published_runs import GPT_MODELS, LLAMA2_70B, RUNS, PublishedRun
 from benchmarks.report import write_section
-from hydraplan.cost_models.analytic import AnalyticOptions, build_profile
+from hydraplan.cost_models.analytic import AnalyticOptions, build_profile, scheme_memory
 from hydraplan.cost_models.catalog import get_gpu, get_model
+from hydraplan.cost_models.pipeline_layout import chunk_layers
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.schemas import ModelSpec
 from hydraplan.planner.scheme import ParallelScheme
@@ -65,6 +69,17 @@ def model_of(run: PublishedRun) -> ModelSpec:
     return get_model(run.model)
 
 
+def time_model_of(run: PublishedRun) -> ModelSpec:
+    """The model whose even split prices the run's bottleneck stage. Under the
+    `embedding-and-loss` split every middle rank runs `(L + 2) / pp` layers: a stand-in with two
+    more layers gives every rank that many, with the LM head still charged on top of the last
+    (conservative by the head, which Megatron-Core's split puts in place of a layer)."""
+    model = model_of(run)
+    if run.pipeline_split == "even":
+        return model
+    return model.model_copy(update={"name": f"{model.name}-slots", "num_layers": model.num_layers + 2})
+
+
 def recipe_of(run: PublishedRun, efficiency: str = "catalog") -> AnalyticOptions:
     exposed = OVERLAPPED_EXPOSED if run.overlap else 1.0
     return AnalyticOptions(
@@ -72,7 +87,9 @@ def recipe_of(run: PublishedRun, efficiency: str = "catalog") -> AnalyticOptions
         sharding=run.sharding,  # type: ignore[arg-type]
         grad_dtype=run.grad_dtype,  # type: ignore[arg-type]
         grad_reduce_dtype=run.grad_reduce_dtype,  # type: ignore[arg-type]
+        optimizer_dtype=run.optimizer_dtype,  # type: ignore[arg-type]
         dp_sync_exposed=exposed,
+        tp_comm_exposed=OVERLAPPED_EXPOSED if run.tp_overlap else 1.0,
         efficiency=efficiency,  # type: ignore[arg-type]
         min_capacity_tokens=1,
     )
@@ -87,20 +104,32 @@ def legacy_options(run: PublishedRun) -> AnalyticOptions:
 
 def predict(run: PublishedRun, options: AnalyticOptions | None = None) -> Prediction:
     """The model's tokens/s per GPU for exactly this run (with `options`, else its recipe and the
-    catalog efficiencies); capacity 0 when the scheme does not fit."""
+    catalog efficiencies); capacity 0 when the scheme does not fit. The capacity is that of the
+    run's own schedule: its split, model chunks and micro-batches in flight on every rank."""
     options = options or recipe_of(run)
-    profile = build_profile(model_of(run), get_gpu(run.gpu), run.num_gpus, GPUS_PER_NODE, options)
+    gpu = get_gpu(run.gpu)
+    profile = build_profile(time_model_of(run), gpu, run.num_gpus, GPUS_PER_NODE, options)
     cost = ProfileCostModel(profile)
     scheme = ParallelScheme(run.tp, run.pp, run.cp)
     if scheme not in cost.schemes():
         return Prediction(run, 0.0, float("inf"), 0.0, 0)
+    memory = scheme_memory(
+        model_of(run),
+        gpu,
+        scheme,
+        run.num_gpus,
+        options,
+        virtual_stages=run.virtual_stages,
+        split=run.pipeline_split,  # type: ignore[arg-type]
+        micro_batches=run.micro_batches,
+    )
     stage_s = cost.stage_time_s(scheme, [run.seq_len] * run.micro_batch)
     sync_s = cost.grad_sync_s([scheme] * run.dp)
     # 1F1B: m micro-batches plus the (pp-1)-stage bubble, divided by the model chunks per GPU
     # under the interleaved schedule (Narayanan et al. 2021 §2.2.2).
     step_s = (run.micro_batches + (run.pp - 1) / run.virtual_stages) * stage_s + sync_s
     tokens = run.global_batch * run.seq_len / step_s / run.num_gpus
-    return Prediction(run, tokens, step_s, sync_s, cost.capacity_tokens(scheme))
+    return Prediction(run, tokens, step_s, sync_s, memory.capacity_tokens)
 
 
 def _ratio_text(item: Prediction) -> str:
@@ -120,6 +149,9 @@ def _row(item: Prediction, flat_item: Prediction, legacy_item: Prediction) -> st
     run = item.run
     recipe = f"{run.recompute} recompute, {run.sharding}, grads {run.grad_dtype}"
     recipe += ", overlapped" if run.overlap else ""
+    recipe += ", TP overlapped" if run.tp_overlap else ""
+    recipe += f", Adam {run.optimizer_dtype}" if run.optimizer_dtype != "fp32" else ""
+    recipe += f", {run.pipeline_split} split" if run.pipeline_split != "even" else ""
     recipe += f", {run.virtual_stages} model chunks per GPU" if run.virtual_stages > 1 else ""
     layout = f"{run.tp},{run.pp},{run.cp},{run.dp}"
     capacity = f"{item.capacity_tokens:,} / {item.micro_batch_tokens:,}"
@@ -161,18 +193,26 @@ def render(predictions: list[Prediction], flat: list[Prediction], legacy: list[P
     return "\n".join(lines)
 
 
-SENSITIVITY_CHUNKS = (2, 4, 8)
+SENSITIVITY_CHUNKS = (1, 2, 4, 8, 12)
 
 
 def interleaving_sensitivity(runs: tuple[PublishedRun, ...]) -> str:
-    """Ratios of the held-out pipelined rows priced without interleaving, had they run an
-    interleaved schedule with v model chunks per GPU (the depth their sources do not give)."""
+    """Ratio and capacity of every held-out interleaved row, had it run v model chunks per GPU
+    instead: fewer chunks lengthen the bubble, more keep more micro-batches in flight."""
     lines = []
     for run in runs:
-        if run.held_out and run.pp > 1 and run.virtual_stages == 1 and run.band > 0.30:
-            ratios = [predict(replace(run, virtual_stages=chunks)).ratio for chunks in SENSITIVITY_CHUNKS]
-            text = ", ".join(f"v={chunks}: {ratio:.2f}" for chunks, ratio in zip(SENSITIVITY_CHUNKS, ratios))
-            lines.append(f"- {run.name}: v=1 (the table): {predict(run).ratio:.2f}; {text}")
+        if not (run.held_out and run.virtual_stages > 1):
+            continue
+        cells = []
+        for chunks in SENSITIVITY_CHUNKS:
+            try:  # only depths that split the layers evenly into chunks
+                chunk_layers(model_of(run).num_layers, run.pp, chunks, run.pipeline_split)  # type: ignore[arg-type]
+            except ValueError:
+                continue
+            item = predict(replace(run, virtual_stages=chunks))
+            mark = " (the table)" if chunks == run.virtual_stages else ""
+            cells.append(f"v={chunks}{mark}: {item.ratio:.2f}, capacity {item.capacity_tokens:,}")
+        lines.append(f"- {run.name} (ran {run.micro_batch * run.seq_len:,} tokens): " + "; ".join(cells))
     return "\n".join(lines)
 
 
@@ -194,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         notes = [
             OUTLIERS,
             HELD_OUT_NOTES,
-            "Interleaving sensitivity (ratio if the run had v model chunks per GPU):\n\n"
+            "Interleaving sensitivity (ratio and capacity had the run used v model chunks per GPU):\n\n"
             + interleaving_sensitivity(ALL_RUNS),
             "Provenance of the held-out rows:\n\n" + provenance_list(ALL_RUNS),
         ]
@@ -251,19 +291,22 @@ source's own FLOP count where it has one (Narayanan eq. 3) and with PaLM's `6N +
 otherwise (Llama 3).
 
 Outliers and why:
-- Llama 3 405B (0.57-0.70, band 45%): the prediction prices plain 1F1B, whose bubble is
-  (pp-1)/m = 15/32 and 15/16 of the micro-batches with 32 and 16 sequences per data-parallel
-  group. Llama 3 ran an interleaved schedule (recalled, depth not read), which divides the bubble
-  by its model chunks per GPU v: with v = 8 (one layer per chunk) the 8K rows come out 0.97-0.98
-  and the 128K row 1.18 (the sensitivity list below, computed). The planner itself prices
-  non-interleaved 1F1B only, so these rows stay at v = 1 with a band that says so. The 128K row
-  also depends on the FLOP convention: counting attention with the causal saving
-  (`6N + 6*L*h*s`) raises its published tokens/s by 1.40x. Capacity: 405B's 126 layers do not
-  split evenly over 16 stages (the planner's even split), so the stand-in has 128 layers and its
-  first stage holds 8 layers where Llama 3's holds 7: the predicted capacity (7,917-7,965 tokens
-  at 8K, 127,446 at 128K) is 3% below the one sequence each micro-batch held; with 7 layers on
-  the first stage it would hold ~9,000. The same extra layer makes the last stage 8 layers plus
-  the LM head (4.2 GFLOP per token, ~0.66 of a layer), where Llama 3's last stage has 7.
+- Llama 3 405B (0.97-0.98 at 8K, 1.18 at 128K): priced with 8 model chunks per GPU, derived
+  from the paper's text as recalled (provenance below: a first chunk holding only the
+  embedding is one slot of the 128 its 126 layers, embedding and loss fill), under the interleaved
+  bubble `(pp-1)/v` and the paper's uneven split (7 layers on the first and last rank, 8 on the
+  others). Time is priced by the bottleneck rank's 8 layers with the LM head still charged on top
+  (~0.66 of a layer: conservative). The depth is not a published figure: plain 1F1B would give
+  0.57-0.70 (the sensitivity list below). The 128K row also depends on the FLOP convention:
+  counting attention with the causal saving (`6N + 6*L*h*s`) raises its published tokens/s by
+  1.40x and would put it at 0.84. Capacity (the one open item of issue 13): under selective
+  recompute (assumed) and Megatron-Core's interleaved schedule, which runs micro-batches in
+  groups of pp per chunk, rank 1 keeps 128-141 layer-micro-batches of activations in flight, and
+  the predicted capacity (7,245 and 8,029 tokens at 8K, 128,468 at 128K) is 2-12% below the one
+  sequence each micro-batch held; with 1F1B's 120 it holds 8,513-8,564 and 137,032. Llama 3
+  sets that group size freely ("allows setting N flexibly", §3.3.2, recalled) and does not give
+  it, nor its recompute policy: the row's memory recipe is not published, so it cannot show
+  whether the model is conservative here.
 - Megatron GPT 1.7B and 3.6B on 32 and 64 A100 (over-predicted, 1.22 and 1.20): the table's
   narrowest models (2,304 and 3,072 wide, 1,536 per GPU under TP 2), where the fitted shape curve
   (half-point 512) still grants 75-82% of the GEMM ceiling; their 2021 runs fused only bias-GeLU
@@ -275,13 +318,12 @@ Outliers and why:
   on) and more for narrow ones, where one half-point parameter fitted on wide-model rows
   under-states the loss. Table 1's pipelined rows (39.1B-1T) are left out: their micro-batch size
   and pipeline schedule are not in the table, and they move the bubble by up to 2x.
-- Nemotron-4 340B on 128 H100 (0.93): throughput within 7% with the recipe's 12 model chunks
-  per GPU, but the model's capacity (1,117 tokens) is far below the 4,096 it ran: with ZeRO-1
-  and fp32 gradients (Megatron's default for bf16, read in megatron/training/arguments.py),
-  weights, gradients and optimizer shard take ~64 GB of the 74 GB usable, and 8 micro-batches of
-  12 layers' selective-recompute activations do not fit in the rest. The recipe's memory settings
-  (recompute policy, activation offloading, gradient dtype) were not read; this is the one row
-  where the memory model, not the time model, is the open question.
+- Nemotron-4 340B on 128 H100 (1.03, capacity 4,343 of the 4,096 it ran): the recipe's own
+  settings, read in NVIDIA/dgxc-benchmarking (provenance below): apex's distributed Adam with
+  bf16 gradients and bf16 state, TP communication overlapped, 12 model chunks per GPU (rank 0
+  then keeps 103 one-layer chunks of activations in flight, against 96 under 1F1B). Priced
+  before with ZeRO-1, fp32 gradients and fp32 Adam, it held 1,117 tokens (0.93, TP not
+  overlapped); with only the Adam state back in fp32 it would hold 2,758.
 - Not used: GPT-3 175B on 1,024 A100 at 140 TFLOP/s (Narayanan et al. 2021 §5.1) is the paper's
   estimate for a training run, not a measured configuration with a layout; Nemotron-4 340B's
   Table 2 (6,144 H100, batch 2,304, 8.0 s, MFU 41%, read in a summary) lacks a readable

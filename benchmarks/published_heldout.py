@@ -65,17 +65,27 @@ NARAYANAN_TABLE2 = (
 )
 LLAMA3_READ = (
     "read: GPUs, TP, CP, PP, 16M tokens per batch, TFLOP/s per GPU; derived: DP, sequences per "
-    "DP group (16M taken as 2^24: 2,048 sequences of 8,192, 32 per DP group of 64); recalled: "
-    "sequence lengths 8,192 / 131,072 and the 38-43% MFU (consistent with the TFLOP/s over 989); "
-    "assumed: micro-batch 1 sequence, gradients and optimizer state "
-    "sharded (zero2: FSDP without resharding weights), selective recompute, overlapped "
-    "data-parallel sync, no pipeline interleaving."
+    "DP group (16M taken as 2^24: 2,048 sequences of 8,192, 32 per DP group of 64), and v = 8 "
+    "model chunks per GPU from the recalled §3.3.2 text (one layer each taken off the first and "
+    "the last stage, 'the first model chunk on the first stage has only the embedding': 128 slots "
+    "of 126 layers, embedding and loss over 16 ranks are 8 per rank, and a chunk holding only the "
+    "embedding is one slot, so 8 chunks); recalled: sequence lengths 8,192 / 131,072, the 38-43% "
+    "MFU (consistent with the TFLOP/s over 989), the interleaved schedule with bubble "
+    "(pp-1)/(v*m) and that uneven split (§3.3.2); assumed: micro-batch 1 sequence, gradients and "
+    "optimizer state sharded (zero2: FSDP without resharding weights), selective recompute, "
+    "overlapped data-parallel sync, TP collectives not overlapped."
 )
 NGC_READ = (
-    "read: GPUs, TP, PP, VP, micro-batch, batch, sequence length, step time 4.77 s; fp32 gradients "
-    "reduced in fp32 (Megatron-LM's default for bf16, megatron/training/arguments.py); recalled: "
-    "Megatron-Core distributed optimizer (zero1) with overlapped gradient reduce; assumed: "
-    "selective recompute."
+    "read: GPUs, TP, PP, VP, micro-batch, batch, sequence length, step time 4.77 s (NGC page); the "
+    "recipe's settings in NVIDIA/dgxc-benchmarking nemotron/configure.sh (35a9aec: global batch 2 "
+    "per node, TP 8, PP 8, VP 12, micro-batch 1, ub_tp_comm_overlap, sequence parallel, "
+    "overlap_p2p_comm) and nemotron/nemotron4-340b-synth.yaml (8f5cbb3: selective activation "
+    "checkpointing, optimizer distributed_fused_adam with dtype bf16 and grad_sync_dtype bf16, "
+    "contiguous grad buffer, overlap_grad_sync and overlap_param_sync); NeMo at tag 24.09-alpha.rc0 "
+    "(the recipe's 24.09 container) passes that dtype to apex's DistributedFusedAdam and, the state "
+    "dtype being the model's, keeps no master copy (megatron_base_model.py, setup_optimization). "
+    "Priced as zero1 with bf16 gradients and bf16 Adam moments plus an fp32 master copy: 2 bytes "
+    "per parameter conservative over DP 2. Not read: activation offloading (none in the yaml)."
 )
 
 
@@ -114,20 +124,13 @@ NEMOTRON4_340B = ModelSpec(
 )
 
 
-def _llama3_405b_pp16() -> ModelSpec:
-    """Llama 3 405B as its 16 pipeline stages run it: the paper takes one layer off the first and
-    the last stage (embedding and head in their place), so every stage runs 8 layers; the planner's
-    even split needs 128 = 16 x 8 layers, the LM head is then charged on top of the last 8."""
-    return LLAMA3_405B.model_copy(update={"name": "llama3-405b-pp16", "num_layers": 128})
-
-
 HELD_OUT_MODELS: dict[str, ModelSpec] = {
     "gpt-1.7b": _gpt("gpt-1.7b", 24, 2304, 24),
     "gpt-3.6b": _gpt("gpt-3.6b", 30, 3072, 32),
     "gpt-7.5b": _gpt("gpt-7.5b", 36, 4096, 32),
     "gpt-18.4b": _gpt("gpt-18.4b", 40, 6144, 48),
     "gpt-175b-narayanan": _gpt("gpt-175b-narayanan", 96, 12288, 96),
-    "llama3-405b-pp16": _llama3_405b_pp16(),
+    "llama3-405b": LLAMA3_405B,
     "nemotron4-340b": NEMOTRON4_340B,
 }
 
@@ -175,10 +178,11 @@ def _narayanan(
     )
 
 
-LLAMA3_BAND = 0.45  # the interleaving depth of its pipeline schedule is not read (RESULTS.md, published)
-LLAMA3_STAGE0 = (
-    "the stand-in's first stage holds 8 layers where Llama 3's holds 7, and 16 micro-batches of "
-    "8 layers' activations in flight"
+LLAMA3_MEMORY = (
+    "its memory recipe is not published: with selective recompute and Megatron-Core's interleaved "
+    "schedule (micro-batch groups of pp per chunk) rank 1 keeps 128-141 layer-micro-batches of "
+    "activations in flight, where 1F1B keeps 120 and fits (interleaving sensitivity list); Llama 3 "
+    "sets that group size freely (its §3.3.2) and does not give it"
 )
 
 
@@ -187,7 +191,7 @@ def _llama3(name: str, num_gpus: int, cp: int, seq_len: int, tflops: float) -> P
     tokens_per_batch = 16 * 2**20
     return PublishedRun(
         name=name,
-        model="llama3-405b-pp16",
+        model="llama3-405b",
         gpu="h100-sxm-80gb",
         num_gpus=num_gpus,
         tp=8,
@@ -204,10 +208,11 @@ def _llama3(name: str, num_gpus: int, cp: int, seq_len: int, tflops: float) -> P
         published_tokens_per_s_per_gpu=tflops * 1e12 / palm_flops_per_token(real, seq_len),
         published_as=f"{tflops:.0f} TFLOP/s",
         source=LLAMA3,
-        band=LLAMA3_BAND,
         held_out=True,
+        virtual_stages=8,
+        pipeline_split="embedding-and-loss",
         provenance=LLAMA3_READ,
-        capacity_short=LLAMA3_STAGE0,
+        capacity_short=LLAMA3_MEMORY,
     )
 
 
@@ -235,18 +240,16 @@ HELD_OUT: tuple[PublishedRun, ...] = (
         micro_batch=1,
         recompute="selective",
         sharding="zero1",
-        grad_dtype="fp32",
-        grad_reduce_dtype="fp32",
+        grad_dtype="bf16",
+        grad_reduce_dtype="bf16",
+        optimizer_dtype="bf16",
         overlap=True,
+        tp_overlap=True,
         published_tokens_per_s_per_gpu=32 * 4096 / 4.77 / 128,
         published_as="step 4.77 s",
         source=NGC_NEMOTRON,
         held_out=True,
         virtual_stages=12,
         provenance=NGC_READ,
-        capacity_short=(
-            "zero1 with fp32 gradients leaves ~9 GB of 74 for activations; the recipe's memory "
-            "savings (recompute policy, activation offload) are not read"
-        ),
     ),
 )

@@ -109,8 +109,14 @@ class PublishedRun:
     # False: one of the rows the A100 efficiency entry was fitted on (in-sample); True: a row no
     # parameter was fitted on (benchmarks/published_heldout.py).
     held_out: bool = False
-    # Interleaved 1F1B model chunks per GPU (Narayanan et al. 2021 §2.2.2): bubble (pp-1)/v.
+    # Interleaved 1F1B model chunks per GPU (Narayanan et al. 2021 §2.2.2): bubble (pp-1)/v, and
+    # more micro-batches in flight (cost_models/pipeline_layout.py).
     virtual_stages: int = 1
+    # "even", or "embedding-and-loss": Megatron-Core's split where the embedding and the loss take
+    # one layer's slot each (cost_models/pipeline_layout.py).
+    pipeline_split: str = "even"
+    optimizer_dtype: str = "fp32"  # Adam's moments
+    tp_overlap: bool = False  # TP collectives overlapped with the GEMMs (Megatron --tp-comm-overlap)
     # Which figures were read in a source here and which were recalled or derived.
     provenance: str = "see RESULTS.md, published"
     # Why the model's capacity is below the micro-batch this run held, when it is (the test then

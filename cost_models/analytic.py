@@ -41,6 +41,7 @@ from hydraplan.cost_models.analytic_time import (
 )
 from hydraplan.cost_models.efficiency import gpu_efficiency
 from hydraplan.cost_models.hardware import HardwareParams
+from hydraplan.cost_models.pipeline_layout import PipelineSplit, chunk_layers, in_flight_micro_batches
 from hydraplan.cost_models.recipe import (
     DTYPE_BYTES,
     Dtype,
@@ -285,15 +286,13 @@ class SchemeMemory:
 
 
 def stage_params(model: ModelSpec, pp: int) -> tuple[int, int]:
-    """Parameters of the first and of the last PP stage (equal when pp == 1).
+    """Parameters of the first and of the last PP stage of an even split (equal when pp == 1).
 
     The first stage holds the embedding, the last the LM head (Megatron keeps a copy of a tied
     embedding there for the head).
     """
-    body = model.num_layers // pp * model.params_per_layer
-    if pp == 1:
-        return (model.num_params,) * 2
-    return body + model.embedding_params, body + model.embedding_params
+    layers = model.num_layers // pp
+    return _rank_params(model, pp, 0, layers), _rank_params(model, pp, pp - 1, layers)
 
 
 def static_bytes(
@@ -324,44 +323,67 @@ def scheme_memory(
     num_gpus: int,
     options: AnalyticOptions,
     hardware: HardwareParams | None = None,
+    virtual_stages: int = 1,
+    split: PipelineSplit = "even",
+    micro_batches: int | None = None,
 ) -> SchemeMemory:
     """Static memory, stored activations per token, and the capacity of one scheme.
 
-    Stage 0 holds `pp` micro-batches in flight under 1F1B (Narayanan et al. 2021 §2.2.1); the last
-    stage holds one plus the fp32 logits (`4*V` bytes per token, split over TP and CP). Full
-    recompute needs one layer's full activations as working memory in the backward pass. CP splits
-    every sequence's tokens, so per-GPU bytes per token are divided by cp. Llama models have no
-    dropout. `hardware` scales the stored activations by its element size (bf16: 1) and its
-    measured-over-modelled activation scale (1 uncalibrated).
+    Every pipeline rank is checked: its layers and the micro-batches it keeps in flight
+    (`pipeline_layout`; the defaults, an even split under 1F1B with as many micro-batches as it
+    can hold, make rank 0 with `pp` in flight and the last rank the binding ones, Narayanan et al.
+    2021 §2.2.1). The first rank holds the embedding, the last the LM head and the fp32 logits
+    (`4*V` bytes per token, split over TP and CP). Full recompute needs one layer's full
+    activations as working memory in the backward pass. CP splits every sequence's tokens, so
+    per-GPU bytes per token are divided by cp. Llama models have no dropout. `hardware` scales the
+    stored activations by its element size (bf16: 1) and its measured-over-modelled activation
+    scale (1 uncalibrated). `virtual_stages`, `split` and `micro_batches` describe schedules the
+    planner does not run (interleaving, Megatron-Core's uneven splits); the published-run
+    validation prices them (`benchmarks/published.py`).
     """
     tp, pp, cp = scheme.tp, scheme.pp, scheme.cp
-    layers = model.num_layers // pp
+    layers = chunk_layers(model.num_layers, pp, virtual_stages, split)
+    in_flight = in_flight_micro_batches(pp, virtual_stages, micro_batches)
     scale = 1.0 if hardware is None else activation_scale(hardware)
     per_token, per_sq = activation_coefficients(
         model, tp, True, options.recompute, options.flash_attention, dropout=False
     )
-    stored, stored_sq = layers * per_token / cp * scale, layers * per_sq / cp * scale
+    per_token, per_sq = per_token / cp * scale, per_sq / cp * scale
     work, work_sq = 0.0, 0.0
     if options.recompute == "full":
         work, work_sq = activation_coefficients(model, tp, True, "none", options.flash_attention, dropout=False)
         work, work_sq = work / cp * scale, work_sq / cp * scale
     logits = FP32_BYTES * model.vocab_size / (tp * cp)
     usable = gpu.memory_bytes * (1 - options.memory_reserve_fraction)
-    first_params, last_params = stage_params(model, pp)
-    first_static = static_bytes(model, first_params, tp, num_gpus, options)
-    last_static = static_bytes(model, last_params, tp, num_gpus, options)
-    first_bound = max_tokens(usable - first_static, pp * stored + work, pp * stored_sq + work_sq)
-    last_bound = max_tokens(usable - last_static, stored + work + logits, stored_sq + work_sq)
+    # Under an even 1F1B split a middle rank holds fewer parameters and no more micro-batches in
+    # flight than rank 0: only the two ends can bind.
+    plain = virtual_stages == 1 and split == "even"
+    bounds, largest_static, largest_params = [], 0.0, 0
+    for rank in sorted({0, pp - 1}) if plain else range(pp):
+        params = _rank_params(model, pp, rank, sum(layers[rank]))
+        static = static_bytes(model, params, tp, num_gpus, options)
+        stored_layers = sum(count * chunk for count, chunk in zip(in_flight[rank], layers[rank]))
+        head = logits if rank == pp - 1 else 0.0
+        bound = max_tokens(usable - static, stored_layers * per_token + work + head, stored_layers * per_sq + work_sq)
+        bounds.append(bound)
+        largest_static, largest_params = max(largest_static, static), max(largest_params, params)
     return SchemeMemory(
-        static_bytes=max(first_static, last_static),
-        activation_bytes_per_token=stored,
-        activation_bytes_per_token_sq=stored_sq,
-        capacity_tokens=min(first_bound, last_bound),
-        grad_bytes_per_gpu=max(first_params, last_params) / tp * BF16_BYTES,
-        grad_sync_bytes_per_gpu=grad_sync_bytes(
-            max(first_params, last_params), tp, options.sharding, options.grad_reduce_dtype
-        ),
+        static_bytes=largest_static,
+        activation_bytes_per_token=sum(layers[0]) * per_token,
+        activation_bytes_per_token_sq=sum(layers[0]) * per_sq,
+        capacity_tokens=min(bounds),
+        grad_bytes_per_gpu=largest_params / tp * BF16_BYTES,
+        grad_sync_bytes_per_gpu=grad_sync_bytes(largest_params, tp, options.sharding, options.grad_reduce_dtype),
     )
+
+
+def _rank_params(model: ModelSpec, pp: int, rank: int, layers: int) -> int:
+    """Parameters of one pipeline rank holding `layers` layers: the whole model when pp == 1,
+    else the embedding on the first rank and the LM head on the last."""
+    if pp == 1:
+        return model.num_params
+    ends = (rank == 0) + (rank == pp - 1)
+    return layers * model.params_per_layer + ends * model.embedding_params
 
 
 # ---------------------------------------------------------------------------------------------

@@ -94,8 +94,12 @@ def test_interleaving_divides_only_the_bubble() -> None:
     assert interleaved.step_s < plain.step_s
 
 
-def test_sensitivity_lists_the_wide_band_rows() -> None:
+def test_sensitivity_lists_every_interleaved_held_out_row() -> None:
     text = interleaving_sensitivity(ALL_RUNS)
-    wide = [run for run in HELD_OUT if run.band > 0.30]
-    assert wide and all(run.name in text for run in wide)
-    assert f"v=1 (the table): {predict(wide[0]).ratio:.2f}" in text
+    interleaved = [run for run in HELD_OUT if run.virtual_stages > 1]
+    assert interleaved and all(run.name in text for run in interleaved)
+    first = interleaved[0]
+    item = predict(first)
+    assert f"v={first.virtual_stages} (the table): {item.ratio:.2f}, capacity {item.capacity_tokens:,}" in text
+    plain = predict(replace(first, virtual_stages=1))
+    assert f"v=1: {plain.ratio:.2f}, capacity {plain.capacity_tokens:,}" in text
