@@ -228,7 +228,7 @@ def report(
         source,
         f"Measured {len(provenance.samples)} micro-batches ({provenance.hardware}, torch {provenance.torch_version}, "
         f"{provenance.num_threads} thread per rank, {provenance.dtype}, clock {provenance.clock}, {provenance.date}); "
-        f"load average {load} on a CPU shared with other jobs while measuring: figures are noisy.",
+        f"load average {load} on a CPU shared with other jobs: figures are noisy.",
         "### Measured schemes: held-out micro-batches (random lengths; fit on long, short, mixed)",
         markdown_table(
             ["scheme", "fit batches", "held-out", "fit error (median)", "time median", "time p95", "memory median"],
@@ -303,9 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.measured is None:
         path = args.keep or Path(tempfile.mkdtemp()) / "raw.json"
         measure(path, args.budget_s, args.repeats, args.token_counts)
-        load = "{:.1f} / {:.1f} / {:.1f} (1, 5, 15 min, at the end of the measurement)".format(*os.getloadavg())
+        load = "{:.1f} / {:.1f} / {:.1f} (1, 5, 15 min) at the end of the measurement".format(*os.getloadavg())
     else:
         path = args.measured
+        load += " when this report was made (the measurement's own is not in the file)"
     provenance = load_profile(path).provenance
     step_line = None if args.skip_step else whole_step(provenance, args.repeats)
     default_run_s = None if args.skip_default_run else time_default_run()
