@@ -69,15 +69,22 @@ def model_of(run: PublishedRun) -> ModelSpec:
     return get_model(run.model)
 
 
-def time_model_of(run: PublishedRun) -> ModelSpec:
-    """The model whose even split prices the run's bottleneck stage. Under the
-    `embedding-and-loss` split every middle rank runs `(L + 2) / pp` layers: a stand-in with two
-    more layers gives every rank that many, with the LM head still charged on top of the last
-    (conservative by the head, which Megatron-Core's split puts in place of a layer)."""
+def time_models_of(run: PublishedRun) -> list[ModelSpec]:
+    """Models whose even split prices each kind of rank of the run; the slowest sets the step.
+
+    Even split: the model itself (its last stage, the layers plus the LM head, is the slowest).
+    `embedding-and-loss` split with `n = (L + 2) / pp` slots per rank: a middle rank runs n
+    layers and no head (a stand-in with `pp * n` layers and a one-token vocabulary), the last rank
+    n - 1 layers and the head (a stand-in with `pp * (n - 1)` layers); the first rank's n - 1
+    layers and the embedding lookup are faster than either.
+    """
     model = model_of(run)
     if run.pipeline_split == "even":
-        return model
-    return model.model_copy(update={"name": f"{model.name}-slots", "num_layers": model.num_layers + 2})
+        return [model]
+    slots = (model.num_layers + 2) // run.pp
+    middle = model.model_copy(update={"name": f"{model.name}-middle", "num_layers": run.pp * slots, "vocab_size": 1})
+    last = model.model_copy(update={"name": f"{model.name}-last", "num_layers": run.pp * (slots - 1)})
+    return [middle, last]
 
 
 def recipe_of(run: PublishedRun, efficiency: str = "catalog") -> AnalyticOptions:
@@ -108,11 +115,14 @@ def predict(run: PublishedRun, options: AnalyticOptions | None = None) -> Predic
     run's own schedule: its split, model chunks and micro-batches in flight on every rank."""
     options = options or recipe_of(run)
     gpu = get_gpu(run.gpu)
-    profile = build_profile(time_model_of(run), gpu, run.num_gpus, GPUS_PER_NODE, options)
-    cost = ProfileCostModel(profile)
     scheme = ParallelScheme(run.tp, run.pp, run.cp)
-    if scheme not in cost.schemes():
-        return Prediction(run, 0.0, float("inf"), 0.0, 0)
+    stage_s, sync_s = 0.0, 0.0
+    for model in time_models_of(run):
+        cost = ProfileCostModel(build_profile(model, gpu, run.num_gpus, GPUS_PER_NODE, options))
+        if scheme not in cost.schemes():
+            return Prediction(run, 0.0, float("inf"), 0.0, 0)
+        stage_s = max(stage_s, cost.stage_time_s(scheme, [run.seq_len] * run.micro_batch))
+        sync_s = max(sync_s, cost.grad_sync_s([scheme] * run.dp))
     memory = scheme_memory(
         model_of(run),
         gpu,
@@ -123,8 +133,6 @@ def predict(run: PublishedRun, options: AnalyticOptions | None = None) -> Predic
         split=run.pipeline_split,  # type: ignore[arg-type]
         micro_batches=run.micro_batches,
     )
-    stage_s = cost.stage_time_s(scheme, [run.seq_len] * run.micro_batch)
-    sync_s = cost.grad_sync_s([scheme] * run.dp)
     # 1F1B: m micro-batches plus the (pp-1)-stage bubble, divided by the model chunks per GPU
     # under the interleaved schedule (Narayanan et al. 2021 §2.2.2).
     step_s = (run.micro_batches + (run.pp - 1) / run.virtual_stages) * stage_s + sync_s
@@ -291,17 +299,18 @@ source's own FLOP count where it has one (Narayanan eq. 3) and with PaLM's `6N +
 otherwise (Llama 3).
 
 Outliers and why:
-- Llama 3 405B (0.97-0.98 at 8K, 1.18 at 128K): priced with 8 model chunks per GPU, derived
+- Llama 3 405B (1.03-1.04 at 8K, 1.21 at 128K): priced with 8 model chunks per GPU, derived
   from the paper's text as recalled (provenance below: a first chunk holding only the
   embedding is one slot of the 128 its 126 layers, embedding and loss fill), under the interleaved
   bubble `(pp-1)/v` and the paper's uneven split (7 layers on the first and last rank, 8 on the
-  others). Time is priced by the bottleneck rank's 8 layers with the LM head still charged on top
-  (~0.66 of a layer: conservative). The depth is not a published figure: plain 1F1B would give
-  0.57-0.70 (the sensitivity list below). The 128K row also depends on the FLOP convention:
+  others). Time is the slowest rank's: a middle one with 8 layers (the last runs 7 and the LM
+  head, ~0.66 of a layer). The depth is not a published figure: plain 1F1B would give
+  0.61-0.75 (the sensitivity list below). The 128K row also depends on the FLOP convention:
   counting attention with the causal saving (`6N + 6*L*h*s`) raises its published tokens/s by
-  1.40x and would put it at 0.84. Capacity (the one open item of issue 13): under selective
-  recompute (assumed) and Megatron-Core's interleaved schedule, which runs micro-batches in
-  groups of pp per chunk, rank 1 keeps 128-141 layer-micro-batches of activations in flight, and
+  1.40x and would put it at 0.87; like the narrow 2021 GPTs below, the rows that are off are
+  over-predicted (every held-out ratio is 1.03 or more). Capacity (the one open item of issue
+  13): under selective recompute (assumed) and Megatron-Core's interleaved schedule, which runs
+  micro-batches in groups of pp per chunk, rank 1 keeps 128-141 layer-micro-batches of activations in flight, and
   the predicted capacity (7,245 and 8,029 tokens at 8K, 128,468 at 128K) is 2-12% below the one
   sequence each micro-batch held; with 1F1B's 120 it holds 8,513-8,564 and 137,032. Llama 3
   sets that group size freely ("allows setting N flexibly", §3.3.2, recalled) and does not give
