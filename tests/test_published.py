@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.published import ALL_RUNS, interleaving_sensitivity, predict, summary
+from benchmarks.published import ALL_RUNS, interleaving_sensitivity, predict, recipe_of, summary, time_models_of
 from benchmarks.published_heldout import (
     HELD_OUT,
     HELD_OUT_MODELS,
@@ -17,6 +17,10 @@ from benchmarks.published_heldout import (
     palm_flops_per_token,
 )
 from benchmarks.published_runs import GPT_MODELS, RUNS, megatron_model_flops_per_token
+from hydraplan.cost_models.analytic import build_profile
+from hydraplan.cost_models.catalog import get_gpu
+from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner.scheme import ParallelScheme
 
 IDS = [run.name for run in ALL_RUNS]
 
@@ -103,3 +107,23 @@ def test_sensitivity_lists_every_interleaved_held_out_row() -> None:
     assert f"v={first.virtual_stages} (the table): {item.ratio:.2f}, capacity {item.capacity_tokens:,}" in text
     plain = predict(replace(first, virtual_stages=1))
     assert f"v=1: {plain.ratio:.2f}, capacity {plain.capacity_tokens:,}" in text
+
+
+def test_an_uneven_split_is_priced_by_its_slowest_rank() -> None:
+    # Llama 3 405B, 126 layers + embedding + loss over 16 ranks: 8 slots per rank; a middle rank
+    # runs 8 layers and no LM head, the last 7 layers and the head
+    run = next(run for run in HELD_OUT if run.pipeline_split == "embedding-and-loss")
+    middle, last = time_models_of(run)
+    assert (middle.num_layers // run.pp, middle.vocab_size) == (8, 1)
+    assert (last.num_layers // run.pp, last.vocab_size) == (7, LLAMA3_405B.vocab_size)
+    scheme = ParallelScheme(run.tp, run.pp, run.cp)
+    options = recipe_of(run)
+    costs = [
+        ProfileCostModel(build_profile(model, get_gpu(run.gpu), run.num_gpus, 8, options)) for model in (middle, last)
+    ]
+    stage_s = max(cost.stage_time_s(scheme, [run.seq_len]) for cost in costs)
+    sync_s = max(cost.grad_sync_s([scheme] * run.dp) for cost in costs)
+    expected = (run.micro_batches + (run.pp - 1) / run.virtual_stages) * stage_s + sync_s
+    assert predict(run).step_s == pytest.approx(expected)
+    # the middle rank is the slower one here: 8 layers outweigh 7 plus the head (~0.66 of a layer)
+    assert costs[0].stage_time_s(scheme, [run.seq_len]) > costs[1].stage_time_s(scheme, [run.seq_len])
