@@ -123,21 +123,28 @@ def predict(run: PublishedRun, options: AnalyticOptions | None = None) -> Predic
             return Prediction(run, 0.0, float("inf"), 0.0, 0)
         stage_s = max(stage_s, cost.stage_time_s(scheme, [run.seq_len] * run.micro_batch))
         sync_s = max(sync_s, cost.grad_sync_s([scheme] * run.dp))
+    # 1F1B: m micro-batches plus the (pp-1)-stage bubble, divided by the model chunks per GPU
+    # under the interleaved schedule (Narayanan et al. 2021 §2.2.2).
+    step_s = (run.micro_batches + (run.pp - 1) / run.virtual_stages) * stage_s + sync_s
+    tokens = run.global_batch * run.seq_len / step_s / run.num_gpus
+    return Prediction(run, tokens, step_s, sync_s, capacity_of(run, options))
+
+
+def capacity_of(run: PublishedRun, options: AnalyticOptions, group_size: int | None = None) -> int:
+    """Largest micro-batch (tokens) every rank of the run's own schedule holds: its split, model
+    chunks, micro-batches in flight and (interleaved) micro-batch group size, `pp` by default."""
     memory = scheme_memory(
         model_of(run),
-        gpu,
-        scheme,
+        get_gpu(run.gpu),
+        ParallelScheme(run.tp, run.pp, run.cp),
         run.num_gpus,
         options,
         virtual_stages=run.virtual_stages,
         split=run.pipeline_split,  # type: ignore[arg-type]
         micro_batches=run.micro_batches,
+        group_size=group_size,
     )
-    # 1F1B: m micro-batches plus the (pp-1)-stage bubble, divided by the model chunks per GPU
-    # under the interleaved schedule (Narayanan et al. 2021 §2.2.2).
-    step_s = (run.micro_batches + (run.pp - 1) / run.virtual_stages) * stage_s + sync_s
-    tokens = run.global_batch * run.seq_len / step_s / run.num_gpus
-    return Prediction(run, tokens, step_s, sync_s, memory.capacity_tokens)
+    return memory.capacity_tokens
 
 
 def _ratio_text(item: Prediction) -> str:
@@ -202,6 +209,7 @@ def render(predictions: list[Prediction], flat: list[Prediction], legacy: list[P
 
 
 SENSITIVITY_CHUNKS = (1, 2, 4, 8, 12)
+SENSITIVITY_GROUPS = (2, 4, 6, 8, 12)
 
 
 def interleaving_sensitivity(runs: tuple[PublishedRun, ...]) -> str:
@@ -221,6 +229,9 @@ def interleaving_sensitivity(runs: tuple[PublishedRun, ...]) -> str:
             mark = " (the table)" if chunks == run.virtual_stages else ""
             cells.append(f"v={chunks}{mark}: {item.ratio:.2f}, capacity {item.capacity_tokens:,}")
         lines.append(f"- {run.name} (ran {run.micro_batch * run.seq_len:,} tokens): " + "; ".join(cells))
+        groups = [group for group in SENSITIVITY_GROUPS if group < run.pp]
+        sizes = ", ".join(f"G={group}: {capacity_of(run, recipe_of(run), group):,}" for group in groups)
+        lines.append(f"  capacity with micro-batch groups of G < pp = {run.pp} per chunk (bubble not priced): {sizes}")
     return "\n".join(lines)
 
 
@@ -312,10 +323,12 @@ Outliers and why:
   13): under selective recompute (assumed) and Megatron-Core's interleaved schedule, which runs
   micro-batches in groups of pp per chunk, rank 1 keeps 128-141 layer-micro-batches of activations in flight, and
   the predicted capacity (7,245 and 8,029 tokens at 8K, 128,468 at 128K) is 2-12% below the one
-  sequence each micro-batch held; with 1F1B's 120 it holds 8,513-8,564 and 137,032. Llama 3
-  sets that group size freely ("allows setting N flexibly", §3.3.2, recalled) and does not give
-  it, nor its recompute policy: the row's memory recipe is not published, so it cannot show
-  whether the model is conservative here.
+  sequence each micro-batch held; with 1F1B's 120 it holds 8,513-8,564 and 137,032, and with
+  micro-batch groups of 12 or fewer per chunk 9,041-9,095 and 145,521 (the second sensitivity
+  line; such groups stall the pipeline, a bubble not priced there). Llama 3 sets that group size
+  freely ("allows setting N flexibly", §3.3.2, recalled) and does not give its value, nor its
+  recompute policy: the row's memory recipe is not published, so whether the model is
+  conservative here cannot be told.
 - Megatron GPT 1.7B and 3.6B on 32 and 64 A100 (over-predicted, 1.22 and 1.20): the table's
   narrowest models (2,304 and 3,072 wide, 1,536 per GPU under TP 2), where the fitted shape curve
   (half-point 512) still grants 75-82% of the GEMM ceiling; their 2021 runs fused only bias-GeLU

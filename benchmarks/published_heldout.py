@@ -181,8 +181,9 @@ def _narayanan(
 LLAMA3_MEMORY = (
     "its memory recipe is not published: with selective recompute and Megatron-Core's interleaved "
     "schedule (micro-batch groups of pp per chunk) rank 1 keeps 128-141 layer-micro-batches of "
-    "activations in flight, where 1F1B keeps 120 and fits (interleaving sensitivity list); Llama 3 "
-    "sets that group size freely (its §3.3.2) and does not give it"
+    "activations in flight, where 1F1B keeps 120 and fits, as do groups of 12 or fewer "
+    "(interleaving sensitivity list); Llama 3 sets that group size freely (its §3.3.2) and does "
+    "not give it"
 )
 
 

@@ -326,6 +326,7 @@ def scheme_memory(
     virtual_stages: int = 1,
     split: PipelineSplit = "even",
     micro_batches: int | None = None,
+    group_size: int | None = None,
 ) -> SchemeMemory:
     """Static memory, stored activations per token, and the capacity of one scheme.
 
@@ -337,13 +338,13 @@ def scheme_memory(
     activations as working memory in the backward pass. CP splits every sequence's tokens, so
     per-GPU bytes per token are divided by cp. Llama models have no dropout. `hardware` scales the
     stored activations by its element size (bf16: 1) and its measured-over-modelled activation
-    scale (1 uncalibrated). `virtual_stages`, `split` and `micro_batches` describe schedules the
-    planner does not run (interleaving, Megatron-Core's uneven splits); the published-run
-    validation prices them (`benchmarks/published.py`).
+    scale (1 uncalibrated). `virtual_stages`, `split`, `micro_batches` and `group_size` describe
+    schedules the planner does not run (interleaving, Megatron-Core's uneven splits); the
+    published-run validation prices them (`benchmarks/published.py`).
     """
     tp, pp, cp = scheme.tp, scheme.pp, scheme.cp
     layers = chunk_layers(model.num_layers, pp, virtual_stages, split)
-    in_flight = in_flight_micro_batches(pp, virtual_stages, micro_batches)
+    in_flight = in_flight_micro_batches(pp, virtual_stages, micro_batches, group_size)
     scale = 1.0 if hardware is None else activation_scale(hardware)
     per_token, per_sq = activation_coefficients(
         model, tp, True, options.recompute, options.flash_attention, dropout=False

@@ -20,11 +20,14 @@ Micro-batches in flight at a rank's peak, `m` per step:
 
 - 1F1B: rank `r` runs `pp - r - 1` warm-up forwards, then one forward before its first backward:
   `min(pp - r, m)` (Narayanan et al. 2021 §2.2.1);
-- interleaved 1F1B: `2*(pp - r - 1) + (v - 1)*pp` warm-up forwards (capped at `m*v`), plus one;
-  the k-th forward of a rank runs chunk `(k // pp) % v` (Megatron-LM
-  `forward_backward_pipelining_with_interleaving`, megatron/core/pipeline_parallel/schedules.py).
-  On rank 0 this is `pp + (pp - 1)/v` micro-batches' worth of a rank's layers, the `1 + (pp-1)/(pp*v)`
-  factor of Korthikanti et al. 2022 §4.2.3.
+- interleaved 1F1B: `2*(pp - r - 1) + (v - 1)*G` warm-up forwards (capped at `m*v`), plus one;
+  the k-th forward of a rank runs chunk `(k // G) % v`, micro-batches going through the chunks
+  in groups of `G` (Megatron-LM `forward_backward_pipelining_with_interleaving`,
+  megatron/core/pipeline_parallel/schedules.py; `G` is Megatron-Core's
+  `microbatch_group_size_per_vp_stage`, `pp` by default). With `G = pp` rank 0 holds
+  `pp + (pp - 1)/v` micro-batches' worth of a rank's layers, the `1 + (pp-1)/(pp*v)` factor of
+  Korthikanti et al. 2022 §4.2.3. A group smaller than `pp` holds less but stalls the pipeline
+  (a chunk's micro-batch returns to rank 0 only after `pp` steps); that bubble is not priced here.
 """
 
 from __future__ import annotations
@@ -59,23 +62,29 @@ def chunk_layers(num_layers: int, pp: int, virtual_stages: int = 1, split: Pipel
     return layers
 
 
-def in_flight_micro_batches(pp: int, virtual_stages: int = 1, micro_batches: int | None = None) -> list[list[int]]:
+def in_flight_micro_batches(
+    pp: int, virtual_stages: int = 1, micro_batches: int | None = None, group_size: int | None = None
+) -> list[list[int]]:
     """Micro-batches each (rank, chunk) holds activations of at the rank's peak (module
-    docstring); `micro_batches` None: as many as the schedule can keep in flight."""
+    docstring); `micro_batches` None: as many as the schedule can keep in flight; `group_size`
+    None: `pp` (the interleaved schedule's default)."""
     if pp < 1 or virtual_stages < 1:
         raise ValueError(f"pp ({pp}) and virtual_stages ({virtual_stages}) must be >= 1")
     if micro_batches is not None and micro_batches < 1:
         raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
+    if group_size is not None and group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    group = pp if group_size is None else group_size
     if virtual_stages == 1:
         return [[pp - rank if micro_batches is None else min(pp - rank, micro_batches)] for rank in range(pp)]
     total = None if micro_batches is None else micro_batches * virtual_stages
     counts = []
     for rank in range(pp):
-        peak = 2 * (pp - rank - 1) + (virtual_stages - 1) * pp + 1
+        peak = 2 * (pp - rank - 1) + (virtual_stages - 1) * group + 1
         if total is not None:
             peak = min(peak, total)
         row = [0] * virtual_stages
         for forward in range(peak):
-            row[(forward // pp) % virtual_stages] += 1
+            row[(forward // group) % virtual_stages] += 1
         counts.append(row)
     return counts

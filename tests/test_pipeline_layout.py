@@ -70,6 +70,18 @@ def test_interleaved_warm_up_by_hand() -> None:
     assert in_flight_micro_batches(4, 2, micro_batches=4)[0] == [4, 4]
 
 
+def test_smaller_micro_batch_groups_hold_fewer_in_flight() -> None:
+    # Megatron-Core's microbatch_group_size_per_vp_stage G = 2 on pp 4, v 2: rank 0 runs
+    # 2*3 + 1*2 = 8 warm-up forwards and one more, the k-th on chunk (k // 2) % 2:
+    # 0,0,1,1,0,0,1,1,0 -> 5 and 4; the last rank 0 + 2 and one more: 0,0,1 -> 2 and 1
+    counts = in_flight_micro_batches(4, 2, group_size=2)
+    assert counts[0] == [5, 4]
+    assert counts[3] == [2, 1]
+    assert in_flight_micro_batches(4, 2, group_size=4) == in_flight_micro_batches(4, 2)
+    with pytest.raises(ValueError, match="group_size must be >= 1, got 0"):
+        in_flight_micro_batches(4, 2, group_size=0)
+
+
 @pytest.mark.parametrize(("pp", "chunks"), [(4, 2), (8, 4), (16, 8)])
 def test_rank_zero_holds_korthikantis_interleaving_factor(pp, chunks) -> None:
     # Korthikanti et al. 2022 §4.2.3: interleaving multiplies the first stage's activation memory

@@ -8,7 +8,15 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.published import ALL_RUNS, interleaving_sensitivity, predict, recipe_of, summary, time_models_of
+from benchmarks.published import (
+    ALL_RUNS,
+    capacity_of,
+    interleaving_sensitivity,
+    predict,
+    recipe_of,
+    summary,
+    time_models_of,
+)
 from benchmarks.published_heldout import (
     HELD_OUT,
     HELD_OUT_MODELS,
@@ -107,6 +115,9 @@ def test_sensitivity_lists_every_interleaved_held_out_row() -> None:
     assert f"v={first.virtual_stages} (the table): {item.ratio:.2f}, capacity {item.capacity_tokens:,}" in text
     plain = predict(replace(first, virtual_stages=1))
     assert f"v=1: {plain.ratio:.2f}, capacity {plain.capacity_tokens:,}" in text
+    # smaller micro-batch groups keep fewer in flight: more capacity than the default group (pp)
+    grouped = capacity_of(first, recipe_of(first), 8)
+    assert f"G=8: {grouped:,}" in text and grouped > item.capacity_tokens
 
 
 def test_an_uneven_split_is_priced_by_its_slowest_rank() -> None:
