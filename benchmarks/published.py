@@ -321,8 +321,8 @@ Outliers and why:
   1.40x and would put it at 0.87; like the narrow 2021 GPTs below, the rows that are off are
   over-predicted (every held-out ratio is 1.03 or more). Capacity (the one open item of issue
   13): under selective recompute (assumed) and Megatron-Core's interleaved schedule, which runs
-  micro-batches in groups of pp per chunk, rank 1 keeps 128-141 layer-micro-batches of activations in flight, and
-  the predicted capacity (7,245 and 8,029 tokens at 8K, 128,468 at 128K) is 2-12% below the one
+  micro-batches in groups of pp per chunk, rank 1 keeps 128-141 layer-micro-batches of
+  activations in flight, and the predicted capacity (7,245 and 8,029 tokens at 8K, 128,468 at 128K) is 2-12% below the one
   sequence each micro-batch held; with 1F1B's 120 it holds 8,513-8,564 and 137,032, and with
   micro-batch groups of 12 or fewer per chunk 9,041-9,095 and 145,521 (the second sensitivity
   line; such groups stall the pipeline, a bubble not priced there). Llama 3 sets that group size
@@ -344,8 +344,9 @@ Outliers and why:
   settings, read in NVIDIA/dgxc-benchmarking (provenance below): apex's distributed Adam with
   bf16 gradients and bf16 state, TP communication overlapped, 12 model chunks per GPU (rank 0
   then keeps 103 one-layer chunks of activations in flight, against 96 under 1F1B). Priced
-  before with ZeRO-1, fp32 gradients and fp32 Adam, it held 1,117 tokens (0.93, TP not
-  overlapped); with only the Adam state back in fp32 it would hold 2,758.
+  before with ZeRO-1, fp32 gradients and fp32 Adam, 1F1B's in-flight count and TP not
+  overlapped, it held 1,117 tokens (ratio 0.93); with only the Adam state back in fp32 it would
+  hold 2,758.
 - Not used: GPT-3 175B on 1,024 A100 at 140 TFLOP/s (Narayanan et al. 2021 §5.1) is the paper's
   estimate for a training run, not a measured configuration with a layout; Nemotron-4 340B's
   Table 2 (6,144 H100, batch 2,304, 8.0 s, MFU 41%, read in a summary) lacks a readable
