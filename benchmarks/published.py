@@ -322,8 +322,9 @@ Outliers and why:
   over-predicted (every held-out ratio is 1.03 or more). Capacity (the one open item of issue
   13): under selective recompute (assumed) and Megatron-Core's interleaved schedule, which runs
   micro-batches in groups of pp per chunk, rank 1 keeps 128-141 layer-micro-batches of
-  activations in flight, and the predicted capacity (7,245 and 8,029 tokens at 8K, 128,468 at 128K) is 2-12% below the one
-  sequence each micro-batch held; with 1F1B's 120 it holds 8,513-8,564 and 137,032, and with
+  activations in flight, and the predicted capacity (7,245 and 8,029 tokens at 8K, 128,468 at
+  128K) is 2-12% below the one sequence each micro-batch held; with 1F1B's 120 it holds
+  8,513-8,564 and 137,032, and with
   micro-batch groups of 12 or fewer per chunk 9,041-9,095 and 145,521 (the second sensitivity
   line; such groups stall the pipeline, a bubble not priced there). Llama 3 sets that group size
   freely ("allows setting N flexibly", §3.3.2, recalled) and does not give its value, nor its
