@@ -44,9 +44,8 @@ def interval_fluid_s(
     """Per row of `counts` (pipelines per scheme of `columns`): the least pipeline time T of a
     fractional division of the items by length intervals (see the module docstring). `inflation`
     (per column, >= 1, or None) multiplies each scheme's item costs (an estimate, not a bound,
-    then); `lower_s` (per row, the
-    fluid dual of `count_bounds` or any value known not to exceed the result) starts the search.
-    Inf where some item fits no scheme of `columns`."""
+    then); `lower_s` (per row, the fluid dual of `count_bounds` or any value known not to exceed
+    the result) starts the search. Inf where some item fits no scheme of `columns`."""
     per_pipeline, floors = tables.fluid_costs(columns)
     if inflation is not None:
         per_pipeline = per_pipeline * inflation[None, :]
