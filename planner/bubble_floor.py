@@ -75,7 +75,7 @@ def solve_floor_lp(num_stages: int, num_micro_batches: int, fwd_fraction: float)
     sentinel = num_ops  # the op that ended at time 0: not a variable
     rows, cols, vals = [], [], []
     row = 0
-    for op, previous, waits_for, slot in order:
+    for op, previous, waits_for, slot in order.tolist():
         share = fwd_fraction if slot < num_micro_batches else 1.0 - fwd_fraction
         micro_batch = slot % num_micro_batches
         for predecessor in {previous, waits_for}:

@@ -15,7 +15,6 @@ tabulates (targets per micro-batch, in execution order) and keep whichever simul
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 from collections.abc import Callable
@@ -25,6 +24,7 @@ import numpy as np
 
 from hydraplan.planner.bubble_floor import peak_shares, ramp_shape, tabulated_floors
 from hydraplan.planner.cost import SchemeCoefficients
+from hydraplan.planner.kernels import balance_bins, group_by_owner
 from hydraplan.planner.simulate import approximate_1f1b_s, simulate_1f1b
 
 NUM_EXACT_CANDIDATES = 2
@@ -124,38 +124,20 @@ def _ramped(
 def balance_to_targets(
     sub_lengths: np.ndarray, targets_s: np.ndarray, coef: SchemeCoefficients
 ) -> tuple[list[list[int]], list[float]] | None:
-    """Longest first, each item to the bin furthest below its target work that has room; bins keep
-    their order. Returns the non-empty bins and their stage times, None if an item finds no room.
-
-    Bins too full for the current item wait in `parked` (largest room first) until the items,
-    which only get shorter, fit them again: each is set aside once, not once per item."""
-    keys = [-float(target) for target in targets_s.tolist()]  # work still missing, negated
-    heap = [(key, index) for index, key in enumerate(keys)]
-    heapq.heapify(heap)
-    parked: list[tuple[int, int]] = []  # (-room in tokens, bin)
-    loads = [0.0] * len(targets_s)
-    tokens = [0] * len(targets_s)
-    bins: list[list[int]] = [[] for _ in targets_s]
-    capacity = coef.capacity_tokens
-    works = (coef.a * sub_lengths * sub_lengths + coef.b * sub_lengths).tolist()
-    for position, (length, added) in enumerate(zip(sub_lengths.tolist(), works)):
-        while parked and -parked[0][0] >= length:
-            _, index = heapq.heappop(parked)
-            heapq.heappush(heap, (keys[index], index))
-        while heap and tokens[heap[0][1]] + length > capacity:
-            _, index = heapq.heappop(heap)
-            heapq.heappush(parked, (tokens[index] - capacity, index))
-        if not heap:
-            return None
-        key, index = heap[0]
-        bins[index].append(position)
-        tokens[index] += length
-        loads[index] += added
-        keys[index] = key + added
-        # pop and push at once: the (key, bin) pairs are unique, so the order of the bins is the same
-        heapq.heapreplace(heap, (keys[index], index))
-    used = [index for index in range(len(bins)) if bins[index]]
-    return [bins[index] for index in used], [loads[index] + coef.c for index in used]
+    """Longest first, each item to the bin furthest below its target work that has room (the
+    lowest bin on ties); bins keep their order. Returns the non-empty bins and their stage times,
+    None if an item finds no room. The loop is `kernels.balance_bins`."""
+    sub_lengths = np.ascontiguousarray(sub_lengths, dtype=np.float64)
+    works = coef.a * sub_lengths * sub_lengths + coef.b * sub_lengths
+    targets = np.ascontiguousarray(targets_s, dtype=np.float64)
+    owner, loads, placed = balance_bins(sub_lengths, works, targets, float(coef.capacity_tokens))
+    if not placed:
+        return None
+    if len(owner) == 0:
+        return [], []
+    bins = group_by_owner(owner, len(targets))
+    used = [index for index, members in enumerate(bins) if members]
+    return [bins[index] for index in used], (loads[used] + coef.c).tolist()
 
 
 def by_length_descending(item_indices: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from hydraplan.planner.cache import WeightedLru
+from hydraplan.planner.kernels import one_f_one_b_end_times, one_f_one_b_order
 
 
 def stage_operations(stage: int, num_stages: int, num_micro_batches: int) -> list[tuple[bool, int]]:
@@ -27,73 +30,28 @@ def stage_operations(stage: int, num_stages: int, num_micro_batches: int) -> lis
     return operations
 
 
-# Bytes one cached operation costs: a 4-tuple (88 bytes) of ints (28 bytes each past 256) plus
-# its slot in the outer tuple.
-_BYTES_PER_OPERATION = 8 + 88 + 4 * 28
-# The orders of the (pp, m) pairs a solve uses are reused thousands of times; 64 MB holds ~300K
-# operations, e.g. every pp <= 16 with m <= 100. Larger orders are rebuilt (linear) on each call.
-_ORDERS: WeightedLru[tuple[int, int], tuple[tuple[int, int, int, int], ...]] = WeightedLru(
-    64 << 20, lambda order: _BYTES_PER_OPERATION * len(order)
-)
+# The orders of the (pp, m) pairs a solve uses are reused thousands of times; 64 MB holds 2M
+# operations (32 bytes each), e.g. every pp <= 16 with m <= 300. Larger orders are rebuilt
+# (linear) on each call.
+_ORDERS: WeightedLru[tuple[int, int], np.ndarray] = WeightedLru(64 << 20, lambda order: order.nbytes)
 
 
-def dependency_order(num_stages: int, num_micro_batches: int) -> tuple[tuple[int, int, int, int], ...]:
-    """`_dependency_order`, kept in a cache bounded by bytes."""
-    return _ORDERS.get_or_make(
-        (num_stages, num_micro_batches), lambda: _dependency_order(num_stages, num_micro_batches)
-    )
-
-
-def _dependency_order(num_stages: int, num_micro_batches: int) -> tuple[tuple[int, int, int, int], ...]:
-    """Every operation of the schedule as (op, previous op on its stage, op it waits for, duration
-    slot), in an order where both predecessors come first.
+def dependency_order(num_stages: int, num_micro_batches: int) -> np.ndarray:
+    """Every operation of the schedule as a row (op, previous op on its stage, op it waits for,
+    duration slot), in an order where both predecessors come first: a read-only (2 pp m, 4) int64
+    array (`kernels.one_f_one_b_order`, in the order of `stage_operations`), kept in a cache
+    bounded by bytes.
 
     Op ids: forward (j, i) is `j*m + i`, backward is `(pp + j)*m + i`; id `2*pp*m` is a sentinel
-    that ended at time 0. Duration slot `i` is micro-batch i's forward, `m + i` its backward. The
-    order is found once per (pp, m) by releasing operations as their predecessors finish.
+    that ended at time 0. Duration slot `i` is micro-batch i's forward, `m + i` its backward.
     """
-    num_micro = num_micro_batches
-    sentinel = 2 * num_stages * num_micro
-    per_stage = [_stage_entries(stage, num_stages, num_micro) for stage in range(num_stages)]
-    cursor = [0] * num_stages
-    done = bytearray(sentinel + 1)
-    done[sentinel] = 1
-    order: list[tuple[int, int, int, int]] = []
-    while len(order) < sentinel:
-        released = len(order)
-        for stage, entries in enumerate(per_stage):
-            position, end = cursor[stage], len(entries)
-            while position < end:
-                entry = entries[position]
-                if not done[entry[2]]:
-                    break
-                order.append(entry)
-                done[entry[0]] = 1
-                position += 1
-            cursor[stage] = position
-        if len(order) == released:  # a schedule whose every next operation waits: a cycle, never 1F1B
-            raise RuntimeError(f"1F1B order of pp={num_stages}, m={num_micro}: no operation can run")
-    return tuple(order)
+    return _ORDERS.get_or_make((num_stages, num_micro_batches), lambda: _order_array(num_stages, num_micro_batches))
 
 
-def _stage_entries(stage: int, num_stages: int, num_micro: int) -> list[tuple[int, int, int, int]]:
-    """(op, previous op on the stage, op it waits for, duration slot) of one stage, in 1F1B order."""
-    sentinel = 2 * num_stages * num_micro
-    entries = []
-    previous = sentinel
-    for is_forward, index in stage_operations(stage, num_stages, num_micro):
-        if is_forward:
-            op = stage * num_micro + index
-            waits_for = sentinel if stage == 0 else op - num_micro  # forward of the stage before
-            slot = index
-        else:
-            op = (num_stages + stage) * num_micro + index
-            # the last stage's backward follows its own forward, the others the next stage's backward
-            waits_for = stage * num_micro + index if stage == num_stages - 1 else op + num_micro
-            slot = num_micro + index
-        entries.append((op, previous, waits_for, slot))
-        previous = op
-    return entries
+def _order_array(num_stages: int, num_micro_batches: int) -> np.ndarray:
+    order = one_f_one_b_order(num_stages, num_micro_batches)
+    order.flags.writeable = False
+    return order
 
 
 def simulate_1f1b(stage_times_s: Sequence[float], num_stages: int, fwd_fraction: float) -> float:
@@ -108,19 +66,16 @@ def simulate_1f1b(stage_times_s: Sequence[float], num_stages: int, fwd_fraction:
     if num_stages == 1:
         return float(sum(stage_times_s))
     end = _end_times(stage_times_s, num_stages, fwd_fraction)
-    return end[num_stages * num_micro_batches + num_micro_batches - 1]
+    return float(end[num_stages * num_micro_batches + num_micro_batches - 1])
 
 
-def _end_times(stage_times_s: Sequence[float], num_stages: int, fwd_fraction: float) -> list[float]:
-    """End time of every operation (indexed by op id, sentinel last) of the 1F1B schedule."""
-    num_micro_batches = len(stage_times_s)
-    durations = [fwd_fraction * time_s for time_s in stage_times_s]
-    durations += [time_s - fwd for time_s, fwd in zip(stage_times_s, durations)]
-    end = [0.0] * (2 * num_stages * num_micro_batches + 1)
-    for op, previous, waits_for, slot in dependency_order(num_stages, num_micro_batches):
-        ready = end[previous] if end[previous] > end[waits_for] else end[waits_for]
-        end[op] = ready + durations[slot]
-    return end
+def _end_times(stage_times_s: Sequence[float], num_stages: int, fwd_fraction: float) -> np.ndarray:
+    """End time of every operation (indexed by op id, sentinel last) of the 1F1B schedule: each
+    starts when both its predecessors have ended (`kernels.one_f_one_b_end_times`)."""
+    times = np.asarray(stage_times_s, dtype=np.float64)
+    forwards = fwd_fraction * times
+    durations = np.concatenate([forwards, times - forwards])
+    return one_f_one_b_end_times(durations, dependency_order(num_stages, len(times)))
 
 
 @dataclass(frozen=True)
@@ -146,9 +101,9 @@ def schedule_1f1b(stage_times_s: Sequence[float], num_stages: int, fwd_fraction:
     num_micro = len(stage_times_s)
     if num_micro == 0:
         return []
-    end = _end_times(stage_times_s, num_stages, fwd_fraction)
+    end = _end_times(stage_times_s, num_stages, fwd_fraction).tolist()
     blocks = []
-    for op, previous, waits_for, _ in dependency_order(num_stages, num_micro):
+    for op, previous, waits_for, _ in dependency_order(num_stages, num_micro).tolist():
         is_forward = op < num_stages * num_micro
         stage, micro_batch = divmod(op if is_forward else op - num_stages * num_micro, num_micro)
         start_s = max(end[previous], end[waits_for])

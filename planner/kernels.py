@@ -1,0 +1,222 @@
+"""Compiled inner loops of the search (Numba, `nopython` mode, cached on disk).
+
+Profiled at 70B / 256 H100 (cProfile, 2 s default): 0.9 s of the search's 1.6 s of CPU went to
+`packing.balance_to_targets` (a heap per item in Python), the rest mostly to greedy dispatch and
+the 1F1B recurrence. Each loop here computes exactly what its Python original computed: the same
+floating-point operations in the same order, the same tie-breaks, so plans do not change, only
+their cost (tests/test_kernels.py compares each kernel with a plain-Python reference).
+
+The kernels take and return numpy arrays and plain numbers only. `warm_up()` compiles (or loads
+from Numba's on-disk cache) every kernel once per process; `planner.solve.load_backend` calls it
+so that the first plan of a process is not charged for compiling.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+_jit = numba.njit(cache=True, nogil=True)
+
+
+@_jit
+def balance_bins(
+    lengths: np.ndarray, works: np.ndarray, targets: np.ndarray, capacity: float
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Items (longest first) each to the bin furthest below its target work that has token room
+    (the least `work so far - target`, the lowest bin on ties). Returns each item's bin, each
+    bin's work, and False when an item finds no bin with room (the rest is then unassigned)."""
+    num_bins = targets.shape[0]
+    keys = -targets  # work still missing, negated
+    tokens = np.zeros(num_bins)
+    loads = np.zeros(num_bins)
+    owner = np.full(lengths.shape[0], -1, dtype=np.int64)
+    for item in range(lengths.shape[0]):
+        length = lengths[item]
+        chosen = -1
+        chosen_key = 0.0
+        for index in range(num_bins):
+            if tokens[index] + length <= capacity and (chosen < 0 or keys[index] < chosen_key):
+                chosen = index
+                chosen_key = keys[index]
+        if chosen < 0:
+            return owner, loads, False
+        owner[item] = chosen
+        tokens[chosen] += length
+        loads[chosen] += works[item]
+        keys[chosen] = chosen_key + works[item]
+    return owner, loads, True
+
+
+@_jit
+def one_f_one_b_end_times(durations: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """End time of every operation of a 1F1B schedule (indexed by op id, sentinel last): `order`
+    rows are (op, previous op on its stage, op it waits for, duration slot) in dependency order
+    (`simulate.dependency_order`); the sentinel op ends at 0."""
+    num_ops = order.shape[0]
+    end = np.zeros(num_ops + 1)
+    for row in range(num_ops):
+        previous = end[order[row, 1]]
+        waited = end[order[row, 2]]
+        ready = previous if previous > waited else waited
+        end[order[row, 0]] = ready + durations[order[row, 3]]
+    return end
+
+
+@_jit
+def one_f_one_b_order(num_stages: int, num_micro: int) -> np.ndarray:
+    """Every operation of the 1F1B schedule as a row (op, previous op on its stage, op it waits
+    for, duration slot), in an order where both predecessors come first (see
+    `simulate.dependency_order` for the ids). Stage j runs min(pp-j-1, m) warm-up forwards, then
+    one forward and one backward in turn, then the remaining backwards; operations are released
+    stage by stage, in rounds, as what they wait for has been released."""
+    sentinel = 2 * num_stages * num_micro
+    entries = np.empty((num_stages, 2 * num_micro, 4), dtype=np.int64)
+    for stage in range(num_stages):
+        warmup = min(num_stages - stage - 1, num_micro)
+        previous = sentinel
+        for position in range(2 * num_micro):
+            if position < warmup:
+                is_forward, index = True, position
+            elif position < 2 * num_micro - warmup:
+                step = (position - warmup) // 2
+                is_forward = (position - warmup) % 2 == 0
+                index = warmup + step if is_forward else step
+            else:
+                is_forward, index = False, position - num_micro
+            if is_forward:
+                op = stage * num_micro + index
+                waits_for = sentinel if stage == 0 else op - num_micro  # forward of the stage before
+                slot = index
+            else:
+                op = (num_stages + stage) * num_micro + index
+                # the last stage's backward follows its own forward, the others the next stage's
+                waits_for = stage * num_micro + index if stage == num_stages - 1 else op + num_micro
+                slot = num_micro + index
+            entries[stage, position, 0] = op
+            entries[stage, position, 1] = previous
+            entries[stage, position, 2] = waits_for
+            entries[stage, position, 3] = slot
+            previous = op
+    order = np.empty((sentinel, 4), dtype=np.int64)
+    done = np.zeros(sentinel + 1, dtype=np.bool_)
+    done[sentinel] = True
+    cursor = np.zeros(num_stages, dtype=np.int64)
+    released = 0
+    while released < sentinel:
+        before = released
+        for stage in range(num_stages):
+            while cursor[stage] < 2 * num_micro and done[entries[stage, cursor[stage], 2]]:
+                order[released] = entries[stage, cursor[stage]]
+                done[entries[stage, cursor[stage], 0]] = True
+                released += 1
+                cursor[stage] += 1
+        if released == before:
+            raise RuntimeError("1F1B order: no operation can run (a cycle)")
+    return order
+
+
+@_jit
+def greedy_assign(
+    lengths: np.ndarray,
+    order: np.ndarray,
+    kind_of: np.ndarray,
+    kind_a: np.ndarray,
+    kind_b: np.ndarray,
+    kind_c: np.ndarray,
+    kind_capacity: np.ndarray,
+    kind_bubbles: np.ndarray,
+) -> np.ndarray:
+    """`dispatch.greedy_dispatch`'s loop: items in `order`, each to the pipeline whose estimated
+    1F1B time after taking it is least, among the least-keyed pipeline of each kind (scheme) that
+    fits it; a pipeline's key is its estimate when it last took an item (0 before), ties by index.
+    Returns each item's pipeline (-1 for an item no pipeline fits)."""
+    num_pipelines = kind_of.shape[0]
+    num_kinds = kind_a.shape[0]
+    work = np.zeros(num_pipelines)
+    tokens = np.zeros(num_pipelines)
+    max_item = np.zeros(num_pipelines)
+    count = np.zeros(num_pipelines, dtype=np.int64)
+    key = np.zeros(num_pipelines)
+    owner = np.full(lengths.shape[0], -1, dtype=np.int64)
+    head = np.empty(num_kinds, dtype=np.int64)
+    for item in order:
+        length = lengths[item]
+        # the least (key, index) pipeline of each kind: a heap top in the Python original
+        head[:] = -1
+        for pipeline in range(num_pipelines):
+            kind = kind_of[pipeline]
+            best = head[kind]
+            if best < 0 or key[pipeline] < key[best]:
+                head[kind] = pipeline
+        best_after = math.inf
+        chosen = -1
+        chosen_work = 0.0
+        for kind in range(num_kinds):
+            capacity = kind_capacity[kind]
+            if length > capacity or head[kind] < 0:
+                continue
+            pipeline = head[kind]
+            a, b, c, bubbles = kind_a[kind], kind_b[kind], kind_c[kind], kind_bubbles[kind]
+            item_work = a * length * length + b * length
+            total = work[pipeline] + item_work
+            minimum = max(1, math.ceil((tokens[pipeline] + length) / capacity))
+            if bubbles == 0:
+                after = total + minimum * c
+            else:
+                num_items = count[pipeline] + 1
+                ideal = math.sqrt(bubbles * total / c) if c > 0 else float(num_items)
+                micro = min(max(minimum, num_items), max(minimum, _round_half_even(ideal)))
+                after = total + micro * c + bubbles * (max(total / micro, max_item[pipeline], item_work) + c)
+            if after < best_after or (after == best_after and chosen >= 0 and pipeline < chosen):
+                best_after = after
+                chosen = pipeline
+                chosen_work = item_work
+        if chosen < 0:
+            continue
+        owner[item] = chosen
+        work[chosen] += chosen_work
+        tokens[chosen] += length
+        if chosen_work > max_item[chosen]:
+            max_item[chosen] = chosen_work
+        count[chosen] += 1
+        key[chosen] = best_after
+    return owner
+
+
+@_jit
+def _round_half_even(value: float) -> int:
+    """Python's `round(float)`: to the nearest integer, halves to the even one."""
+    floor = math.floor(value)
+    rest = value - floor
+    if rest > 0.5 or (rest == 0.5 and floor % 2 == 1):
+        return int(floor) + 1
+    return int(floor)
+
+
+def group_by_owner(owner: np.ndarray, num_owners: int) -> list[list[int]]:
+    """For each owner (0..num_owners-1), the positions it owns in increasing order."""
+    flat = np.argsort(owner, kind="stable").tolist()
+    ends = np.cumsum(np.bincount(owner, minlength=num_owners)).tolist()
+    return [flat[start:end] for start, end in zip([0, *ends[:-1]], ends)]
+
+
+def warm_up() -> None:
+    """Compile (or load from the on-disk cache) every kernel for the argument types the planner
+    passes: a second call costs nothing."""
+    lengths = np.array([3.0, 2.0, 1.0])
+    balance_bins(lengths, lengths * 2.0, np.zeros(2), 4.0)
+    one_f_one_b_end_times(np.ones(2), one_f_one_b_order(1, 1))
+    ones = np.ones(1)
+    greedy_assign(
+        lengths,
+        np.arange(3, dtype=np.int64),
+        np.zeros(2, dtype=np.int64),
+        ones,
+        ones,
+        ones,
+        ones * 8.0,
+        np.ones(1, dtype=np.int64),
+    )

@@ -1,0 +1,177 @@
+"""The compiled kernels (`planner.kernels`) compute exactly what the plain-Python loops they
+replaced computed: each reference below is that loop, kept here as the specification, and every
+comparison is exact (same floats, same tie-breaks), on random instances with ties and tight
+capacities."""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+import pytest
+
+from hydraplan.planner.kernels import (
+    balance_bins,
+    greedy_assign,
+    group_by_owner,
+    one_f_one_b_end_times,
+    one_f_one_b_order,
+)
+from hydraplan.planner.simulate import stage_operations
+
+# ---------------------------------------------------------------------------------------------
+# references: the Python loops of the planner before the kernels
+# ---------------------------------------------------------------------------------------------
+
+
+def reference_balance(lengths: list[float], works: list[float], targets: list[float], capacity: float):
+    """A heap of bins by (work still missing, bin), bins too full for the item parked aside."""
+    keys = [-target for target in targets]
+    heap = [(key, index) for index, key in enumerate(keys)]
+    heapq.heapify(heap)
+    parked: list[tuple[float, int]] = []
+    loads = [0.0] * len(targets)
+    tokens = [0.0] * len(targets)
+    owner = []
+    for length, added in zip(lengths, works):
+        while parked and -parked[0][0] >= length:
+            _, index = heapq.heappop(parked)
+            heapq.heappush(heap, (keys[index], index))
+        while heap and tokens[heap[0][1]] + length > capacity:
+            _, index = heapq.heappop(heap)
+            heapq.heappush(parked, (tokens[index] - capacity, index))
+        if not heap:
+            return None
+        key, index = heap[0]
+        owner.append(index)
+        tokens[index] += length
+        loads[index] += added
+        keys[index] = key + added
+        heapq.heapreplace(heap, (keys[index], index))
+    return owner, loads
+
+
+def reference_greedy(lengths: np.ndarray, kinds: list[tuple[float, float, float, float, int]], kind_of: list[int]):
+    """Per kind a heap of (estimate when it last took an item, pipeline); each item to the best head."""
+    heaps = [[(0.0, p) for p, k in enumerate(kind_of) if k == kind] for kind in range(len(kinds))]
+    work = [0.0] * len(kind_of)
+    tokens = [0.0] * len(kind_of)
+    max_item = [0.0] * len(kind_of)
+    count = [0] * len(kind_of)
+    owner = [-1] * len(lengths)
+    for item in np.lexsort((np.arange(len(lengths)), -lengths)).tolist():
+        length = float(lengths[item])
+        best_after, best = math.inf, None
+        for heap, (a, b, c, capacity, bubbles) in zip(heaps, kinds):
+            if length > capacity or not heap:
+                continue
+            pipeline = heap[0][1]
+            item_work = a * length * length + b * length
+            total = work[pipeline] + item_work
+            minimum = max(1, math.ceil((tokens[pipeline] + length) / capacity))
+            if bubbles == 0:
+                after = total + minimum * c
+            else:
+                num_items = count[pipeline] + 1
+                ideal = math.sqrt(bubbles * total / c) if c > 0 else num_items
+                micro = min(max(minimum, num_items), max(minimum, round(ideal)))
+                after = total + micro * c + bubbles * (max(total / micro, max_item[pipeline], item_work) + c)
+            if after < best_after or (after == best_after and best is not None and pipeline < best[0]):
+                best_after, best = after, (pipeline, heap, item_work)
+        if best is None:
+            continue
+        pipeline, heap, item_work = best
+        owner[item] = pipeline
+        work[pipeline] += item_work
+        tokens[pipeline] += length
+        max_item[pipeline] = max(max_item[pipeline], item_work)
+        count[pipeline] += 1
+        heapq.heapreplace(heap, (best_after, pipeline))
+    return owner
+
+
+def reference_order(num_stages: int, num_micro: int) -> list[tuple[int, int, int, int]]:
+    """Operations released stage by stage, in rounds, once what they wait for was released."""
+    sentinel = 2 * num_stages * num_micro
+    per_stage = []
+    for stage in range(num_stages):
+        entries, previous = [], sentinel
+        for is_forward, index in stage_operations(stage, num_stages, num_micro):
+            if is_forward:
+                op = stage * num_micro + index
+                entries.append((op, previous, sentinel if stage == 0 else op - num_micro, index))
+            else:
+                op = (num_stages + stage) * num_micro + index
+                waits = stage * num_micro + index if stage == num_stages - 1 else op + num_micro
+                entries.append((op, previous, waits, num_micro + index))
+            previous = op
+        per_stage.append(entries)
+    cursor, done, order = [0] * num_stages, {sentinel}, []
+    while len(order) < sentinel:
+        for stage, entries in enumerate(per_stage):
+            while cursor[stage] < len(entries) and entries[cursor[stage]][2] in done:
+                order.append(entries[cursor[stage]])
+                done.add(entries[cursor[stage]][0])
+                cursor[stage] += 1
+    return order
+
+
+# ---------------------------------------------------------------------------------------------
+# comparisons
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("trial", range(60))
+def test_balance_bins_is_the_heap_loop(trial: int) -> None:
+    rng = np.random.default_rng(trial)
+    lengths = np.sort(rng.choice([64, 128, 500, 1000, 3000], size=rng.integers(1, 80)))[::-1].astype(np.float64)
+    works = 1e-9 * lengths * lengths + 1e-6 * lengths
+    num_bins = int(rng.integers(1, 12))
+    targets = rng.choice([0.0, 0.001, 0.002], size=num_bins)  # ties between bins, and not
+    capacity = float(rng.choice([3000, 4000, lengths.sum() / num_bins + 3000]))
+    owner, loads, placed = balance_bins(lengths, works, targets, capacity)
+    expected = reference_balance(lengths.tolist(), works.tolist(), targets.tolist(), capacity)
+    assert placed == (expected is not None)
+    if expected is not None:
+        assert owner.tolist() == expected[0] and loads.tolist() == expected[1]
+
+
+@pytest.mark.parametrize("trial", range(40))
+def test_greedy_assign_is_the_heap_loop(trial: int) -> None:
+    rng = np.random.default_rng(100 + trial)
+    lengths = rng.choice([100, 800, 2000, 6000, 9000], size=rng.integers(1, 150))
+    kinds = [
+        (float(a), float(b), float(c), float(capacity), int(bubbles))
+        for a, b, c, capacity, bubbles in zip(
+            rng.choice([1e-9, 3e-9], 3), rng.choice([1e-6, 2e-6], 3), rng.choice([0.0, 1e-3], 3),
+            rng.choice([8000, 10000, 20000], 3), rng.choice([0, 1, 3], 3),
+        )
+    ]
+    kind_of = rng.integers(0, len(kinds), size=rng.integers(1, 10)).tolist()
+    owner = greedy_assign(
+        lengths.astype(np.float64),
+        np.lexsort((np.arange(len(lengths)), -lengths)).astype(np.int64),
+        np.array(kind_of, dtype=np.int64),
+        *(np.array([kind[field] for kind in kinds], dtype=np.float64) for field in range(4)),
+        np.array([kind[4] for kind in kinds], dtype=np.int64),
+    )
+    assert owner.tolist() == reference_greedy(lengths, kinds, kind_of)
+
+
+@pytest.mark.parametrize("num_stages", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("num_micro", [1, 2, 3, 5, 9])
+def test_order_and_end_times_are_the_python_recurrence(num_stages: int, num_micro: int) -> None:
+    order = one_f_one_b_order(num_stages, num_micro)
+    assert [tuple(row) for row in order.tolist()] == reference_order(num_stages, num_micro)
+    times = np.random.default_rng(num_stages * 10 + num_micro).uniform(0.5, 2.0, num_micro)
+    durations = np.concatenate([times / 3, times - times / 3])
+    end = [0.0] * (2 * num_stages * num_micro + 1)
+    for op, previous, waits, slot in reference_order(num_stages, num_micro):
+        end[op] = max(end[previous], end[waits]) + durations[slot]
+    assert one_f_one_b_end_times(durations, order).tolist() == end
+
+
+def test_group_by_owner_keeps_positions_in_order() -> None:
+    assert group_by_owner(np.array([2, 0, 2, 1, 0]), 4) == [[1, 4], [3], [0, 2], []]
+    assert group_by_owner(np.array([], dtype=np.int64), 2) == [[], []]
