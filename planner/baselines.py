@@ -51,6 +51,7 @@ from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
 from hydraplan.planner.dispatch import greedy_dispatch
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.items import Items, prepare_items
+from hydraplan.planner.kernels import first_fit_shuffles
 from hydraplan.planner.packing import PackedPipeline, balance_lpt, best_order, by_length_descending, pack_pipeline
 from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SolverStats
 from hydraplan.planner.search import runnable_schemes
@@ -65,7 +66,6 @@ HYDRAULIS_DISPATCH_BUDGET = 250_000  # sequences x strategies dispatched (x 50 s
 HYDRAULIS_SHUFFLES = 50
 HYDRAULIS_PACKINGS_PER_PIPELINE = 5
 COUNTS_PER_SCHEME_SET = 3
-DISPATCH_BLOCK_ENTRIES = 1 << 20
 FALLBACK_COUNT_VECTORS = 256
 
 
@@ -292,53 +292,21 @@ def hydraulis_dispatch(
     whose estimate after taking it stays within the current maximum estimate; if none does, to the
     fitting pipeline with the least estimate after taking it. The shuffle with the least maximum
     estimate wins (first on ties); shuffles that leave a pipeline empty are discarded (Hydraulis
-    fails on them). All shuffles run together, vectorised. None when every shuffle leaves one empty.
+    fails on them). The loop is `kernels.first_fit_shuffles`. None when every shuffle leaves one empty.
     """
     kinds = list(dict.fromkeys(coefs))
-    kind_of = np.array([kinds.index(coef) for coef in coefs])
+    kind_of = np.array([kinds.index(coef) for coef in coefs], dtype=np.int64)
     as_float = lengths.astype(np.float64)[:, None]
     a = np.array([coef.a for coef in kinds])[None, :]
     b = np.array([coef.b for coef in kinds])[None, :]
     capacity = np.array([coef.capacity_tokens for coef in kinds])[None, :]
     work = a * as_float * as_float + b * as_float  # (items, kinds of pipeline)
-    fits = as_float <= capacity
-    num_shuffles, num_items = shuffles.shape
-    num_pipelines = len(coefs)
-    base = np.arange(num_shuffles) * num_pipelines  # flat index of each shuffle's first pipeline
-    estimate = np.zeros((num_shuffles, num_pipelines))
-    flat_estimate = estimate.reshape(-1)
-    running_max = np.zeros(num_shuffles)
-    choices = np.empty((num_items, num_shuffles), dtype=np.int64)  # flat indices into `estimate`
-    fits_everywhere = fits.all(axis=1)
-    block = max(1, DISPATCH_BLOCK_ENTRIES // (num_shuffles * num_pipelines))
-    for start in range(0, num_items, block):
-        # gather a block of steps at once: (steps, shuffles, pipelines)
-        positions = shuffles[:, start : start + block].T
-        block_work, block_fits = work[positions][:, :, kind_of], fits[positions][:, :, kind_of]
-        block_fits_everywhere = fits_everywhere[positions].all(axis=1)
-        for offset in range(len(positions)):
-            after = estimate + block_work[offset]
-            within = after <= running_max[:, None]
-            if not block_fits_everywhere[offset]:
-                within &= block_fits[offset]
-            index = base + within.argmax(axis=1)
-            hits = within.reshape(-1).take(index)
-            if np.count_nonzero(hits) < num_shuffles:
-                least = np.where(block_fits[offset], after, np.inf).argmin(axis=1)
-                index = np.where(hits, index, base + least)
-            chosen = after.reshape(-1).take(index)
-            flat_estimate.put(index, chosen)
-            np.maximum(running_max, chosen, out=running_max)
-            choices[start + offset] = index
-    choices -= base
-    used = np.zeros((num_shuffles, num_pipelines), dtype=bool)
-    used[np.repeat(np.arange(num_shuffles), num_items), choices.T.ravel()] = True
-    score = np.where(used.all(axis=1), running_max, np.inf)
-    best = int(np.argmin(score))
-    if not math.isfinite(score[best]):
+    scores, choices = first_fit_shuffles(work, as_float <= capacity, kind_of, shuffles.astype(np.int64))
+    best = int(np.argmin(scores))
+    if not math.isfinite(scores[best]):
         return None
-    order, picks = shuffles[best], choices[:, best]
-    return [np.sort(order[picks == pipeline]).astype(np.int64) for pipeline in range(num_pipelines)]
+    order, picks = shuffles[best], choices[best]
+    return [np.sort(order[picks == pipeline]).astype(np.int64) for pipeline in range(len(coefs))]
 
 
 def hydraulis_pack(

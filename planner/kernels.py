@@ -119,6 +119,53 @@ def one_f_one_b_order(num_stages: int, num_micro: int) -> np.ndarray:
 
 
 @_jit
+def first_fit_shuffles(
+    item_work: np.ndarray, item_fits: np.ndarray, kind_of: np.ndarray, shuffles: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hydraulis's randomised first-fit dispatch (`baselines.hydraulis_dispatch`), one shuffle
+    after another: in the shuffle's order each item goes to the first pipeline that fits it
+    (`item_fits[item, kind]`) and whose estimate after taking it (`+ item_work[item, kind]`)
+    stays within the running maximum estimate, else to the fitting pipeline with the least
+    estimate after taking it (the first on ties). Returns each shuffle's maximum estimate (inf
+    when it left a pipeline empty) and its choices (shuffles x steps: pipeline of each step)."""
+    num_shuffles, num_steps = shuffles.shape
+    num_pipelines = kind_of.shape[0]
+    scores = np.empty(num_shuffles)
+    choices = np.empty((num_shuffles, num_steps), dtype=np.int64)
+    estimate = np.empty(num_pipelines)
+    used = np.empty(num_pipelines, dtype=np.bool_)
+    for shuffle in range(num_shuffles):
+        estimate[:] = 0.0
+        used[:] = False
+        running_max = 0.0
+        for step in range(num_steps):
+            item = shuffles[shuffle, step]
+            chosen = -1
+            for pipeline in range(num_pipelines):
+                kind = kind_of[pipeline]
+                if item_fits[item, kind] and estimate[pipeline] + item_work[item, kind] <= running_max:
+                    chosen = pipeline
+                    break
+            if chosen < 0:
+                least = np.inf
+                for pipeline in range(num_pipelines):
+                    kind = kind_of[pipeline]
+                    if item_fits[item, kind]:
+                        after = estimate[pipeline] + item_work[item, kind]
+                        if after < least:
+                            least = after
+                            chosen = pipeline
+            after = estimate[chosen] + item_work[item, kind_of[chosen]]
+            estimate[chosen] = after
+            if after > running_max:
+                running_max = after
+            used[chosen] = True
+            choices[shuffle, step] = chosen
+        scores[shuffle] = running_max if used.all() else np.inf
+    return scores, choices
+
+
+@_jit
 def greedy_assign(
     lengths: np.ndarray,
     order: np.ndarray,
@@ -209,6 +256,7 @@ def warm_up() -> None:
     lengths = np.array([3.0, 2.0, 1.0])
     balance_bins(lengths, lengths * 2.0, np.zeros(2), 4.0)
     one_f_one_b_end_times(np.ones(2), one_f_one_b_order(1, 1))
+    first_fit_shuffles(np.ones((3, 1)), np.ones((3, 1), dtype=np.bool_), np.zeros(2, dtype=np.int64), np.array([[2, 0, 1]]))
     ones = np.ones(1)
     greedy_assign(
         lengths,

@@ -13,6 +13,7 @@ import pytest
 
 from hydraplan.planner.kernels import (
     balance_bins,
+    first_fit_shuffles,
     greedy_assign,
     group_by_owner,
     one_f_one_b_end_times,
@@ -117,6 +118,22 @@ def reference_order(num_stages: int, num_micro: int) -> list[tuple[int, int, int
     return order
 
 
+def reference_first_fit(work: np.ndarray, fits: np.ndarray, kind_of: list[int], order: list[int]):
+    """One shuffle of Hydraulis's first fit: the first pipeline within the running maximum, else
+    the least estimate after taking the item."""
+    estimate = [0.0] * len(kind_of)
+    running_max, choices = 0.0, []
+    for item in order:
+        after = [estimate[p] + work[item, k] for p, k in enumerate(kind_of)]
+        fitting = [p for p, k in enumerate(kind_of) if fits[item, k]]
+        within = [p for p in fitting if after[p] <= running_max]
+        chosen = within[0] if within else min(fitting, key=lambda p: (after[p], p))
+        estimate[chosen] = after[chosen]
+        running_max = max(running_max, after[chosen])
+        choices.append(chosen)
+    return (running_max if len(set(choices)) == len(kind_of) else math.inf), choices
+
+
 # ---------------------------------------------------------------------------------------------
 # comparisons
 # ---------------------------------------------------------------------------------------------
@@ -157,6 +174,21 @@ def test_greedy_assign_is_the_heap_loop(trial: int) -> None:
         np.array([kind[4] for kind in kinds], dtype=np.int64),
     )
     assert owner.tolist() == reference_greedy(lengths, kinds, kind_of)
+
+
+@pytest.mark.parametrize("trial", range(30))
+def test_first_fit_shuffles_is_the_python_loop(trial: int) -> None:
+    rng = np.random.default_rng(200 + trial)
+    num_items, num_kinds = int(rng.integers(1, 60)), int(rng.integers(1, 4))
+    work = rng.choice([0.5, 1.0, 2.0, 3.5], size=(num_items, num_kinds))  # ties, on purpose
+    fits = rng.random((num_items, num_kinds)) < 0.8
+    fits[:, 0] = True  # every item fits the first pipeline's kind
+    kind_of = [0, *rng.integers(0, num_kinds, size=rng.integers(0, 8)).tolist()]
+    shuffles = np.stack([rng.permutation(num_items) for _ in range(5)])
+    scores, choices = first_fit_shuffles(work, fits, np.array(kind_of, dtype=np.int64), shuffles)
+    for shuffle in range(5):
+        expected_score, expected = reference_first_fit(work, fits, kind_of, shuffles[shuffle].tolist())
+        assert choices[shuffle].tolist() == expected and scores[shuffle] == expected_score
 
 
 @pytest.mark.parametrize("num_stages", [1, 2, 3, 4, 7])
