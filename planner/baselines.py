@@ -40,6 +40,7 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -69,6 +70,21 @@ COUNTS_PER_SCHEME_SET = 3
 FALLBACK_COUNT_VECTORS = 256
 
 
+@dataclass(frozen=True)
+class PeerChoice:
+    """A baseline's choice for one batch: its plan as a solver candidate (None when it cannot
+    plan the batch) and how much it searched."""
+
+    candidate: Candidate | None
+    num_schemes: int
+    num_strategies: int
+    num_solved: int = -1  # -1: every strategy of its pool
+
+    def __post_init__(self) -> None:
+        if self.num_solved < 0:
+            object.__setattr__(self, "num_solved", self.num_strategies)
+
+
 # ---------------------------------------------------------------------------------------------
 # megatron
 # ---------------------------------------------------------------------------------------------
@@ -88,18 +104,18 @@ def arrival_order_micro_batches(lengths: np.ndarray, capacity_tokens: int) -> li
 
 
 def _megatron_candidate(
-    items: Items, coef: SchemeCoefficients, num_gpus: int, cost: ProfileCostModel
+    lengths: np.ndarray, coef: SchemeCoefficients, num_gpus: int, cost: ProfileCostModel
 ) -> Candidate | None:
     num_replicas = num_gpus // coef.scheme.num_gpus
-    if num_replicas * coef.scheme.num_gpus != num_gpus or items.lengths.max() > coef.capacity_tokens:
+    if num_replicas * coef.scheme.num_gpus != num_gpus or lengths.max() > coef.capacity_tokens:
         return None
-    batches = arrival_order_micro_batches(items.lengths, coef.capacity_tokens)
+    batches = arrival_order_micro_batches(lengths, coef.capacity_tokens)
     if len(batches) < num_replicas:
         return None
     packed = []
     for replica in range(num_replicas):
         mine = batches[replica::num_replicas]
-        times = [coef.micro_batch_time_s(items.lengths[b]) for b in mine]
+        times = [coef.micro_batch_time_s(lengths[b]) for b in mine]
         packed.append(
             PackedPipeline(tuple(mine), tuple(times), simulate_1f1b(times, coef.scheme.pp, coef.fwd_fraction))
         )
@@ -116,14 +132,16 @@ def megatron(request: PlanRequest, profile: CostProfile) -> Plan:
 # ---------------------------------------------------------------------------------------------
 
 
-def _wlb_candidate(items: Items, coef: SchemeCoefficients, num_gpus: int, cost: ProfileCostModel) -> Candidate | None:
+def _wlb_candidate(
+    lengths: np.ndarray, coef: SchemeCoefficients, num_gpus: int, cost: ProfileCostModel
+) -> Candidate | None:
     num_replicas = num_gpus // coef.scheme.num_gpus
-    if num_replicas * coef.scheme.num_gpus != num_gpus or items.lengths.max() > coef.capacity_tokens:
+    if num_replicas * coef.scheme.num_gpus != num_gpus or lengths.max() > coef.capacity_tokens:
         return None
-    if len(items) < num_replicas:
+    if len(lengths) < num_replicas:
         return None
-    order = by_length_descending(np.arange(len(items), dtype=np.int64), items.lengths)
-    sub_lengths = items.lengths[order].astype(np.float64)
+    order = by_length_descending(np.arange(len(lengths), dtype=np.int64), lengths)
+    sub_lengths = lengths[order].astype(np.float64)
     per_replica = max(1, math.ceil(float(sub_lengths.sum()) / (coef.capacity_tokens * num_replicas)))
     while True:
         # terminates: with at least one micro-batch per item, every item finds an empty one
@@ -174,20 +192,29 @@ def flexsp(request: PlanRequest, profile: CostProfile) -> Plan:
     if not coefs:
         raise PlanningError(f"flexsp: no scheme of the profile with pp == 1 fits {request.num_gpus} GPUs")
     items = _items_for("flexsp", request, coefs)
-    pool = strategy_pool(items.lengths, coefs, cost, request.num_gpus, request.options.max_schemes, FLEXSP_POOL_SIZE)
-    pool = with_homogeneous(pool, coefs, request.num_gpus)
-    best: Candidate | None = None
-    for strategy in pool:
-        candidate = _greedy_candidate(strategy, items.lengths, cost)
-        if candidate is not None and (best is None or candidate.step_time_s < best.step_time_s):
-            best = candidate
-    if best is None:
+    choice = flexsp_choice(items.lengths, cost, request.num_gpus, request.options.max_schemes)
+    if choice.candidate is None:
         raise PlanningError(
             f"flexsp: no strategy of sequence-parallel groups {_names(coefs)} on "
             f"{request.num_gpus} GPUs can hold the {len(items)} sequences "
             "(fewer sequences than groups, or capacities too small)"
         )
-    return _plan("flexsp", request, profile, cost, items, best, len(coefs), len(pool), len(pool))
+    return _plan("flexsp", request, profile, cost, items, choice)
+
+
+def flexsp_choice(lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int, max_schemes: int) -> PeerChoice:
+    """FlexSP's best strategy of its pool, by simulated step time (see module docstring)."""
+    coefs = flexsp_schemes(cost, num_gpus, int(lengths.max()))
+    if not coefs:
+        return PeerChoice(None, 0, 0)
+    pool = strategy_pool(lengths, coefs, cost, num_gpus, max_schemes, FLEXSP_POOL_SIZE)
+    pool = with_homogeneous(pool, coefs, num_gpus)
+    best: Candidate | None = None
+    for strategy in pool:
+        candidate = _greedy_candidate(strategy, lengths, cost)
+        if candidate is not None and (best is None or candidate.step_time_s < best.step_time_s):
+            best = candidate
+    return PeerChoice(best, len(coefs), len(pool))
 
 
 def _greedy_candidate(strategy: Strategy, lengths: np.ndarray, cost: ProfileCostModel) -> Candidate | None:
@@ -210,39 +237,44 @@ def _greedy_candidate(strategy: Strategy, lengths: np.ndarray, cost: ProfileCost
 def hydraulis(request: PlanRequest, profile: CostProfile) -> Plan:
     """TP x PP heterogeneous pipelines, randomised dispatch and `(v + pp - 1) * max` packing."""
     cost = ProfileCostModel(profile)
-    coefs = [coef for coef in runnable_schemes(cost, request.num_gpus) if coef.scheme.cp == 1]
+    coefs = _hydraulis_schemes(cost, request.num_gpus)
     if not coefs:
         raise PlanningError(f"hydraulis: no scheme of the profile with cp == 1 fits {request.num_gpus} GPUs")
     items = _items_for("hydraulis", request, coefs)
-    # dispatch costs ~30 us per sequence and strategy: big batches get fewer strategies
-    size = min(HYDRAULIS_POOL_SIZE, max(HYDRAULIS_MIN_POOL_SIZE, HYDRAULIS_DISPATCH_BUDGET // len(items)))
-    pool = strategy_pool(items.lengths, coefs, cost, request.num_gpus, request.options.max_schemes, size)
-    pool = with_homogeneous(pool, coefs, request.num_gpus)
-    rng = np.random.default_rng(request.options.seed)
-    shuffles = np.stack([rng.permutation(len(items)) for _ in range(HYDRAULIS_SHUFFLES)])
-    best: HydraulisChoice | None = None
-    for strategy in pool:
-        choice = _hydraulis_choice(strategy, items.lengths, cost, shuffles)
-        if choice is not None and (best is None or choice[0] < best[0]):
-            best = choice
-    if best is None:
+    choice = hydraulis_choice(items.lengths, cost, request.num_gpus, request.options.max_schemes, request.options.seed)
+    if choice.candidate is None:
         raise PlanningError(
             f"hydraulis: no TP x PP strategy over {_names(coefs)} on {request.num_gpus} GPUs can "
             f"hold the {len(items)} sequences "
             "(every shuffle left a pipeline without sequences, or capacities too small)"
         )
-    candidate = _simulated(best, cost)
-    return _plan(
-        "hydraulis",
-        request,
-        profile,
-        cost,
-        items,
-        candidate,
-        len(coefs),
-        len(pool),
-        len(pool),
-    )
+    return _plan("hydraulis", request, profile, cost, items, choice)
+
+
+def _hydraulis_schemes(cost: ProfileCostModel, num_gpus: int) -> list[SchemeCoefficients]:
+    return [coef for coef in runnable_schemes(cost, num_gpus) if coef.scheme.cp == 1]
+
+
+def hydraulis_choice(
+    lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int, max_schemes: int, seed: int
+) -> PeerChoice:
+    """Hydraulis's best strategy of its pool by its own estimate, with the exact 1F1B times of
+    what it chose (see module docstring)."""
+    coefs = _hydraulis_schemes(cost, num_gpus)
+    if not coefs or lengths.max() > max(coef.capacity_tokens for coef in coefs):
+        return PeerChoice(None, len(coefs), 0)
+    # dispatch costs ~30 us per sequence and strategy: big batches get fewer strategies
+    size = min(HYDRAULIS_POOL_SIZE, max(HYDRAULIS_MIN_POOL_SIZE, HYDRAULIS_DISPATCH_BUDGET // len(lengths)))
+    pool = strategy_pool(lengths, coefs, cost, num_gpus, max_schemes, size)
+    pool = with_homogeneous(pool, coefs, num_gpus)
+    rng = np.random.default_rng(seed)
+    shuffles = np.stack([rng.permutation(len(lengths)) for _ in range(HYDRAULIS_SHUFFLES)])
+    best: HydraulisChoice | None = None
+    for strategy in pool:
+        choice = _hydraulis_choice(strategy, lengths, cost, shuffles)
+        if choice is not None and (best is None or choice[0] < best[0]):
+            best = choice
+    return PeerChoice(_simulated(best, cost) if best is not None else None, len(coefs), len(pool))
 
 
 HydraulisChoice = tuple[float, Strategy, tuple[SchemeCoefficients, ...], list[tuple[list[np.ndarray], list[float]]]]
@@ -436,30 +468,59 @@ def _best_homogeneous(
     name: str,
     request: PlanRequest,
     profile: CostProfile,
-    build: Callable[[Items, SchemeCoefficients, int, ProfileCostModel], Candidate | None],
+    build: Callable[[np.ndarray, SchemeCoefficients, int, ProfileCostModel], Candidate | None],
 ) -> Plan:
     """One scheme on every replica, the best of all schemes that divide N by simulated step time."""
     cost = ProfileCostModel(profile)
-    homogeneous = [cost.coefficients(scheme) for scheme in cost.schemes() if request.num_gpus % scheme.num_gpus == 0]
+    homogeneous = _dividing(cost, request.num_gpus)
     if not homogeneous:
         raise PlanningError(f"{name}: no scheme of the profile divides {request.num_gpus} GPUs evenly")
     items = _items_for(name, request, homogeneous)
-    candidates = [build(items, coef, request.num_gpus, cost) for coef in homogeneous]
-    feasible = [candidate for candidate in candidates if candidate is not None]
-    if not feasible:
+    choice = _best_homogeneous_choice(items.lengths, cost, request.num_gpus, build)
+    if choice.candidate is None:
         raise PlanningError(f"{name}: no homogeneous strategy can hold the batch (too few sequences or capacity)")
-    best = min(feasible, key=lambda candidate: (candidate.step_time_s, str(candidate.strategy)))
-    return _plan(
-        name,
-        request,
-        profile,
-        cost,
-        items,
-        best,
-        len(homogeneous),
-        len(homogeneous),
-        len(feasible),
-    )
+    return _plan(name, request, profile, cost, items, choice)
+
+
+def _dividing(cost: ProfileCostModel, num_gpus: int) -> list[SchemeCoefficients]:
+    return [cost.coefficients(scheme) for scheme in cost.schemes() if num_gpus % scheme.num_gpus == 0]
+
+
+def _best_homogeneous_choice(
+    lengths: np.ndarray,
+    cost: ProfileCostModel,
+    num_gpus: int,
+    build: Callable[[np.ndarray, SchemeCoefficients, int, ProfileCostModel], Candidate | None],
+) -> PeerChoice:
+    homogeneous = _dividing(cost, num_gpus)
+    candidates = [build(lengths, coef, num_gpus, cost) for coef in homogeneous]
+    feasible = [candidate for candidate in candidates if candidate is not None]
+    best = min(feasible, key=lambda candidate: (candidate.step_time_s, str(candidate.strategy)), default=None)
+    return PeerChoice(best, len(homogeneous), len(homogeneous), len(feasible))
+
+
+def megatron_choice(lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int) -> PeerChoice:
+    """Megatron-LM's best homogeneous arrival-order plan of these items."""
+    return _best_homogeneous_choice(lengths, cost, num_gpus, _megatron_candidate)
+
+
+def wlb_choice(lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int) -> PeerChoice:
+    """WLB-LLM's best homogeneous workload-balanced plan of these items."""
+    return _best_homogeneous_choice(lengths, cost, num_gpus, _wlb_candidate)
+
+
+def peer_choice(name: str, lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int, max_schemes: int, seed: int):
+    """What baseline `name` chooses for exactly these items (no sequence cut differently):
+    its candidate (None when it cannot hold them) and its search statistics."""
+    if name == "megatron":
+        return megatron_choice(lengths, cost, num_gpus)
+    if name == "wlb":
+        return wlb_choice(lengths, cost, num_gpus)
+    if name == "flexsp":
+        return flexsp_choice(lengths, cost, num_gpus, max_schemes)
+    if name == "hydraulis":
+        return hydraulis_choice(lengths, cost, num_gpus, max_schemes, seed)
+    raise PlanningError(f"unknown baseline {name!r}; valid: {', '.join(sorted(BASELINES))}")
 
 
 def _homogeneous_candidate(
@@ -507,28 +568,28 @@ def _plan(
     profile: CostProfile,
     cost: ProfileCostModel,
     items: Items,
-    best: Candidate,
-    num_schemes: int,
-    num_strategies: int,
-    num_solved: int,
+    choice: PeerChoice,
 ) -> Plan:
     """The plan of the baseline's chosen candidate, with the switch cost from the request's
     previous strategy and a lower bound valid for the chosen strategy's schemes."""
+    assert choice.candidate is not None
     previous = None
     if request.previous_strategy:
         try:
             previous = parse_strategy(request.previous_strategy)
         except ValueError as error:
             raise PlanningError(f"previous_strategy: {error}") from None
-    best = dataclasses.replace(best, switch_cost_s=switch_cost_s(previous, pipeline_blocks(best.strategy), cost))
+    best = dataclasses.replace(
+        choice.candidate, switch_cost_s=switch_cost_s(previous, pipeline_blocks(choice.candidate.strategy), cost)
+    )
     distinct = list(dict.fromkeys(best.coefs))
     tables = BoundTables.build(items.lengths, distinct)
     bound = tables.pipeline_time_bound_s(range(len(distinct)), request.num_gpus) + best.grad_sync_s + best.switch_cost_s
     stats = SolverStats(
         backend=f"baseline:{name}",
-        num_schemes=num_schemes,
-        num_strategies=num_strategies,
-        num_strategies_solved=num_solved,
+        num_schemes=choice.num_schemes,
+        num_strategies=choice.num_strategies,
+        num_strategies_solved=choice.num_solved,
         seed=request.options.seed,
     )
     return build_plan(request, profile, items, best, bound, stats, False)

@@ -21,6 +21,9 @@ class Candidate:
     packed: tuple[PackedPipeline, ...]
     grad_sync_s: float
     switch_cost_s: float = 0.0
+    # where the solution came from: "search", or the name of the shipped baseline whose own plan
+    # entered the search as a candidate (kept through the polish that improves it)
+    origin: str = "search"
 
     @property
     def step_time_s(self) -> float:

@@ -131,6 +131,7 @@ def _plan_header(plan: Plan) -> str:
             "solver",
             f"{solver.backend}: {solver.num_schemes} schemes, "
             f"{solver.num_strategies} strategies, {solver.num_strategies_solved} solved, seed {solver.seed}"
+            + (f"; grown from {solver.winner}'s plan" if solver.winner != "search" else "")
             + (" (cut by the clock: another run may differ)" if solver.cut_by_clock else ""),
         ),
         ("sequences", f"{len(plan.input_lengths):,} ({num_tokens:,} tokens)"),

@@ -492,6 +492,12 @@ class SolverStats(Frozen):
     num_strategies: int = Field(description="Strategies enumerated (each bounded).")
     num_strategies_solved: int = Field(description="Strategies given a full dispatch + packing.")
     seed: int
+    winner: str = Field(
+        "search",
+        description="The candidate the plan grew from: 'search' (a strategy the search found and solved) or the "
+        "name of a shipped baseline whose own plan of the same batch entered the search as an incumbent and "
+        "was polished there (so no shipped baseline's plan is faster).",
+    )
 
 
 class BaselineResult(Frozen):

@@ -393,8 +393,13 @@ def search(
     settings: SearchSettings,
     clock: Clock,
     time_limit_s: float,
+    peers: Sequence[Candidate] = (),
 ) -> SearchResult | None:
     """Best plan found and a valid lower bound on the objective; None when nothing can hold the items.
+
+    `peers` are complete solutions made elsewhere (the shipped baselines' own plans of these
+    items, `planner.portfolio`): they are incumbents from the start and are polished like the
+    search's own, so the result is never worse than any of them, whatever stops the search.
 
     Alternates: expand scheme sets (in bound order) whose bound beats the incumbent and the best
     queued estimate, then solve the queued strategy with the best estimate, skipping any whose
@@ -436,6 +441,7 @@ def search(
     solved, done = _initial_incumbents(
         frontier, pinned, first_solution, settings, lambda: search_time_up(seeding_reserve_s)
     )
+    solved = sorted([*solved, *peers], key=lambda c: (c.objective_s, str(c.strategy)))
     if settings.pool is None:
         incumbent_s = solved[0].objective_s if solved else math.inf
         # the set bounds hold the global bound: they may take the polish's share, not the plan check's
@@ -798,7 +804,7 @@ def _polish(
             break
         before = clock.remaining_s()
         # a few refinement rounds each: which strategy is best often shows only after them
-        polished = _polish_one(candidate, lengths, cost, settings, clock)
+        polished = dataclasses.replace(_polish_one(candidate, lengths, cost, settings, clock), origin=candidate.origin)
         improved = refine(polished, lengths, settings.work.refine_rounds_each if settings.thorough else 0, clock.stop)
         expected_s = before - clock.remaining_s()
         if improved.objective_s < best.objective_s:
@@ -809,7 +815,7 @@ def _polish(
     if settings.backend == SolverBackend.AUTO and small and affordable and not clock.stop(settings.milp_budget_s):
         polished = milp_candidate("cpsat", best.strategy, lengths, cost, settings, clock, best)
         if polished is not None and polished.objective_s < best.objective_s:
-            best = refine(polished, lengths, settings.work.refine_rounds, clock.stop)
+            best = refine(dataclasses.replace(polished, origin=best.origin), lengths, settings.work.refine_rounds, clock.stop)
     return best
 
 

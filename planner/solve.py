@@ -15,6 +15,7 @@ from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.items import Items, prepare_items
 from hydraplan.planner.kernels import warm_up
+from hydraplan.planner.portfolio import peer_candidates
 from hydraplan.planner.schemas import BaselineResult, CostProfile, Plan, PlanRequest, SolverBackend, SolverStats
 from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.search import Clock, SearchSettings, WorkLimits, search, solve_fixed
@@ -60,7 +61,11 @@ def solve(
         _validate_pool(pool, request, cost)
     items = _prepare_items(request, cost, sorted({s for p in pool for s in p.schemes}) if pool else None)
     settings, clock = _settings(request, pool, cancel, started, len(items))
-    result = search(items.lengths, cost, request.num_gpus, settings, clock, options.time_limit_s)
+    # the baselines' own plans of these items, unless the search is restricted to a pool
+    peers = () if pool is not None else peer_candidates(
+        items.lengths, cost, request.num_gpus, options.max_schemes, options.seed, settings.previous
+    )
+    result = search(items.lengths, cost, request.num_gpus, settings, clock, options.time_limit_s, peers)
     if result is None:
         space = (
             f"no strategy of the pool ({len(pool)} strategies)"
@@ -77,6 +82,7 @@ def solve(
         num_strategies=result.num_strategies,
         num_strategies_solved=result.num_strategies_solved,
         seed=options.seed,
+        winner=result.best.origin,
     )
     plan = build_plan(request, profile, items, result.best, result.lower_bound_s, stats, result.timed_out)
     return _finish(plan, request, profile, baselines)

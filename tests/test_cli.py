@@ -519,7 +519,8 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_readme_setup_commands_match_ci() -> None:
-    """The README's set-up section has exactly two commands; CI runs the second's test command."""
+    """The README's set-up section has exactly two commands; CI runs the second one verbatim, in
+    the fresh virtual environment it creates and activates first."""
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text(encoding="utf-8")
     section = readme.split("## ")[1]
@@ -530,7 +531,9 @@ def test_readme_setup_commands_match_ci() -> None:
         'pip install -e ".[test]" && python -m pytest -q',
     ]
     ci_lines = (root / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-    assert commands[1].split(" && ")[1] in ci_lines
+    assert commands[1] in ci_lines
+    fresh = ci_lines.index("python3 -m venv --clear .ci-venv")
+    assert fresh < ci_lines.index("source .ci-venv/bin/activate") < ci_lines.index(commands[1])
 
 
 @pytest.mark.parametrize("prefix", ["api", "/api/"])
