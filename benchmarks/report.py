@@ -108,13 +108,6 @@ def write_result(
     return full_path
 
 
-def write_section(name: str, command: str, body: str, path: Path = RESULTS_PATH) -> None:
-    """Replace (or append) the section `name` of RESULTS.md with the command, machine and body
-    (the writer before `write_result`; kept until every script uses `write_result`)."""
-    section = f"## {name}\n\nCommand: `{command}`\n\nMachine: {environment_line()}\n\n{body.rstrip()}\n"
-    replace_section(path, name, section, HEADER)
-
-
 def results_header(title: str, results_link: str) -> str:
     """The opening of a new results file, linking back to the summary."""
     return (
