@@ -125,3 +125,25 @@ def test_pivot_table_one_row_per_key_one_column_per_value():
 )  # fmt: skip
 def test_anchor_is_githubs(heading, expected):
     assert anchor(heading) == expected
+
+
+def test_every_link_of_the_committed_results_resolves():
+    """RESULTS.md and every results file link only to files (and headings) that exist: moving or
+    renaming a results file breaks this test."""
+    pages = [BENCHMARKS / "RESULTS.md", *sorted((BENCHMARKS / "results").glob("*.md"))]
+    assert len(pages) > 1
+    assert {page.name: broken_links(page) for page in pages} == {page.name: [] for page in pages}
+
+
+def test_every_results_file_is_linked_from_results_md_and_each_summary_from_its_section():
+    results = BENCHMARKS / "RESULTS.md"
+    text = results.read_text()
+    linked = {(results.parent / target.partition("#")[0]).resolve() for target in LINK.findall(text)}
+    files = {path.resolve() for path in (BENCHMARKS / "results").glob("*.md")}
+    assert files - linked == set()  # no results file a reader cannot reach
+    names = re.findall(r"<!-- (\S+):start -->", text)
+    assert len(names) == len(set(names)) >= 20
+    for name in names:  # a script's summary links to the section of the same name in its results file
+        target = summary_link(marked(text, name), results)
+        assert target.parent == (BENCHMARKS / "results").resolve()
+        assert marked(target.read_text(), name)
