@@ -3,7 +3,8 @@
     python benchmarks/api_load.py                      # 50 clients, 20 s, 64-sequence plans
     python benchmarks/api_load.py --mix plan64:4,session64:2,plan1k:1,models:1 --duration-s 30
 
-Two measurements, both written to the `api_load` section of benchmarks/RESULTS.md:
+Two measurements, written in full to benchmarks/results/api_load.md and in short (the overhead and
+one line per worker count) to the `api_load` section of benchmarks/RESULTS.md:
 
 1. **API overhead** for a 1K-sequence request: the same request planned by a direct library call
    (`planner.solve.solve` with a cached analytic profile) and through the HTTP API by one client,
@@ -42,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.report import command_line, markdown_table, write_section  # noqa: E402
+from benchmarks.report import command_line, markdown_table, write_result  # noqa: E402
 from hydraplan.cost_models.analytic import build_profile  # noqa: E402
 from hydraplan.cost_models.catalog import get_gpu, get_model  # noqa: E402
 from hydraplan.planner.schemas import PlanRequest, SolverOptions  # noqa: E402
@@ -308,7 +309,11 @@ def overhead_table(result: OverheadResult) -> tuple[str, float]:
     return markdown_table(headers, rows), overhead
 
 
-def load_table(samples: list[Sample], elapsed_s: float) -> tuple[str, dict[str, dict[str, float]]]:
+LOAD_HEADERS = ["kind", "requests", "2xx", "503 (shed)", "other 4xx", "5xx + failed", "2xx/s", "p50 ms", "p99 ms"]
+
+
+def load_table(samples: list[Sample], elapsed_s: float) -> tuple[str, dict[str, dict[str, float]], list[object]]:
+    """The table by request kind, each kind's throughput and server errors, and the row of all kinds."""
     by_kind: dict[str, list[Sample]] = defaultdict(list)
     for sample in samples:
         by_kind[sample.kind].append(sample)
@@ -336,17 +341,6 @@ def load_table(samples: list[Sample], elapsed_s: float) -> tuple[str, dict[str, 
                 f"{percentile(ok, 0.99):.1f}",
             ]
         )
-    headers = [
-        "kind",
-        "requests",
-        "2xx",
-        "503 (shed)",
-        "other 4xx",
-        "5xx + failed",
-        "2xx/s",
-        "p50 ms",
-        "p99 ms",
-    ]
     status_line = ", ".join(
         f"{status or 'connection error'}: {count}"
         for status, count in sorted(Counter(sample.status for sample in samples).items())
@@ -354,7 +348,7 @@ def load_table(samples: list[Sample], elapsed_s: float) -> tuple[str, dict[str, 
     failures = Counter(sample.failure for sample in samples if sample.failure)
     if failures:
         status_line += " (connection errors: " + ", ".join(f"{name} {n}" for name, n in sorted(failures.items())) + ")"
-    return markdown_table(headers, rows) + f"\n\nResponses by status: {status_line}.", summary
+    return markdown_table(LOAD_HEADERS, rows) + f"\n\nResponses by status: {status_line}.", summary, rows[-1]
 
 
 def verdicts(summary: dict[str, dict[str, float]], overhead_ms: float, args: argparse.Namespace) -> str:
@@ -429,17 +423,18 @@ def main(argv: list[str] | None = None) -> int:
         help="options.time_limit_s of every request (default 0.1: a per-step budget)",
     )
     parser.add_argument("--overhead-samples", type=int, default=15, help="samples per side (default 15)")
-    parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    parser.add_argument("--no-write", action="store_true", help="print only; write no results")
     args = parser.parse_args(argv)
 
-    overhead_text, overhead_ms, load_sections, summaries = "", float("nan"), [], {}
+    overhead_text, overhead_ms, load_sections, summaries, totals = "", float("nan"), [], {}, []
     for index, workers in enumerate(args.workers):
         overhead, samples, elapsed_s = load_on_server(args, workers, measure=index == 0)
         if overhead is not None:
             overhead_text, overhead_ms = overhead_table(overhead)
-        text, summaries[workers] = load_table(samples, elapsed_s)
+        text, summaries[workers], total = load_table(samples, elapsed_s)
         store = "in-process store" if workers == 1 else "Redis store"
         load_sections.append(f"#### {workers} worker(s), {store}, {elapsed_s:.1f} s\n\n{text}")
+        totals.append([workers, store, f"{elapsed_s:.1f}", *total[1:]])
 
     cpu_per_plan_s, ceiling = planner_ceiling_per_s(args.time_limit_s)
     mix = ", ".join(f"{kind} x{weight:g}" for kind, weight in args.mix.items())
@@ -464,7 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(body)
     if not args.no_write:
-        write_section("api_load", command_line(), body)
+        summary = overhead_text + "\n\n" + markdown_table(["workers", "store", "s", *LOAD_HEADERS[1:]], totals)
+        write_result("api_load", command_line(), body, summary)
     return 0
 
 

@@ -19,8 +19,9 @@
 Stage times are the measuring thread's CPU time (`clock: thread`; communication waits are not in
 them, and TP/CP communication is modelled from the measured collectives), so the errors are of the
 compute the cost model predicts. The CPU is shared with other jobs while this runs: the load
-average is printed next to the figures. Results go to the `cost_model_accuracy` section of
-benchmarks/RESULTS.md (`--results` for another file).
+average is printed next to the figures. The full report goes to benchmarks/results/cost_model_accuracy.md,
+its two error tables to the `cost_model_accuracy` section of benchmarks/RESULTS.md (`--results` for
+another file).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_section  # noqa: E402
+from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_result  # noqa: E402
 from hydraplan.api.cli import main as hydraplan_main  # noqa: E402
 from hydraplan.cost_models.analytic import AnalyticOptions  # noqa: E402
 from hydraplan.cost_models.calibrate import calibrate, modelled_activation_bytes, predict_stage_time_s  # noqa: E402
@@ -214,7 +215,8 @@ def report(
     step_line: str | None,
     load: str,
     args: argparse.Namespace,
-) -> str:
+) -> tuple[str, str]:
+    """The full report, and its summary: the measured schemes' and the calibration-only schemes' errors."""
     rows, pooled = measured_rows(provenance.samples)
     calibrated, calibrated_pooled, fitted = calibrated_rows(provenance)
     source = (
@@ -224,19 +226,22 @@ def report(
         else f"Measurement budget {provenance.budget_s:.0f} s "
         f"({'cut by it' if provenance.interrupted else 'complete'})."
     )
+    measured_title = "Measured schemes: held-out micro-batches (random lengths; fit on long, short, mixed)"
+    measured = markdown_table(
+        ["scheme", "fit batches", "held-out", "fit error (median)", "time median", "time p95", "memory median"], rows
+    )
+    calibration_title = "Calibration only (hardware parameters fitted on <1,1,1> and <2,1,1>)"
+    calibration = markdown_table(["scheme", "micro-batches", "time median", "time p95", "memory median"], calibrated)
     parts = [
         source,
         f"Measured {len(provenance.samples)} micro-batches ({provenance.hardware}, torch {provenance.torch_version}, "
         f"{provenance.num_threads} thread per rank, {provenance.dtype}, clock {provenance.clock}, {provenance.date}); "
         f"load average {load} on a CPU shared with other jobs: figures are noisy.",
-        "### Measured schemes: held-out micro-batches (random lengths; fit on long, short, mixed)",
-        markdown_table(
-            ["scheme", "fit batches", "held-out", "fit error (median)", "time median", "time p95", "memory median"],
-            rows,
-        ),
-        "### Calibration only (hardware parameters fitted on <1,1,1> and <2,1,1>)",
+        f"### {measured_title}",
+        measured,
+        f"### {calibration_title}",
         fitted,
-        markdown_table(["scheme", "micro-batches", "time median", "time p95", "memory median"], calibrated),
+        calibration,
         "### Targets",
     ]
     time_median = statistics.median(pooled["time"]) if pooled["time"] else float("nan")
@@ -261,7 +266,8 @@ def report(
     lines.append(step_line or "- whole-step check: skipped (--skip-step)")
     lines += _per_scheme_misses(rows, calibrated)
     parts.append("\n".join(lines))
-    return "\n\n".join(parts)
+    summary = f"{measured_title}:\n\n{measured}\n\n{calibration_title}:\n\n{calibration}"
+    return "\n\n".join(parts), summary
 
 
 def _per_scheme_misses(measured: list[list[object]], calibrated: list[list[object]]) -> list[str]:
@@ -290,7 +296,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-default-run", action="store_true", help="do not time the default profile command")
     parser.add_argument("--skip-step", action="store_true", help="do not run the whole-step check")
     parser.add_argument("--quick", action="store_true", help="smoke run: small batches, 1 repeat, no default run")
-    parser.add_argument("--results", type=Path, default=RESULTS_PATH)
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS_PATH, help="summary file; the full output goes to results/ beside it"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.token_counts, args.repeats, args.skip_default_run, args.budget_s = [32, 64, 96], 1, True, 120.0
@@ -310,10 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     provenance = load_profile(path).provenance
     step_line = None if args.skip_step else whole_step(provenance, args.repeats)
     default_run_s = None if args.skip_default_run else time_default_run()
-    body = report(provenance, default_run_s, step_line, load, args)
+    body, summary = report(provenance, default_run_s, step_line, load, args)
     print(body)
     if not args.quick:
-        write_section("cost_model_accuracy", command_line(), body, args.results)
+        write_result("cost_model_accuracy", command_line(), body, summary, args.results)
     return 0
 
 

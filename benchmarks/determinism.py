@@ -27,7 +27,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import SETTINGS, batch_lengths, profile_for, split_names
-from benchmarks.report import command_line, markdown_table, write_section
+from benchmarks.report import command_line, markdown_table, write_result
 
 DEFAULT_SETTINGS = ("8b-64xh100", "32b-64xa100")
 DATASET = "wikipedia"
@@ -126,6 +126,7 @@ def main() -> int:
         f"{len(pairs) - len(uncut)} of {len(pairs)} pairs had a search cut by the clock "
         f"({sum(p.identical for p in pairs if any(p.cut))} of those identical anyway)."
     )
+    table = markdown_table(["setting", "seed", "byte-identical", "cut by clock", "status", "solve wall s"], rows)
     body = "\n".join(
         [
             f"Wikipedia batches of `benchmarks/quality.py`, every option at its default, each solved in two fresh "
@@ -133,14 +134,14 @@ def main() -> int:
             "`cut` is `solver.cut_by_clock` of each run: the time limit, not the work limits, ended part of "
             "that search, and no determinism is promised.",
             "",
-            markdown_table(["setting", "seed", "byte-identical", "cut by clock", "status", "solve wall s"], rows),
+            table,
             "",
             summary,
         ]
     )
     print(body)
     if not args.quick:
-        write_section("determinism", command_line(), body)
+        write_result("determinism", command_line(), body, f"{table}\n\n{summary}")
     return 0 if all(p.identical for p in uncut) else 1
 
 

@@ -18,7 +18,8 @@ cost profile, sampling the batch) and the median gap of the plans, so that a fas
 weighed against what it buys.
 
 Targets (issue 3): p50 <= 1 s for 64 GPUs / 1M tokens and <= 10 s for 1024 GPUs / 16M tokens.
-The results go to the `latency` section of benchmarks/RESULTS.md (`--results` for another file).
+The full output goes to benchmarks/results/latency.md (`latency_scale.md` with `--scale`) and the table to
+the section of that name in benchmarks/RESULTS.md (`--results` for another file).
 
 `--scale` measures instead how hard the planning-time budget is (issue 10): for each (cluster,
 budget) of `SCALE_ROWS`, up to 4,096 GPUs and 64M tokens, `--repeats` seeded batches (8 by
@@ -59,7 +60,7 @@ from benchmarks.common import (  # noqa: E402
     progress,
     split_names,
 )
-from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_section  # noqa: E402
+from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_result  # noqa: E402
 from hydraplan.cost_models.analytic import build_profile  # noqa: E402
 from hydraplan.cost_models.catalog import get_gpu, get_model  # noqa: E402
 from hydraplan.planner.errors import PlanningError  # noqa: E402
@@ -463,7 +464,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         f"default solver, {SCALE_REPEATS} batches; --configs then names rows: {', '.join(SCALE_ROWS)}",
     )
     parser.add_argument(
-        "--results", type=Path, default=RESULTS_PATH, help="file to write the section to (default: %(default)s)"
+        "--results",
+        type=Path,
+        default=RESULTS_PATH,
+        help="summary file; the full output goes to results/ beside it (default: %(default)s)",
     )
     parser.add_argument("--no-write", action="store_true", help="print the table only, write no results file")
     parser.add_argument("--json", type=Path, help="also write every sample to this JSON file")
@@ -526,7 +530,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def publish(section: str, table: str, body: str, samples: list, args: argparse.Namespace, argv) -> int:
-    """Print the table and the targets, write the samples (--json) and the RESULTS.md section."""
+    """Print the table and the targets, write the samples (--json), the full output (results/<section>.md)
+    and the summary section of RESULTS.md (the table)."""
     print(table)
     print()
     print(body.split("### Targets", 1)[1].strip())
@@ -534,8 +539,8 @@ def publish(section: str, table: str, body: str, samples: list, args: argparse.N
         args.json.write_text(json.dumps([dataclasses.asdict(s) for s in samples], indent=1))
     if not args.no_write:
         command = command_line() if argv is None else "python benchmarks/latency.py " + " ".join(argv)
-        write_section(section, command, body, path=args.results)
-        progress(f"wrote the {section} section of {args.results}")
+        full = write_result(section, command, body, table, path=args.results)
+        progress(f"wrote {full} and the {section} section of {args.results}")
     return 0
 
 

@@ -13,8 +13,9 @@ a throwaway copy of the committed tree (`git archive HEAD`), installed editable 
 virtual environment on top of this interpreter's packages; the checkout is never touched. Each
 mutant runs the focused tests of its target (first failure stops it). Binary-operator swaps to
 bitwise, shift, power and modulo operators are left out: they mostly make type errors that any
-test kills, at a large cost in run time. The survivors are listed in benchmarks/RESULTS.md; each
-one is killed by a new test or explained there.
+test kills, at a large cost in run time. The scores go to a section of benchmarks/RESULTS.md; the
+survivors are listed only in benchmarks/results/mutation-<targets>.md (a recheck's outcomes beside
+its run's), where each one is killed by a new test or explained.
 
 Each mutant's tests start without pytest's plugin autoloading (only Hypothesis's plugin: the other
 installed plugins cost seconds per mutant and none of these tests use them), and the exhaustive
@@ -43,7 +44,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.report import command_line, markdown_table, write_section
+from benchmarks.report import command_line, markdown_table, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 COSMIC_RAY = "cosmic-ray==8.7.0"
@@ -236,15 +237,7 @@ def recheck_report(results: dict[str, dict], screen: tuple[str, ...] | None = No
     ]
     for name, result in results.items():
         rows = result["rows"]
-        survivors = [row for row in rows if row[3] == "survived"]
-        timeouts = [row for row in rows if row[3] == "timed out"]
-        body += [
-            "",
-            f"### {name}: {sum(row[4] == 'killed' for row in survivors)} of {len(survivors)} survivors killed now; "
-            f"{sum(row[4] != 'survives' for row in timeouts)} of {len(timeouts)} timed-out mutants fail "
-            f"or time out again ({result['elapsed_s'] / 60:.0f} min)",
-            "",
-        ]
+        body += ["", f"### {recheck_line(name, result)}", ""]
         if result.get("known"):
             body += [
                 f"{result['known']} of the kills are taken from earlier rechecks of this tree with some of these "
@@ -258,6 +251,17 @@ def recheck_report(results: dict[str, dict], screen: tuple[str, ...] | None = No
             )
         )
     return "\n".join(body)
+
+
+def recheck_line(name: str, result: dict) -> str:
+    """One target's recheck in a line: survivors killed now, timed-out mutants that fail again."""
+    survivors = [row for row in result["rows"] if row[3] == "survived"]
+    timeouts = [row for row in result["rows"] if row[3] == "timed out"]
+    return (
+        f"{name}: {sum(row[4] == 'killed' for row in survivors)} of {len(survivors)} survivors killed now; "
+        f"{sum(row[4] != 'survives' for row in timeouts)} of {len(timeouts)} timed-out mutants fail "
+        f"or time out again ({result['elapsed_s'] / 60:.0f} min)"
+    )
 
 
 def run_target(target: Target, workdir: Path, bin_dir: Path, timeout_s: float, execute: bool = True) -> dict:
@@ -311,7 +315,8 @@ def _summary(target: Target, workdir: Path, bin_dir: Path, session: Path, starte
     }
 
 
-def report(results: dict[str, dict]) -> str:
+def score_table(results: dict[str, dict]) -> str:
+    """Mutants run, killed and survived per target: the summary of a run."""
     rows = []
     for name, result in results.items():
         counts = result["counts"]
@@ -329,11 +334,16 @@ def report(results: dict[str, dict]) -> str:
                 "-" if result["elapsed_s"] is None else f"{result['elapsed_s'] / 60:.0f} min",
             ]
         )
+    return markdown_table(["target", "file", "mutants run", "killed", "survived", "score", "not run yet", "time"], rows)
+
+
+def report(results: dict[str, dict]) -> str:
+    """The scores and every surviving mutant (line, operator, the code mutated), per target."""
     body = [
         "Each target file is mutated by Cosmic Ray (every operator but binary swaps to bitwise, shift, "
         "power and modulo operators); a mutant is killed when its target's focused tests fail.",
         "",
-        markdown_table(["target", "file", "mutants run", "killed", "survived", "score", "not run yet", "time"], rows),
+        score_table(results),
     ]
     for name, result in results.items():
         if result["survivors"]:
@@ -423,7 +433,9 @@ def main() -> int:
             print(text)
             for name, result in rechecked.items():  # per mutant, for explaining the survivors by job id
                 (args.recheck / f"{name}-recheck.json").write_text(json.dumps(result["outcomes"], indent=1) + "\n")
-            write_section("mutation-recheck-" + "+".join(names), command_line(), text)
+            summary = "\n".join(f"- {recheck_line(name, result)}" for name, result in rechecked.items())
+            file = "mutation-" + "+".join(names)  # beside the run's survivors
+            write_result("mutation-recheck-" + "+".join(names), command_line(), text, summary, file=file)
             return 0
         results = {}
         for name in names:
@@ -433,8 +445,9 @@ def main() -> int:
                 shutil.copy(results[name]["session"], args.sessions / f"{name}.sqlite")
     text = report(results)
     print(text)
-    # one section per set of targets: a run of some targets keeps the others' results (and notes)
-    write_section("mutation-" + "+".join(names), command_line(), text)
+    # one section per set of targets: a run of some targets keeps the others' results (and notes);
+    # the survivors go to the results file only
+    write_result("mutation-" + "+".join(names), command_line(), text, score_table(results))
     return 0
 
 

@@ -14,7 +14,8 @@ float32, forward plus backward.
 Timing: one intra-op thread (`torch.set_num_threads(1)`) and the thread's CPU time
 (`time.thread_time`), so the other jobs sharing this machine's cores do not enter the numbers;
 methods interleaved repeat by repeat; medians over `--repeats`. Each method is first checked
-against `loop` in float64 (max abs difference, column `max err`). The results go to the
+against `loop` in float64 (max abs difference, column `max err`). The full table goes to
+benchmarks/results/packed_attention.md, the forward + backward times (a column per method) to the
 `packed_attention` section of benchmarks/RESULTS.md.
 """
 
@@ -31,7 +32,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 import torch  # noqa: E402
 
-from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_section  # noqa: E402
+from benchmarks.report import RESULTS_PATH, command_line, markdown_table, pivot_table, write_result  # noqa: E402
 from hydraplan.runtime.attention import packed_causal_attention  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM = 4, 2, 64
@@ -160,8 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="small mixes, at most 3 repeats (a smoke run)")
     parser.add_argument("--no-compile", action="store_true", help="leave out torch.compile'd flex attention")
-    parser.add_argument("--results", type=Path, default=RESULTS_PATH, help="file to write (default: %(default)s)")
-    parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS_PATH, help="summary file; the full output goes to results/ beside it"
+    )
+    parser.add_argument("--no-write", action="store_true", help="print only; write no results")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     methods = ["loop", "block_mask", "flex"] + ([] if args.no_compile else ["flex_compiled"])
@@ -181,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         "launch); not measured, no GPU was lent to this task.\n"
     )
     if not args.no_write:
-        write_section("packed_attention", command_line(), body, args.results)
+        summary = pivot_table(headers, rows, ["length mix", "tokens"], across="method", value="fwd+bwd ms")
+        write_result("packed_attention", command_line(), body, summary, args.results)
     return 0
 
 

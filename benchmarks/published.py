@@ -1,8 +1,10 @@
 """The analytic model against published training runs (issue 13): predicted vs published
 tokens/s per GPU for every row of `benchmarks/published_runs.py` (in-sample: the A100 efficiency
-entry was fitted on them) and `benchmarks/published_heldout.py` (held out), written to RESULTS.md.
+entry was fitted on them) and `benchmarks/published_heldout.py` (held out), written in full to
+benchmarks/results/published.md and in short (median ratio and rows within the band, per group)
+to the `published` section of benchmarks/RESULTS.md.
 
-    python -m benchmarks.published [--no-write]
+    python -m benchmarks.published [--no-write] [--results FILE]
 
 Each prediction is the analytic profile of exactly that configuration (model, GPU, GPU count, 8
 per node, recipe) evaluated for the run's uniform micro-batches: 1F1B pipeline time
@@ -21,10 +23,11 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from benchmarks.published_heldout import HELD_OUT, HELD_OUT_MODELS
 from benchmarks.published_runs import GPT_MODELS, LLAMA2_70B, RUNS, PublishedRun
-from benchmarks.report import write_section
+from benchmarks.report import RESULTS_PATH, write_result
 from hydraplan.cost_models.analytic import AnalyticOptions, build_profile, scheme_memory
 from hydraplan.cost_models.catalog import get_gpu, get_model
 from hydraplan.cost_models.pipeline_layout import chunk_layers
@@ -193,10 +196,13 @@ def summary(predictions: list[Prediction]) -> str:
     )
 
 
+GROUPS = (("In-sample rows (the A100 entry was fitted on these)", False), ("Held-out rows", True))
+
+
 def render(predictions: list[Prediction], flat: list[Prediction], legacy: list[Prediction]) -> str:
     """Two tables, the in-sample rows (the A100 fit's training subset) and the held-out rows."""
     lines: list[str] = []
-    for title, held_out in (("In-sample rows (the A100 entry was fitted on these)", False), ("Held-out rows", True)):
+    for title, held_out in GROUPS:
         chosen = [index for index, item in enumerate(predictions) if item.run.held_out == held_out]
         lines += [f"{title}:", "", *HEADER]
         lines += [_row(predictions[index], flat[index], legacy[index]) for index in chosen]
@@ -206,6 +212,15 @@ def render(predictions: list[Prediction], flat: list[Prediction], legacy: list[P
         "data-parallel communication."
     )
     return "\n".join(lines)
+
+
+def render_summary(predictions: list[Prediction]) -> str:
+    """The summary line of each group and of all rows, a list."""
+    lines = [
+        f"- {title}: {summary([item for item in predictions if item.run.held_out == held_out])}"
+        for title, held_out in GROUPS
+    ]
+    return "\n".join([*lines, f"- All rows: {summary(predictions)}"])
 
 
 SENSITIVITY_CHUNKS = (1, 2, 4, 8, 12)
@@ -242,7 +257,10 @@ def provenance_list(runs: tuple[PublishedRun, ...]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    parser.add_argument("--no-write", action="store_true", help="print only; write no results")
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS_PATH, help="summary file; the full output goes to results/ beside it"
+    )
     args = parser.parse_args(argv)
     predictions = [predict(run) for run in ALL_RUNS]
     flat = [predict(run, recipe_of(run, "flat")) for run in ALL_RUNS]
@@ -257,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
             + interleaving_sensitivity(ALL_RUNS),
             "Provenance of the held-out rows:\n\n" + provenance_list(ALL_RUNS),
         ]
-        write_section("published", COMMAND, body + "\n\n" + "\n\n".join(notes))
+        full = body + "\n\n" + "\n\n".join(notes)
+        command = COMMAND if args.results == RESULTS_PATH else f"{COMMAND} --results {args.results}"
+        write_result("published", command, full, render_summary(predictions), args.results)
     return 0
 
 

@@ -17,7 +17,8 @@ Percentiles are nearest-rank: p95 of 20 batches is the 19th smallest.
 
 Determinism at the defaults is measured by `benchmarks/determinism.py` (its own section).
 
-The results go to the `quality` section of benchmarks/RESULTS.md (`--results` for another file).
+The full output goes to benchmarks/results/quality.md and the table to the `quality` section of
+benchmarks/RESULTS.md (`--results` for another file).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from benchmarks.common import (  # noqa: E402
     progress,
     split_names,
 )
-from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_section  # noqa: E402
+from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_result  # noqa: E402
 from hydraplan.planner.baselines import BASELINES, run_baseline  # noqa: E402
 from hydraplan.planner.errors import PlanningError  # noqa: E402
 from hydraplan.planner.solve import solve  # noqa: E402
@@ -416,7 +417,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(explicit flags still win)",
     )
     parser.add_argument(
-        "--results", type=Path, default=RESULTS_PATH, help="file to write the section to (default: %(default)s)"
+        "--results",
+        type=Path,
+        default=RESULTS_PATH,
+        help="summary file; the full output goes to results/ beside it (default: %(default)s)",
     )
     parser.add_argument("--no-write", action="store_true", help="print the table only, write no results file")
     parser.add_argument("--json", type=Path, help="also write every batch's raw figures to this JSON file")
@@ -503,8 +507,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=1, default=str))
     if not args.no_write:
-        write_section("quality", command_line_for(argv), body, path=args.results)
-        progress(f"wrote the quality section of {args.results}")
+        full = write_result("quality", command_line_for(argv), body, table, path=args.results)
+        progress(f"wrote {full} and the quality section of {args.results}")
     return 0
 
 

@@ -1,7 +1,14 @@
-"""Writing benchmark tables into benchmarks/RESULTS.md, one marked section per benchmark."""
+"""Writing benchmark results: each script's full output (command, machine, load, every table) to its
+own file under benchmarks/results/, and a short summary (key table + link to that file) to a marked
+section of benchmarks/RESULTS.md.
+
+A rerun replaces both sections in place; text outside the markers (findings written by hand, an
+earlier run kept beside a later one) is left as it is.
+"""
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import subprocess
@@ -11,7 +18,11 @@ from importlib import metadata
 from pathlib import Path
 
 RESULTS_PATH = Path(__file__).with_name("RESULTS.md")
-HEADER = "# Benchmark results\n\nEach section is rewritten by the script named in it.\n"
+RESULTS_FOLDER = "results"  # the full outputs, beside the RESULTS file
+HEADER = (
+    "# Benchmark results\n\nEach section is rewritten by the script named in it; its full output is in the file it "
+    "links to.\n"
+)
 
 
 def markdown_table(headers: list[str], rows: list[list[object]]) -> str:
@@ -19,6 +30,24 @@ def markdown_table(headers: list[str], rows: list[list[object]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def pivot_table(
+    headers: list[str], rows: list[list[object]], keys: list[str], across: str, value: str, missing: str = "-"
+) -> str:
+    """The table `headers`/`rows` with one row per distinct `keys` and one `value` column per distinct
+    `across` (in order of appearance), e.g. one row per length mix and one time column per method."""
+    key_columns = [headers.index(key) for key in keys]
+    across_column, value_column = headers.index(across), headers.index(value)
+    columns = list(dict.fromkeys(str(row[across_column]) for row in rows))
+    cells: dict[tuple[str, ...], dict[str, str]] = {}
+    for row in rows:
+        key = tuple(str(row[column]) for column in key_columns)
+        cells.setdefault(key, {})[str(row[across_column])] = str(row[value_column])
+    return markdown_table(
+        [*keys, *(f"{column} {value}" for column in columns)],
+        [[*key, *(found.get(column, missing) for column in columns)] for key, found in cells.items()],
+    )
 
 
 def environment_line(packages: tuple[str, ...] = ("numpy", "highspy", "ortools", "pulp")) -> str:
@@ -36,18 +65,68 @@ def environment_line(packages: tuple[str, ...] = ("numpy", "highspy", "ortools",
     )
 
 
-def write_section(name: str, command: str, body: str, path: Path = RESULTS_PATH) -> None:
-    """Replace (or append) the section `name` of RESULTS.md with the command, machine and body."""
-    section = (
-        f"<!-- {name}:start -->\n## {name}\n\nCommand: `{command}`\n\n"
-        f"Machine: {environment_line()}\n\n{body.rstrip()}\n<!-- {name}:end -->\n"
+def load_line() -> str:
+    """The load averages when the results are written: other work on the machine skews timings."""
+    try:
+        return "{:.1f} / {:.1f} / {:.1f} (1, 5, 15 min) when written".format(*os.getloadavg())
+    except (AttributeError, OSError):  # no load average on this platform
+        return "not available on this platform"
+
+
+def results_file(name: str, path: Path = RESULTS_PATH) -> Path:
+    """The file holding the full output `name` for the RESULTS file `path`: results/<name>.md beside it."""
+    return path.parent / RESULTS_FOLDER / f"{name}.md"
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a markdown heading: lower case, punctuation but `-` and `_` dropped,
+    spaces as `-` (`mutation-checker+auth` -> `mutation-checkerauth`)."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def write_result(
+    name: str, command: str, body: str, summary: str, path: Path = RESULTS_PATH, file: str | None = None
+) -> Path:
+    """Write benchmark `name`: its full output (command, machine, load, `body`) to the section `name`
+    of its results file, and its summary section (command, machine, a link to that section, then
+    `summary`: the key table) to the RESULTS file `path`. `file` names the results file when it is
+    not `name` (a mutation recheck goes beside its run). Returns the results file."""
+    machine = environment_line()
+    full_path = results_file(file or name, path)
+    link = f"{full_path.relative_to(path.parent).as_posix()}#{anchor(name)}"
+    full = (
+        f"## {name}\n\nCommand: `{command}`\n\nMachine: {machine}\n\nLoad average: {load_line()}\n\n{body.rstrip()}\n"
     )
-    text = path.read_text() if path.exists() else HEADER
+    short = (
+        f"## {name}\n\n- Command: `{command}`\n- Machine: {machine}\n"
+        f"- Full output: [{full_path.relative_to(path.parent).as_posix()}]({link})\n\n{summary.rstrip()}\n"
+    )
+    full_path.parent.mkdir(parents=True, exist_ok=True)
+    back = Path(os.path.relpath(path, full_path.parent)).as_posix()
+    replace_section(full_path, name, full, results_header(file or name, back))
+    replace_section(path, name, short, HEADER)
+    return full_path
+
+
+def results_header(title: str, results_link: str) -> str:
+    """The opening of a new results file, linking back to the summary."""
+    return (
+        f"# {title}\n\nFull output of the benchmark; its summary and the headline figures are in "
+        f"[RESULTS.md]({results_link}). A rerun rewrites each marked section in place; text between the "
+        "sections is written by hand.\n"
+    )
+
+
+def replace_section(path: Path, name: str, section: str, header: str) -> None:
+    """Replace the marked section `name` of `path` with `section` (or append it; a new file starts
+    with `header`), leaving the rest of the file as it is."""
+    marked = f"<!-- {name}:start -->\n{section.rstrip()}\n<!-- {name}:end -->\n"
+    text = path.read_text() if path.exists() else header
     pattern = re.compile(rf"<!-- {re.escape(name)}:start -->.*?<!-- {re.escape(name)}:end -->\n?", re.S)
     if pattern.search(text):
-        text = pattern.sub(lambda _: section, text)
+        text = pattern.sub(lambda _: marked, text)
     else:
-        text = text.rstrip() + "\n\n" + section
+        text = text.rstrip() + "\n\n" + marked
     path.write_text(text)
 
 
@@ -69,6 +148,4 @@ def _num_cores() -> int:
     try:
         return int(subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip())
     except (OSError, ValueError):
-        import os
-
         return os.cpu_count() or 1

@@ -23,8 +23,9 @@
    work on it (model compute + the TP/CP collectives inside the layers: the runtime's share is
    the rest, its bookkeeping and the p2p transfers), and against the model compute alone.
 
-Results go to the `runtime_vs_model` section of benchmarks/RESULTS.md (`--results` for another
-file); nothing is written with `--quick`.
+The full report goes to benchmarks/results/<section>.md, the step-time table to the section
+(`--section`, default `runtime_vs_model`) of benchmarks/RESULTS.md (`--results` for another file);
+nothing is written with `--quick`.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_section  # noqa: E402
+from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_result  # noqa: E402
 
 SECTION = "runtime_vs_model"
 TARGET_ERROR = 0.15
@@ -429,8 +430,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--reuse", action="store_true", help="report on the runs kept in --keep (plans are deterministic: same ids)"
     )
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 batch of 1500 tokens, 2 steps, no write")
-    parser.add_argument("--results", type=Path, default=RESULTS_PATH)
-    parser.add_argument("--section", default=SECTION, help="section of the results file (default: %(default)s)")
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS_PATH, help="summary file; the full output goes to results/ beside it"
+    )
+    parser.add_argument(
+        "--section", default=SECTION, help="section (and results/<section>.md file) to write (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
     if args.reuse and args.keep is None:
         parser.error("--reuse needs --keep DIR")
@@ -516,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     body = report_body(results, preamble)
     print(body)
     if not args.quick:
-        write_section(args.section, command_line(), body, args.results)
+        summary = markdown_table(RUN_HEADERS, run_rows(results))
+        write_result(args.section, command_line(), body, summary, args.results)
     return 0
 
 

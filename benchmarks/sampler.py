@@ -21,7 +21,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import geomean, median
-from benchmarks.report import command_line, markdown_table, write_section
+from benchmarks.report import command_line, markdown_table, write_result
 from hydraplan.api.datasets import sample_batch
 from hydraplan.integrations.torch import WorkloadBalancedSampler
 from hydraplan.planner.baselines import arrival_order_micro_batches
@@ -90,18 +90,19 @@ def main() -> int:
     steps = 2 if args.quick else args.steps
     rows = run(steps, pool_tokens=(steps + 1) * TOKENS_PER_STEP)
     headers = ["dataset", "layout", "cap", "steps", "geomean", "least", "most", "planning s/step (p50)"]
+    table = markdown_table(headers, rows)
     body = "\n".join(
         [
             "llama3-8b on 64 x h100-sxm-80gb (analytic), 1M-token steps. The ratio is the predicted step "
             "time of arrival-order token packing (round-robin to the data-parallel ranks) over the "
             "sampler's balanced packing of the same samples.",
             "",
-            markdown_table(headers, rows),
+            table,
         ]
     )
     print(body)
     if not args.quick:
-        write_section("sampler", command_line(), body)
+        write_result("sampler", command_line(), body, table)
     return 0
 
 

@@ -10,8 +10,9 @@ the cells of its new shard that it did not hold (weights and both AdamW moments)
 its least busy old holder; the planner (`planner/switching.py`) charges each GPU the share of its
 new (layer x TP-slice) shard its old one lacks, of `grad_bytes_per_gpu`, times the profile's
 `switch_bytes_per_weight_byte` (3 in profiles measured on the runtime), the busiest GPU setting
-the time. The table sets them side by side, per rank and for the busiest one; the section
-`runtime_switch_bytes` of benchmarks/RESULTS.md is rewritten.
+the time. The table sets them side by side, per rank and for the busiest one; it goes to
+benchmarks/results/runtime_switch_bytes.md and to the section `runtime_switch_bytes` of
+benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_section  # noqa: E402
+from benchmarks.report import command_line, markdown_table, write_result  # noqa: E402
 
 STRATEGIES = (
     "4x<1,1,1>",
@@ -147,7 +148,7 @@ def main() -> int:
         ]
     )
     print(body)
-    write_section("runtime_switch_bytes", command_line(), body, RESULTS_PATH)
+    write_result("runtime_switch_bytes", command_line(), body, table)
     return 0
 
 

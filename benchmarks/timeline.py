@@ -5,8 +5,8 @@
 For each setting a plan is made once (analytic model, Wikipedia lengths, 2 s budget), then its
 timeline is built and drawn in each format, `--repeats` times: the table gives the median time
 (simulation + drawing + writing the file, after one warm-up draw), the file size and the blocks drawn, for the default
-grouped drawing and for `--pipelines all`. The results go to the `timeline` section of
-benchmarks/RESULTS.md.
+grouped drawing and for `--pipelines all`. The full table goes to benchmarks/results/timeline.md,
+one row per drawing (a column per format) to the `timeline` section of benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import median
-from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_section
+from benchmarks.report import RESULTS_PATH, command_line, markdown_table, pivot_table, write_result
 from hydraplan.api.cli_timeline import write_timeline
 from hydraplan.api.datasets import sample_batch
 from hydraplan.api.timeline import timeline_document
@@ -100,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="draws per format (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="one tiny plan (smoke test)")
-    parser.add_argument("--results", type=Path, default=RESULTS_PATH, help="RESULTS file (default: %(default)s)")
-    parser.add_argument("--no-write", action="store_true", help="print only; leave the RESULTS file alone")
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS_PATH, help="summary file; the full output goes to results/ beside it"
+    )
+    parser.add_argument("--no-write", action="store_true", help="print only; write no results")
     args = parser.parse_args(argv)
     settings = QUICK_SETTINGS if args.quick else SETTINGS
     rows = run(settings, args.repeats, 0.3 if args.quick else 2.0)
@@ -115,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
             "schedules once and the slowest 8 groups with a histogram of the rest, `all` every pipeline. "
             f"PNG through matplotlib {_version('matplotlib')}'s Agg backend.\n\n" + table
         )
-        write_section("timeline", command_line(), body, args.results)
+        keys = ["setting", "strategy", "pipelines", "drawn", "blocks"]
+        summary = pivot_table(headers, rows, keys, across="format", value="median ms")
+        write_result("timeline", command_line(), body, summary, args.results)
     return 0
 
 

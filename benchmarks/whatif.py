@@ -28,7 +28,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import median
-from benchmarks.report import command_line, markdown_table, write_section
+from benchmarks.report import command_line, markdown_table, write_result
 
 SWEEP = [
     "--model", "llama3-8b", "--gpu", "a100-80gb,h100-sxm-80gb,h200-141gb", "--num-gpus", "8,16,32",
@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
                 " ".join(f"{t:.1f}" for t in times), " ".join(f"{load:.1f}" for load in loads),
                 met if extra == ["--compare", "none"] else "-",  # the target is the local pool's
             ])  # fmt: skip
+    summary = markdown_table(
+        ["variant", "rows", "command s (median)", "sweep s (median)", "runs s", "load", f"<= {TARGET_S:g} s"], table
+    )
     lines = [
         f"{len(first_rows[variants[0][0]])} configurations x {'1' if args.quick else '3'} seeded steps, "
         f"{os.cpu_count()} workers (the CPU count). Wall time of the whole command and of its sweep alone (the "
@@ -107,10 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         "other work: the 1-min load average before each run is listed (2 cores). "
         f"{_versions()}.",
         "",
-        markdown_table(
-            ["variant", "rows", "command s (median)", "sweep s (median)", "runs s", "load", f"<= {TARGET_S:g} s"],
-            table,
-        ),
+        summary,
     ]
     if args.ray:
         same, differ = identical_rows(first_rows[variants[0][0]], first_rows[variants[2][0]])
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     body = "\n".join(lines)
     print(body)
     if not args.quick:
-        write_section("whatif", command_line(), body)
+        write_result("whatif", command_line(), body, summary)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""The planner benchmarks run end to end in smoke mode and write well-formed tables."""
+"""The planner benchmarks run end to end in smoke mode and write well-formed tables: the key table
+to their section of the RESULTS file, everything to their results file."""
 
 from __future__ import annotations
 
@@ -12,19 +13,31 @@ import pytest
 
 from benchmarks import latency, quality
 from benchmarks.common import geomean, median, percentile
+from benchmarks.report import results_file
+
+
+def section_text(path: Path, name: str) -> str:
+    """The whole text of section `name` of a RESULTS file or a results file."""
+    match = re.search(rf"<!-- {name}:start -->(.*?)<!-- {name}:end -->", path.read_text(), re.S)
+    assert match, f"no {name} section in {path}"
+    return match.group(1)
 
 
 def section_table(path: Path, name: str) -> tuple[list[str], list[list[str]], str]:
-    """Headers, rows and the whole text of section `name` of a RESULTS file."""
-    text = path.read_text()
-    match = re.search(rf"<!-- {name}:start -->(.*?)<!-- {name}:end -->", text, re.S)
-    assert match, f"no {name} section in {path}"
-    section = match.group(1)
+    """Headers, rows (of its first table) and the whole text of section `name`."""
+    section = section_text(path, name)
     lines = [line for line in section.splitlines() if line.startswith("|")]
     headers = [cell.strip() for cell in lines[0].strip("|").split("|")]
     assert set(lines[1].strip("|").split("|")) == {"---"}
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
     return headers, rows, section
+
+
+def full_output(path: Path, name: str) -> str:
+    """The section `name` of the results file that the summary section `name` of `path` links to."""
+    link = f"[results/{name}.md](results/{name}.md#{name})"
+    assert f"- Full output: {link}" in section_text(path, name)
+    return section_text(results_file(name, path), name)
 
 
 def assert_numeric(row: list[str], headers: list[str], text_columns: set[str]) -> None:
@@ -70,8 +83,11 @@ def test_quality_quick_writes_its_section(tmp_path, capsys):
     for row in rows:
         assert_numeric(row, headers, {"setting", "dataset"})
         assert float(row[headers.index("gap p50 %")]) <= 100
-    assert "Command: `python benchmarks/quality.py --quick" in section
-    targets = section.split("### Targets", 1)[1]
+    assert "Command: `python benchmarks/quality.py --quick" in section and "### Targets" not in section
+    full = full_output(results, "quality")
+    assert "Command: `python benchmarks/quality.py --quick" in full
+    assert section_table(results_file("quality", results), "quality")[:2] == (headers, rows)  # the same table
+    targets = full.split("### Targets", 1)[1]
     assert "Batches capped at" in targets
     for phrase in ("Median gap <= 2%", "Never worse than `hydraulis`", "over `megatron`", "latency p50 <= 1 s"):
         assert phrase in targets
@@ -94,7 +110,8 @@ def test_quality_baseline_subset_and_rewrite(tmp_path):
     assert text.count("<!-- quality:start -->") == 1 and "kept" in text
     headers, rows, section = section_table(results, "quality")
     assert "x megatron" in headers and "x hydraulis" not in headers and len(rows) == 1
-    assert "not measured (`hydraulis` not among --baselines)" in section
+    assert "not measured (`hydraulis` not among --baselines)" in full_output(results, "quality")
+    assert [path.name for path in (tmp_path / "results").iterdir()] == ["quality.md"]
 
 
 def test_latency_quick_writes_its_section(tmp_path):
@@ -105,7 +122,7 @@ def test_latency_quick_writes_its_section(tmp_path):
     assert [row[:2] for row in rows] == [["64xh100-1M", solver] for solver in ("greedy", "lp", "auto")]
     for row in rows:
         assert_numeric(row, headers, {"cluster", "solver"})
-    targets = section.split("### Targets", 1)[1]
+    targets = full_output(results, "latency").split("### Targets", 1)[1]
     assert "p50 <= 1 s for 64 GPUs / 1M tokens" in targets and "`auto` (the default solver)" in targets
     assert "1024 GPUs / 16M tokens: not measured" in targets
 
@@ -128,10 +145,65 @@ def test_timeline_quick_writes_its_section(tmp_path):
 
     results = tmp_path / "RESULTS.md"
     assert timeline.main(["--quick", "--repeats", "1", "--results", str(results)]) == 0
-    headers, rows, section = section_table(results, "timeline")
+    headers, rows, section = section_table(results_file("timeline", results), "timeline")
     assert headers == ["setting", "strategy", "pipelines", "drawn", "format", "blocks", "median ms", "KiB"]
     assert [(row[3], row[4]) for row in rows] == [(d, f) for d in ("grouped", "all") for f in ("svg", "html", "png")]
     for row in rows:
         assert_numeric(row, headers, {"setting", "strategy", "drawn", "format"})
         assert int(row[5]) > 0
-    assert "Command: `python" in section
+    assert "Command: `python" in section and full_output(results, "timeline") == section
+    # the summary: one row per drawing, a time column per format
+    headers, summary_rows, _ = section_table(results, "timeline")
+    formats = [f"{kind} median ms" for kind in ("svg", "html", "png")]
+    assert headers == ["setting", "strategy", "pipelines", "drawn", "blocks", *formats]
+    assert [row[3] for row in summary_rows] == ["grouped", "all"]
+    assert [row[5:] for row in summary_rows] == [[row[6] for row in rows[i : i + 3]] for i in (0, 3)]
+
+
+def test_published_writes_its_summary_and_its_full_output(tmp_path):
+    from benchmarks import published
+
+    results = tmp_path / "RESULTS.md"
+    assert published.main(["--results", str(results)]) == 0
+    summary = section_text(results, "published")
+    lines = summary.rstrip().split("\n\n")[-1].splitlines()  # after the command, machine and link
+    assert [line.split(":", 1)[0] for line in lines] == [
+        "- In-sample rows (the A100 entry was fitted on these)",
+        "- Held-out rows",
+        "- All rows",
+    ]
+    assert all("median ratio" in line and "within +-30%" in line for line in lines)
+    full = full_output(results, "published")
+    assert "| run | GPUs |" not in summary and full.count("| run | GPUs |") == 2
+    assert "Interleaving sensitivity" in full and "Provenance of the held-out rows" in full
+
+
+def test_the_mutation_summary_is_the_scores_and_the_survivors_stay_in_the_full_output():
+    from benchmarks import mutation
+
+    counts = {"killed": 3, "survived": 1, "pending": 0}
+    results = {"checker": {"counts": counts, "elapsed_s": 120.0, "survivors": [(69, "core/NumberReplacer", "x = 1")]}}
+    summary = mutation.score_table(results)
+    assert summary.splitlines()[2] == "| checker | planner/check.py | 4 | 3 | 1 | 75.0% | 0 | 2 min |"
+    full = mutation.report(results)
+    assert summary in full and "### Surviving mutants: checker" in full and "| 69 | NumberReplacer | `x = 1` |" in full
+    rows = [
+        (69, "core/NumberReplacer", "x = 1", "survived", "killed"),
+        (70, "core/AddNot", "y", "timed out", "survives"),
+    ]
+    line = mutation.recheck_line("checker", {"rows": rows, "elapsed_s": 540.0})
+    assert line == "checker: 1 of 1 survivors killed now; 0 of 1 timed-out mutants fail or time out again (9 min)"
+    assert f"### {line}" in mutation.recheck_report({"checker": {"rows": rows, "elapsed_s": 540.0}})
+
+
+def test_the_api_load_summary_takes_the_row_of_all_kinds():
+    from benchmarks import api_load
+
+    samples = [
+        api_load.Sample("plan64", 200, 0.5),
+        api_load.Sample("plan64", 503, 0.1),
+        api_load.Sample("models", 200, 0.1),
+    ]
+    text, summary, total = api_load.load_table(samples, elapsed_s=2.0)
+    assert total[:6] == ["all", 3, 2, 1, 0, 0] and total[6] == "1.0"
+    assert summary["plan64"]["ok_per_s"] == 0.5 and text.splitlines()[0].startswith("| kind | requests |")

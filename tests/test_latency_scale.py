@@ -7,6 +7,7 @@ import math
 import re
 
 from benchmarks import latency
+from benchmarks.report import results_file
 
 
 def test_scale_quick_writes_its_section(tmp_path):
@@ -25,8 +26,11 @@ def test_scale_quick_writes_its_section(tmp_path):
     for header, cell in zip(headers, rows[0], strict=True):
         if header not in ("cluster @ budget", "solver"):
             assert math.isfinite(float(cell)), f"{header} = {cell}"  # overruns may be negative
-    assert "Command: `python benchmarks/latency.py --scale --quick" in section
-    targets = section.split("### Targets", 1)[1]
+    assert "Command: `python benchmarks/latency.py --scale --quick" in section and "### Targets" not in section
+    assert "(results/latency_scale.md#latency_scale)" in section
+    full = results_file("latency_scale", results).read_text()
+    assert "<!-- latency:start -->" not in full and lines[2] in full  # the same table, in full
+    targets = full.split("### Targets", 1)[1]
     assert "Batches capped at" in targets and "4096 GPUs / 64M tokens: not measured" in targets
     (record,) = json.loads(raw.read_text())
     assert record["error"] is None and record["first_plan_s"] <= record["wall_s"] * 10

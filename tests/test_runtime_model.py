@@ -165,7 +165,10 @@ def test_packed_attention_benchmark_smoke(tmp_path):
 
     results = tmp_path / "RESULTS.md"
     assert packed_attention.main(["--quick", "--no-compile", "--repeats", "1", "--results", str(results)]) == 0
-    text = results.read_text()
+    summary = [line for line in results.read_text().splitlines() if line.startswith("| ")]
+    assert summary[0] == "| length mix | tokens | loop fwd+bwd ms | block_mask fwd+bwd ms | flex fwd+bwd ms |"
+    assert all(line.endswith("| fails |") for line in summary[1:])  # flex: no backward on CPU
+    text = (tmp_path / "results" / "packed_attention.md").read_text()
     assert "<!-- packed_attention:start -->" in text and "Command: `python " in text
     rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ") and "method" not in line]
     methods = {row[2].strip() for row in rows}
