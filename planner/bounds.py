@@ -60,6 +60,7 @@ from hydraplan.planner.bubble_floor import (
     pipeline_time_floor_s,
 )
 from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
+from hydraplan.planner.kernels import set_bounds_depth_first
 
 COARSE_RATIO = 1.02  # row span of coarsened tables (see `BoundTables.coarsened`)
 # `BoundTables.packing_bounds`: the dual feasible functions tried, the items they can price, the
@@ -180,30 +181,20 @@ class BoundTables:
         for the later columns `child` whose bound is below `cutoff_s`, each prefix extended by all
         later columns at once (vectorised). Prefixes come in lexicographic order, each before its
         children's. With `first_column` > 0 only the blocks of prefixes that start at that column
-        or later (the single schemes' block, of prefix (), is left out too)."""
-        num_columns = self.gpu_seconds.shape[1]
-
-        def extend(columns: tuple[int, ...], cheapest: np.ndarray, longest: np.ndarray):
-            start = columns[-1] + 1 if columns else 0
-            if start >= num_columns:
-                return
-            child_cheapest = np.minimum(cheapest[:, None], self.gpu_seconds[:, start:])
-            child_longest = np.minimum(longest[:, None], self.longest_s[:, start:])
-            areas = (self.multiplicity @ child_cheapest) / num_gpus
-            bounds = np.maximum(areas, child_longest.max(axis=0))
-            below = np.flatnonzero(bounds < cutoff_s)
-            if below.size:
-                yield columns, start + below, bounds[below]
-            if len(columns) + 1 < max_schemes:
-                for offset in range(len(bounds)):
-                    yield from extend((*columns, start + offset), child_cheapest[:, offset], child_longest[:, offset])
-
-        if first_column == 0:
-            infinite = np.full(self.gpu_seconds.shape[0], np.inf)
-            yield from extend((), infinite, infinite)
-        elif max_schemes > 1:
-            for column in range(first_column, num_columns):
-                yield from extend((column,), self.gpu_seconds[:, column], self.longest_s[:, column])
+        or later (the single schemes' block, of prefix (), is left out too). The walk is
+        `kernels.set_bounds_depth_first`."""
+        prefixes, starts, children, bounds = set_bounds_depth_first(
+            np.ascontiguousarray(self.gpu_seconds, dtype=np.float64),
+            np.ascontiguousarray(self.longest_s, dtype=np.float64),
+            np.ascontiguousarray(self.multiplicity, dtype=np.float64),
+            num_gpus,
+            max_schemes,
+            float(cutoff_s),
+            first_column,
+        )
+        ends = starts[1:].tolist()
+        for row, start, end in zip(prefixes.tolist(), starts[:-1].tolist(), ends):
+            yield tuple(column for column in row if column >= 0), children[start:end], bounds[start:end]
 
     def replica_split_bounds_s(
         self, sets: Sequence[tuple[int, ...]], num_gpus: int, sync_floors: SyncFloors

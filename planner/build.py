@@ -102,13 +102,15 @@ def _pipeline_plan(
     for members, stage_time_s in zip(packed.micro_batches, packed.stage_times_s):
         members = np.sort(members)
         lengths = items.lengths[members]
+        # built from the solver's own arrays (plain ints and a finite float), not validated field
+        # by field: thousands per plan at scale; `check_plan` checks the content of every one
         micro_batches.append(
-            MicroBatch(
+            MicroBatch.model_construct(
                 sequence_ids=items.sequence_ids[members].tolist(),
                 lengths=lengths.tolist(),
                 offsets=items.offsets[members].tolist(),
                 num_tokens=int(lengths.sum()),
-                stage_time_s=stage_time_s,
+                stage_time_s=float(stage_time_s),
             )
         )
     scheme = coef.scheme

@@ -166,6 +166,104 @@ def first_fit_shuffles(
 
 
 @_jit
+def set_bounds_depth_first(
+    gpu_seconds: np.ndarray,
+    longest_s: np.ndarray,
+    multiplicity: np.ndarray,
+    num_gpus: int,
+    max_schemes: int,
+    cutoff_s: float,
+    first_column: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`bounds.BoundTables.set_bound_blocks`'s walk: every prefix of fewer than `max_schemes`
+    columns, depth first in lexicographic order (each before its children), extended by every
+    later column; a set's bound is max(area, longest item): the items' least GPU-seconds over its
+    columns (times their multiplicity) shared by `num_gpus`, and the longest item's least pipeline
+    time over them. With `first_column` > 0 the walk starts at the one-column prefixes from that
+    column on. Returns the blocks' prefixes (rows padded with -1), the start of each block's
+    children in the flat arrays (one more entry than blocks), and the children and bounds below
+    `cutoff_s` (blocks with none are left out)."""
+    num_rows, num_columns = gpu_seconds.shape
+    depth = max(1, max_schemes - 1)
+    # the walk's stack of prefixes (at most `columns` frames per level)
+    stack = np.full((num_columns * (depth + 1) + 1, depth), -1, dtype=np.int64)
+    stack_lengths = np.zeros(num_columns * (depth + 1) + 1, dtype=np.int64)
+    top = 0
+    if first_column == 0:
+        top = 1  # the empty prefix
+    elif max_schemes > 1:
+        for column in range(num_columns - 1, first_column - 1, -1):
+            stack[top, 0] = column
+            stack_lengths[top] = 1
+            top += 1
+    prefixes = np.full((16, depth), -1, dtype=np.int64)
+    starts = np.zeros(17, dtype=np.int64)
+    children = np.empty(64, dtype=np.int64)
+    bounds = np.empty(64)
+    num_blocks = 0
+    num_children = 0
+    cheapest = np.empty(num_rows)
+    longest = np.empty(num_rows)
+    while top > 0:
+        top -= 1
+        size = stack_lengths[top]
+        prefix = stack[top].copy()
+        first = prefix[size - 1] + 1 if size > 0 else 0
+        if first >= num_columns:
+            continue
+        cheapest[:] = np.inf
+        longest[:] = np.inf
+        for level in range(size):
+            for row in range(num_rows):
+                cheapest[row] = min(cheapest[row], gpu_seconds[row, prefix[level]])
+                longest[row] = min(longest[row], longest_s[row, prefix[level]])
+        block_children = 0
+        for child in range(first, num_columns):
+            area = 0.0
+            most = -np.inf
+            for row in range(num_rows):
+                area += multiplicity[row] * min(cheapest[row], gpu_seconds[row, child])
+                most = max(most, min(longest[row], longest_s[row, child]))
+            bound = max(area / num_gpus, most)
+            if bound < cutoff_s:
+                if num_children == children.shape[0]:
+                    children = _grown_ints(children)
+                    bounds = _grown_floats(bounds)
+                children[num_children] = child
+                bounds[num_children] = bound
+                num_children += 1
+                block_children += 1
+        if block_children:
+            if num_blocks + 1 == prefixes.shape[0]:
+                prefixes = np.vstack((prefixes, np.full(prefixes.shape, -1, dtype=np.int64)))
+                starts = _grown_ints(starts)
+            prefixes[num_blocks] = prefix
+            num_blocks += 1
+            starts[num_blocks] = num_children
+        if size + 1 < max_schemes:
+            for child in range(num_columns - 1, first - 1, -1):
+                stack[top] = prefix
+                stack[top, size] = child
+                stack_lengths[top] = size + 1
+                top += 1
+    return prefixes[:num_blocks], starts[: num_blocks + 1], children[:num_children], bounds[:num_children]
+
+
+@_jit
+def _grown_ints(values: np.ndarray) -> np.ndarray:
+    grown = np.empty(2 * values.shape[0], dtype=np.int64)
+    grown[: values.shape[0]] = values
+    return grown
+
+
+@_jit
+def _grown_floats(values: np.ndarray) -> np.ndarray:
+    grown = np.empty(2 * values.shape[0])
+    grown[: values.shape[0]] = values
+    return grown
+
+
+@_jit
 def greedy_assign(
     lengths: np.ndarray,
     order: np.ndarray,
@@ -257,6 +355,8 @@ def warm_up() -> None:
     balance_bins(lengths, lengths * 2.0, np.zeros(2), 4.0)
     one_f_one_b_end_times(np.ones(2), one_f_one_b_order(1, 1))
     first_fit_shuffles(np.ones((3, 1)), np.ones((3, 1), dtype=np.bool_), np.zeros(2, dtype=np.int64), np.array([[2, 0, 1]]))
+    grid = np.ones((2, 3))
+    set_bounds_depth_first(grid, grid, np.ones(2), 8, 3, np.inf, 0)
     ones = np.ones(1)
     greedy_assign(
         lengths,
