@@ -353,7 +353,12 @@ class SolverOptions(Frozen):
 
     solver: SolverBackend = Field(SolverBackend.AUTO, description="Solver backend.")
 
-    time_limit_s: float = Field(2.0, gt=0, le=600, allow_inf_nan=False, description="Hard planning-time budget.")
+    time_limit_s: Annotated[float, Field(gt=0, le=600, allow_inf_nan=False)] | Literal["auto"] = Field(
+        2.0,
+        description="Hard planning-time budget in seconds, or 'auto': half of the step time's floor (the area "
+        "bound of the batch over every scheme), clipped to [0.5, 60] s; the plan says what it ran under "
+        "(solver.time_limit_s).",
+    )
     max_schemes: int = Field(3, ge=1, le=8, description="Most distinct schemes in a strategy (K).")
     # CP-SAT's random_seed is an int32.
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed for every randomised choice.")
@@ -492,6 +497,9 @@ class SolverStats(Frozen):
     num_strategies: int = Field(description="Strategies enumerated (each bounded).")
     num_strategies_solved: int = Field(description="Strategies given a full dispatch + packing.")
     seed: int
+    time_limit_s: float | None = Field(
+        None, description="The budget the search ran under, in seconds (an 'auto' budget resolved)."
+    )
     winner: str = Field(
         "search",
         description="The candidate the plan grew from: 'search' (a strategy the search found and solved) or the "

@@ -9,6 +9,7 @@ import numpy as np
 
 from hydraplan.planner.bounds import BoundTables
 from hydraplan.planner.bubble_floor import tabulated_floors
+from hydraplan.planner.budget import AUTO, auto_budget_s
 from hydraplan.planner.build import build_plan, identified
 from hydraplan.planner.check import check_plan
 from hydraplan.planner.cost import ProfileCostModel
@@ -45,8 +46,8 @@ def solve(
 ) -> Plan:
     """Plan one global batch; raises `PlanningError` when the request cannot be planned.
 
-    The search stops at `options.time_limit_s` (or when `cancel()` returns True) with its best
-    incumbent. `previous_plan` (or `request.previous_strategy`) makes strategy switches cost their
+    The search stops at `options.time_limit_s` (`auto`: a share of the step, `planner.budget`),
+    or when `cancel()` returns True, with its best incumbent. `previous_plan` (or `request.previous_strategy`) makes strategy switches cost their
     re-sharding time. Every returned plan has passed `check_plan`.
     """
     load_backend(request.options.solver)
@@ -60,12 +61,13 @@ def solve(
     if pool is not None:
         _validate_pool(pool, request, cost)
     items = _prepare_items(request, cost, sorted({s for p in pool for s in p.schemes}) if pool else None)
-    settings, clock = _settings(request, pool, cancel, started, len(items))
+    budget_s = _budget_s(request, items, cost)
+    settings, clock = _settings(request, budget_s, pool, cancel, started, len(items))
     # the baselines' own plans of these items, unless the search is restricted to a pool
     peers = () if pool is not None else peer_candidates(
         items.lengths, cost, request.num_gpus, options.max_schemes, options.seed, settings.previous
     )
-    result = search(items.lengths, cost, request.num_gpus, settings, clock, options.time_limit_s, peers)
+    result = search(items.lengths, cost, request.num_gpus, settings, clock, budget_s, peers)
     if result is None:
         space = (
             f"no strategy of the pool ({len(pool)} strategies)"
@@ -83,6 +85,7 @@ def solve(
         num_strategies_solved=result.num_strategies_solved,
         seed=options.seed,
         winner=result.best.origin,
+        time_limit_s=budget_s,
     )
     plan = build_plan(request, profile, items, result.best, result.lower_bound_s, stats, result.timed_out)
     return _finish(plan, request, profile, baselines)
@@ -102,16 +105,23 @@ def load_backend(backend: SolverBackend) -> None:
     warm_up()  # compiles the search's kernels, or loads them from Numba's cache, once per process
 
 
+def _budget_s(request: PlanRequest, items: Items, cost: ProfileCostModel) -> float:
+    """The request's time limit in seconds: as given, or `auto`'s share of the step (`planner.budget`)."""
+    limit = request.options.time_limit_s
+    return auto_budget_s(items.lengths, cost, request.num_gpus) if limit == AUTO else float(limit)
+
+
 def _settings(
     request: PlanRequest,
+    budget_s: float,
     pool: tuple[Strategy, ...] | None,
     cancel: Callable[[], bool] | None,
     started: float,
     num_items: int,
 ) -> tuple[SearchSettings, Clock]:
     options = request.options
-    finish_s = max(options.time_limit_s * FINISH_SHARE, num_items * FINISH_S_PER_ITEM)
-    deadline = started + options.time_limit_s - finish_s
+    finish_s = max(budget_s * FINISH_SHARE, num_items * FINISH_S_PER_ITEM)
+    deadline = started + budget_s - finish_s
     clock = Clock(remaining_s=lambda: deadline - time.perf_counter(), cancelled=cancel or (lambda: False))
     settings = SearchSettings(
         backend=options.solver,
@@ -120,9 +130,9 @@ def _settings(
         seed=options.seed,
         pool=pool,
         previous=_parse(request.previous_strategy, "previous_strategy") if request.previous_strategy else None,
-        milp_budget_s=options.time_limit_s * MILP_SHARE,
-        thorough=options.time_limit_s >= THOROUGH_MIN_BUDGET_S and len(request.lengths) <= THOROUGH_MAX_SEQUENCES,
-        work=WorkLimits.for_budget(options.time_limit_s),
+        milp_budget_s=budget_s * MILP_SHARE,
+        thorough=budget_s >= THOROUGH_MIN_BUDGET_S and len(request.lengths) <= THOROUGH_MAX_SEQUENCES,
+        work=WorkLimits.for_budget(budget_s),
     )
     return settings, clock
 
@@ -169,7 +179,8 @@ def evaluate_strategy(
         if scheme not in cost.schemes():
             raise PlanningError(f"strategy scheme {scheme} is not in the cost profile")
     items = _prepare_items(request, cost, fixed.schemes)
-    settings, clock = _settings(request, None, cancel=None, started=started, num_items=len(items))
+    budget_s = _budget_s(request, items, cost)
+    settings, clock = _settings(request, budget_s, None, cancel=None, started=started, num_items=len(items))
     candidate = solve_fixed(fixed, items.lengths, cost, settings, clock)
     if candidate is None:
         raise PlanningError(f"strategy {fixed} cannot hold the {len(items)} sequences (too few sequences or capacity)")
@@ -184,6 +195,7 @@ def evaluate_strategy(
         num_strategies=1,
         num_strategies_solved=1,
         seed=request.options.seed,
+        time_limit_s=budget_s,
     )
     plan = build_plan(request, profile, items, candidate, bound, stats, clock.cut)
     return _finish(plan, request, profile, ())
