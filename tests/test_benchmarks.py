@@ -76,6 +76,9 @@ def test_quality_quick_writes_its_section(tmp_path, capsys):
         "x hydraulis",
         "min x hydraulis",
         "heterogeneous %",
+        "behind a baseline",
+        "cut by clock %",
+        "CPU p50 s",
         "latency p50 s",
         "latency p95 s",
     ]
@@ -91,6 +94,9 @@ def test_quality_quick_writes_its_section(tmp_path, capsys):
     assert "Batches capped at" in targets
     for phrase in ("Median gap <= 2%", "Never worse than `hydraulis`", "over `megatron`", "latency p50 <= 1 s"):
         assert phrase in targets
+    # never behind a peer (planner.portfolio): every quick batch is at least every baseline
+    assert all(row[headers.index("behind a baseline")] == "0" for row in rows)
+    assert "Batches behind a baseline (its own plan of the same batch faster): 0 of 2: met." in targets
     assert "Determinism at the defaults: see the `determinism` section" in targets
     assert re.search(r": (met|MISSED) \(", targets)
 
