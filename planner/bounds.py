@@ -60,7 +60,7 @@ from hydraplan.planner.bubble_floor import (
     pipeline_time_floor_s,
 )
 from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
-from hydraplan.planner.kernels import set_bounds_depth_first
+from hydraplan.planner.kernels import set_bounds_depth_first, weighted_min_totals
 
 COARSE_RATIO = 1.02  # row span of coarsened tables (see `BoundTables.coarsened`)
 # `BoundTables.packing_bounds`: the dual feasible functions tried, the items they can price, the
@@ -261,8 +261,7 @@ class BoundTables:
         # stand-in keeps 0 * inf out; it can only lower (never invalidate) the bound
         per_pipeline = np.where(np.isfinite(per_pipeline), per_pipeline, 1e30)
         grid = np.vstack([simplex_grid(len(columns), resolution), gpus / gpus.sum()])
-        priced = weighted_min(per_pipeline, grid)
-        totals = self.multiplicity @ priced
+        totals = weighted_min_totals(per_pipeline, grid, self.multiplicity)
         counts = counts.astype(np.float64)
         numerator = totals[None, :] + (counts * floors[None, :]) @ grid.T
         denominator = counts @ grid.T
@@ -440,7 +439,7 @@ class BoundTables:
             return start
         work = self.work_s[:, columns]
         work = np.where(np.isfinite(work), work, 1e30)
-        totals = self.multiplicity @ weighted_min(work, grid)
+        totals = weighted_min_totals(work, grid, self.multiplicity)
         denominator = counts @ grid.T
         bound = start[finite]
         rows = counts[finite]

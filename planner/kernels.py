@@ -264,6 +264,28 @@ def _grown_floats(values: np.ndarray) -> np.ndarray:
 
 
 @_jit
+def weighted_min_totals(values: np.ndarray, weights: np.ndarray, multiplicity: np.ndarray) -> np.ndarray:
+    """`multiplicity @ bounds.weighted_min(values, weights)` for 2-D arrays: for each row g of
+    `weights` (G x S), the sum over the rows r of `values` (R x S) of `multiplicity[r]` times the
+    least `values[r, s] * weights[g, s]` over s. One pass, no (R x G) temporary: 10x numpy's at
+    R = 2,500 lengths, G = 92 grid points (the dual bounds of every expanded scheme set). The sum
+    runs over r in order, so it may differ from numpy's matrix product in the last bits."""
+    num_rows, num_columns = values.shape
+    num_points = weights.shape[0]
+    totals = np.zeros(num_points)
+    for row in range(num_rows):
+        count = multiplicity[row]
+        for point in range(num_points):
+            least = values[row, 0] * weights[point, 0]
+            for column in range(1, num_columns):
+                value = values[row, column] * weights[point, column]
+                if value < least:
+                    least = value
+            totals[point] += count * least
+    return totals
+
+
+@_jit
 def greedy_assign(
     lengths: np.ndarray,
     order: np.ndarray,
@@ -357,6 +379,7 @@ def warm_up() -> None:
     first_fit_shuffles(np.ones((3, 1)), np.ones((3, 1), dtype=np.bool_), np.zeros(2, dtype=np.int64), np.array([[2, 0, 1]]))
     grid = np.ones((2, 3))
     set_bounds_depth_first(grid, grid, np.ones(2), 8, 3, np.inf, 0)
+    weighted_min_totals(grid, grid, np.ones(2))
     ones = np.ones(1)
     greedy_assign(
         lengths,

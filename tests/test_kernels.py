@@ -18,6 +18,7 @@ from hydraplan.planner.kernels import (
     group_by_owner,
     one_f_one_b_end_times,
     one_f_one_b_order,
+    weighted_min_totals,
 )
 from hydraplan.planner.simulate import stage_operations
 
@@ -207,3 +208,18 @@ def test_order_and_end_times_are_the_python_recurrence(num_stages: int, num_micr
 def test_group_by_owner_keeps_positions_in_order() -> None:
     assert group_by_owner(np.array([2, 0, 2, 1, 0]), 4) == [[1, 4], [3], [0, 2], []]
     assert group_by_owner(np.array([], dtype=np.int64), 2) == [[], []]
+
+
+@pytest.mark.parametrize("trial", range(10))
+def test_weighted_min_totals_is_the_product_of_the_weighted_minima(trial: int) -> None:
+    """The same sums as `multiplicity @ bounds.weighted_min(values, weights)`, up to the order in
+    which the rows are added (the bounds allow 1e-6; this is ~1e-15)."""
+    from hydraplan.planner.bounds import weighted_min
+
+    rng = np.random.default_rng(300 + trial)
+    values = rng.random((int(rng.integers(1, 400)), int(rng.integers(1, 4))))
+    values[rng.random(values.shape) < 0.1] = 1e30  # the stand-in of an item that does not fit
+    weights = rng.random((int(rng.integers(1, 100)), values.shape[1]))
+    multiplicity = rng.integers(1, 5, len(values)).astype(np.float64)
+    expected = multiplicity @ weighted_min(values, weights)
+    assert weighted_min_totals(values, weights, multiplicity) == pytest.approx(expected, rel=1e-12)
