@@ -261,7 +261,7 @@ class BoundTables:
         # stand-in keeps 0 * inf out; it can only lower (never invalidate) the bound
         per_pipeline = np.where(np.isfinite(per_pipeline), per_pipeline, 1e30)
         grid = np.vstack([simplex_grid(len(columns), resolution), gpus / gpus.sum()])
-        totals = weighted_min_totals(per_pipeline, grid, self.multiplicity)
+        totals = weighted_min_totals(np.ascontiguousarray(per_pipeline), grid, self.multiplicity)
         counts = counts.astype(np.float64)
         numerator = totals[None, :] + (counts * floors[None, :]) @ grid.T
         denominator = counts @ grid.T
@@ -439,7 +439,7 @@ class BoundTables:
             return start
         work = self.work_s[:, columns]
         work = np.where(np.isfinite(work), work, 1e30)
-        totals = weighted_min_totals(work, grid, self.multiplicity)
+        totals = weighted_min_totals(np.ascontiguousarray(work), grid, self.multiplicity)
         denominator = counts @ grid.T
         bound = start[finite]
         rows = counts[finite]

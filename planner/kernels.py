@@ -18,6 +18,16 @@ import math
 import numba
 import numpy as np
 
+COMPILED = [  # the jitted kernels (tests check that `warm_up` covers each)
+    "balance_bins",
+    "first_fit_shuffles",
+    "greedy_assign",
+    "one_f_one_b_end_times",
+    "one_f_one_b_order",
+    "set_bounds_depth_first",
+    "weighted_min_totals",
+]
+
 _jit = numba.njit(cache=True, nogil=True)
 
 
@@ -375,7 +385,9 @@ def warm_up() -> None:
     passes: a second call costs nothing."""
     lengths = np.array([3.0, 2.0, 1.0])
     balance_bins(lengths, lengths * 2.0, np.zeros(2), 4.0)
-    one_f_one_b_end_times(np.ones(2), one_f_one_b_order(1, 1))
+    order = one_f_one_b_order(1, 1)
+    order.flags.writeable = False  # as `simulate.dependency_order` caches them
+    one_f_one_b_end_times(np.ones(2), order)
     first_fit_shuffles(np.ones((3, 1)), np.ones((3, 1), dtype=np.bool_), np.zeros(2, dtype=np.int64), np.array([[2, 0, 1]]))
     grid = np.ones((2, 3))
     set_bounds_depth_first(grid, grid, np.ones(2), 8, 3, np.inf, 0)

@@ -223,3 +223,23 @@ def test_weighted_min_totals_is_the_product_of_the_weighted_minima(trial: int) -
     multiplicity = rng.integers(1, 5, len(values)).astype(np.float64)
     expected = multiplicity @ weighted_min(values, weights)
     assert weighted_min_totals(values, weights, multiplicity) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_solve_compiles_nothing_after_the_warm_up() -> None:
+    """`warm_up` compiles every kernel for the argument types the planner passes, so no plan pays
+    for compiling inside its budget: each kernel keeps one signature through solves of the
+    bundled analytic profiles (pp > 1, CP, baselines included)."""
+    from hydraplan.cost_models.analytic import build_profile
+    from hydraplan.cost_models.catalog import get_gpu, get_model
+    from hydraplan.planner import kernels
+    from hydraplan.planner.schemas import PlanRequest, SolverOptions
+    from hydraplan.planner.solve import solve
+    from synthetic import wikipedia_like_batch
+
+    kernels.warm_up()
+    for model, num_gpus in (("llama3-8b", 32), ("llama3-70b", 64)):
+        profile = build_profile(get_model(model), get_gpu("h100-sxm-80gb"), num_gpus, 8)
+        lengths = wikipedia_like_batch(300_000, seed=num_gpus)
+        solve(PlanRequest(lengths=lengths, num_gpus=num_gpus, options=SolverOptions(oversize="split")), profile, ["hydraulis"])
+    compiled = {name: len(getattr(kernels, name).signatures) for name in kernels.COMPILED}
+    assert compiled == dict.fromkeys(kernels.COMPILED, 1)
