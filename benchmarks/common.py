@@ -45,6 +45,7 @@ SETTINGS: dict[str, Setting] = {
         Setting("32b-64xa100", "llama-32b", "a100-80gb", 64, 32 * 1024, 200_000, ALL_DATASETS),
         Setting("70b-256xh100", "llama3-70b", "h100-sxm-80gb", 256, 64 * 1024, 4_000_000, ("wikipedia",)),
         Setting("8b-1024xh100", "llama3-8b", "h100-sxm-80gb", 1024, 32 * 1024, 16_000_000, ("wikipedia",), 10.0),
+        Setting("405b-1024xh100", "llama3-405b", "h100-sxm-80gb", 1024, 128 * 1024, 16_000_000, ("wikipedia",)),
     )
 }
 

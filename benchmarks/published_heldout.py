@@ -24,10 +24,10 @@ Sources:
   2025-03): BF16 on 128 H100, TP 8, PP 8, VP 12, micro-batch 1, global batch 32, step 4.77 s, all
   read here. Architecture: nvidia/Nemotron-4-340B-Base `model_config.yaml` (read here).
 
-Llama 3 405B and Nemotron-4 340B are defined here, not in the bundled catalog
-(`cost_models/data/models.json`): every stage count a bundled model allows must be in the planner's
-bubble-floor table (`planner/bubble_floor.py`), and their 126 and 96 layers would add 7, 9, 14,
-18, 21, 24, 42, 48, 63, 96 and 126 stages to it.
+Llama 3 405B and Nemotron-4 340B are defined here, as they were when these rows were frozen. Llama 3
+405B has since joined the bundled catalog (`cost_models/data/models.json`, the same architecture,
+with its stage counts 7, 9, 14, 18, 21, 42, 63 and 126 added to the bubble-floor table); Nemotron-4
+340B has not (its 96 layers would add 24, 48 and 96 stages).
 """
 
 from __future__ import annotations

@@ -57,9 +57,10 @@ MAX_PRICED_MICRO_BATCHES = 1 << 16  # counts beyond are priced by their overhead
 MAX_CAPPED_MICRO_BATCHES = 128
 TAIL_RANGE_RATIO = 1.25  # counts above M are priced in ranges this wide
 SAFETY = 1e-6  # subtracted from every LP optimum before tabulating (HiGHS tolerances are ~1e-7)
-# the table covers these stage counts (every pp the bundled models' layer counts allow, up to 80)
+# the table covers these stage counts (every pp the bundled models' layer counts allow: up to 80, and
+# Llama 3 405B's divisors of 126)
 # at the profiles' forward share
-TABULATED_STAGE_COUNTS = (2, 3, 4, 5, 6, 8, 10, 12, 15, 16, 20, 30, 32, 40, 60, 80)
+TABULATED_STAGE_COUNTS = (2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 15, 16, 18, 20, 21, 30, 32, 40, 42, 60, 63, 80, 126)
 TABULATED_FWD_FRACTION = 1 / 3
 
 

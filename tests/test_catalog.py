@@ -10,7 +10,7 @@ import pytest
 from hydraplan.cost_models.catalog import CatalogError, get_gpu, get_model, load_gpus, load_models
 from hydraplan.planner.schemas import GpuSpec, ModelSpec
 
-MODEL_NAMES = {"llama2-7b", "llama2-13b", "llama3-8b", "llama3-70b", "llama-32b", "tiny"}
+MODEL_NAMES = {"llama2-7b", "llama2-13b", "llama3-8b", "llama3-70b", "llama3-405b", "llama-32b", "tiny"}
 GPU_NAMES = {"a100-40gb", "a100-80gb", "h100-sxm-80gb", "h200-141gb"}
 
 
