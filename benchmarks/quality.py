@@ -336,7 +336,9 @@ def targets(
         f"- Batches behind a baseline (its own plan of the same batch faster): {len(behind)} of {len(solved)}: "
         f"{verdict(not behind)}"
         + (
-            " (" + "; ".join(f"{r.setting} / {r.dataset} seed {r.seed}: {', '.join(r.behind)}" for r in behind[:8]) + ")"
+            " ("
+            + "; ".join(f"{r.setting} / {r.dataset} seed {r.seed}: {', '.join(r.behind)}" for r in behind[:8])
+            + ")"
             if behind
             else ""
         )
@@ -349,9 +351,15 @@ def targets(
     key = ("8b-1024xh100", "wikipedia")
     if "flexsp" in baselines and key in groups:
         value = mean_speedup(groups[key], "flexsp")
-        lines.append(f"- >= 1.03x over `flexsp` at 8B / 1,024 H100 (geometric mean): {verdict(value >= 1.03)} ({value:.3f}x).")
+        lines.append(
+            f"- >= 1.03x over `flexsp` at 8B / 1,024 H100 (geometric mean): {verdict(value >= 1.03)} ({value:.3f}x)."
+        )
     for (setting, dataset), rows in rows64:
-        best = [min(r.baseline_step_time_s.values()) / r.step_time_s for r in rows if r.error is None and r.baseline_step_time_s]
+        best = [
+            min(r.baseline_step_time_s.values()) / r.step_time_s
+            for r in rows
+            if r.error is None and r.baseline_step_time_s
+        ]
         if best:
             value = geomean(best)
             lines.append(

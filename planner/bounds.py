@@ -182,19 +182,22 @@ class BoundTables:
         later columns at once (vectorised). Prefixes come in lexicographic order, each before its
         children's. With `first_column` > 0 only the blocks of prefixes that start at that column
         or later (the single schemes' block, of prefix (), is left out too). The walk is
-        `kernels.set_bounds_depth_first`."""
-        prefixes, starts, children, bounds = set_bounds_depth_first(
+        `kernels.set_bounds_depth_first`, one first column's subtree per call."""
+        num_columns = self.gpu_seconds.shape[1]
+        roots = [(-1, 0)] if first_column == 0 else []  # the empty prefix's block: single columns
+        if max_schemes > 1:
+            roots += [(column, column + 1) for column in range(first_column, num_columns)]
+        tables = (
             np.ascontiguousarray(self.gpu_seconds, dtype=np.float64),
             np.ascontiguousarray(self.longest_s, dtype=np.float64),
             np.ascontiguousarray(self.multiplicity, dtype=np.float64),
-            num_gpus,
-            max_schemes,
-            float(cutoff_s),
-            first_column,
         )
-        ends = starts[1:].tolist()
-        for row, start, end in zip(prefixes.tolist(), starts[:-1].tolist(), ends):
-            yield tuple(column for column in row if column >= 0), children[start:end], bounds[start:end]
+        for first_root, root_end in roots:  # one subtree at a time: a caller may stop between them
+            prefixes, starts, children, bounds = set_bounds_depth_first(
+                *tables, num_gpus, max_schemes, float(cutoff_s), first_root, root_end
+            )
+            for row, start, end in zip(prefixes.tolist(), starts[:-1].tolist(), starts[1:].tolist()):
+                yield tuple(column for column in row if column >= 0), children[start:end], bounds[start:end]
 
     def replica_split_bounds_s(
         self, sets: Sequence[tuple[int, ...]], num_gpus: int, sync_floors: SyncFloors

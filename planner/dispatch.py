@@ -53,9 +53,7 @@ def greedy_dispatch(lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) ->
     return [np.asarray(sorted(items), dtype=np.int64) for items in held]
 
 
-def _give_every_pipeline_work(
-    held: list[list[int]], lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]
-) -> bool:
+def _give_every_pipeline_work(held: list[list[int]], lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) -> bool:
     """Move the shortest fitting item from a pipeline holding several to each empty pipeline."""
     for empty, items in enumerate(held):
         if items:

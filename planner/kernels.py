@@ -183,14 +183,16 @@ def set_bounds_depth_first(
     num_gpus: int,
     max_schemes: int,
     cutoff_s: float,
-    first_column: int,
+    first_root: int,
+    root_end: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`bounds.BoundTables.set_bound_blocks`'s walk: every prefix of fewer than `max_schemes`
     columns, depth first in lexicographic order (each before its children), extended by every
     later column; a set's bound is max(area, longest item): the items' least GPU-seconds over its
     columns (times their multiplicity) shared by `num_gpus`, and the longest item's least pipeline
-    time over them. With `first_column` > 0 the walk starts at the one-column prefixes from that
-    column on. Returns the blocks' prefixes (rows padded with -1), the start of each block's
+    time over them. The walk covers the subtrees of the one-column prefixes `first_root` to
+    `root_end - 1`; with `first_root` < 0 it is the empty prefix's block alone (the single
+    columns). Returns the blocks' prefixes (rows padded with -1), the start of each block's
     children in the flat arrays (one more entry than blocks), and the children and bounds below
     `cutoff_s` (blocks with none are left out)."""
     num_rows, num_columns = gpu_seconds.shape
@@ -199,10 +201,10 @@ def set_bounds_depth_first(
     stack = np.full((num_columns * (depth + 1) + 1, depth), -1, dtype=np.int64)
     stack_lengths = np.zeros(num_columns * (depth + 1) + 1, dtype=np.int64)
     top = 0
-    if first_column == 0:
-        top = 1  # the empty prefix
+    if first_root < 0:
+        top = 1  # the empty prefix, not extended past its own block
     elif max_schemes > 1:
-        for column in range(num_columns - 1, first_column - 1, -1):
+        for column in range(min(root_end, num_columns) - 1, first_root - 1, -1):
             stack[top, 0] = column
             stack_lengths[top] = 1
             top += 1
@@ -250,7 +252,7 @@ def set_bounds_depth_first(
             prefixes[num_blocks] = prefix
             num_blocks += 1
             starts[num_blocks] = num_children
-        if size + 1 < max_schemes:
+        if size > 0 and size + 1 < max_schemes:  # the empty prefix is never extended here
             for child in range(num_columns - 1, first - 1, -1):
                 stack[top] = prefix
                 stack[top, size] = child
@@ -388,9 +390,11 @@ def warm_up() -> None:
     order = one_f_one_b_order(1, 1)
     order.flags.writeable = False  # as `simulate.dependency_order` caches them
     one_f_one_b_end_times(np.ones(2), order)
-    first_fit_shuffles(np.ones((3, 1)), np.ones((3, 1), dtype=np.bool_), np.zeros(2, dtype=np.int64), np.array([[2, 0, 1]]))
+    first_fit_shuffles(
+        np.ones((3, 1)), np.ones((3, 1), dtype=np.bool_), np.zeros(2, dtype=np.int64), np.array([[2, 0, 1]])
+    )
     grid = np.ones((2, 3))
-    set_bounds_depth_first(grid, grid, np.ones(2), 8, 3, np.inf, 0)
+    set_bounds_depth_first(grid, grid, np.ones(2), 8, 3, np.inf, 0, 3)
     weighted_min_totals(grid, grid, np.ones(2))
     ones = np.ones(1)
     greedy_assign(

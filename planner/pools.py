@@ -96,7 +96,9 @@ def _candidates(item_lengths, cost: ProfileCostModel, template: PlanRequest, clo
     )
     found: dict[Strategy, None] = {}
     for index, lengths in enumerate(item_lengths):
-        limit_s = auto_budget_s(lengths, cost, template.num_gpus) if options.time_limit_s == AUTO else options.time_limit_s
+        limit_s = (
+            auto_budget_s(lengths, cost, template.num_gpus) if options.time_limit_s == AUTO else options.time_limit_s
+        )
         budget_s = max(0.05, min(limit_s, clock() / (len(item_lengths) - index)))
         batch_clock = _budget_clock(budget_s)
         result = search(lengths, cost, template.num_gpus, settings, batch_clock, budget_s)

@@ -47,8 +47,10 @@ def solve(
     """Plan one global batch; raises `PlanningError` when the request cannot be planned.
 
     The search stops at `options.time_limit_s` (`auto`: a share of the step, `planner.budget`),
-    or when `cancel()` returns True, with its best incumbent. `previous_plan` (or `request.previous_strategy`) makes strategy switches cost their
-    re-sharding time. Every returned plan has passed `check_plan`.
+    or when `cancel()` returns True, with its best incumbent. The shipped baselines' own plans of
+    the batch are incumbents from the start (`planner.portfolio`). `previous_plan` (or
+    `request.previous_strategy`) makes strategy switches cost their re-sharding time. Every
+    returned plan has passed `check_plan`.
     """
     load_backend(request.options.solver)
     started = time.perf_counter()
@@ -64,8 +66,12 @@ def solve(
     budget_s = _budget_s(request, items, cost)
     settings, clock = _settings(request, budget_s, pool, cancel, started, len(items))
     # the baselines' own plans of these items, unless the search is restricted to a pool
-    peers = () if pool is not None else peer_candidates(
-        items.lengths, cost, request.num_gpus, options.max_schemes, options.seed, settings.previous
+    peers = (
+        ()
+        if pool is not None
+        else peer_candidates(
+            items.lengths, cost, request.num_gpus, options.max_schemes, options.seed, settings.previous
+        )
     )
     result = search(items.lengths, cost, request.num_gpus, settings, clock, budget_s, peers)
     if result is None:

@@ -21,7 +21,9 @@ def test_the_floor_is_below_every_plan() -> None:
     lengths = wikipedia_like_batch(200_000, seed=3)
     floor_s = step_time_floor_s(np.array(lengths), COST, 16)
     for time_limit_s in (0.3, 2.0):
-        plan = solve(PlanRequest(lengths=lengths, num_gpus=16, options=SolverOptions(time_limit_s=time_limit_s)), PROFILE)
+        plan = solve(
+            PlanRequest(lengths=lengths, num_gpus=16, options=SolverOptions(time_limit_s=time_limit_s)), PROFILE
+        )
         assert 0 < floor_s <= max(p.time_s for p in plan.pipelines)
 
 

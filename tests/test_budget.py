@@ -233,27 +233,3 @@ def test_set_packing_bound_stopped_early_keeps_what_it_proved():
     early = tables.set_packing_bounds_s(sets, 32, floors, start, cap_s, should_stop=lambda: True)
     assert (start <= early).all() and (early <= full).all()
     assert (early > start).any() and (full > early).any()
-
-
-def test_seeding_behind_its_pace_goes_on_over_coarse_tables(full_plan):
-    """A clock that loses 0.3 s between two first schemes: exact seeding would not end in time, so
-    the rest is bounded over coarse tables, every set listed, none left out, and the bound stays
-    valid; the switch was the clock's decision, so the search counts as cut by it."""
-    cost, coefs, tables, incumbent = seeding_inputs()
-    exact, coarse = Frontier(tables, cost, NUM_GPUS), Frontier(tables, cost, NUM_GPUS)
-    _seed_sets(exact, coefs, cost, NUM_GPUS, 3, incumbent.objective_s)
-    fake = FakeTime(budget_s=1.0, step_s=0.3)
-
-    class PaceOnly(Clock):  # time is read only for the pace: never says stop between blocks
-        def stop(self, reserve_s: float = 0.0) -> bool:
-            return False
-
-    clock = PaceOnly(remaining_s=fake.remaining_s, cancelled=lambda: False)
-    _seed_sets(coarse, coefs, cost, NUM_GPUS, 3, incumbent.objective_s, clock)
-    assert fake.readings == 2  # the start, then the first scheme after the first: switched there
-    assert clock.cut
-    exact_sets = {columns for _, _, columns in exact.sets}
-    coarse_sets = {columns for _, _, columns in coarse.sets}
-    assert {columns for columns in exact_sets if columns[0] == 0} <= coarse_sets  # exact before the switch
-    assert coarse_sets >= exact_sets  # looser bounds list at least the same sets
-    assert coarse.lower_bound_s() <= min(exact.lower_bound_s(), full_plan.objective_s) * (1 + 1e-12)

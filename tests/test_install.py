@@ -13,9 +13,7 @@ import pkgutil
 import subprocess
 import sys
 
-
 import hydraplan
-
 
 LAYERS = ("planner", "cost_models", "api", "runtime")
 

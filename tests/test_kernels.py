@@ -162,8 +162,11 @@ def test_greedy_assign_is_the_heap_loop(trial: int) -> None:
     kinds = [
         (float(a), float(b), float(c), float(capacity), int(bubbles))
         for a, b, c, capacity, bubbles in zip(
-            rng.choice([1e-9, 3e-9], 3), rng.choice([1e-6, 2e-6], 3), rng.choice([0.0, 1e-3], 3),
-            rng.choice([8000, 10000, 20000], 3), rng.choice([0, 1, 3], 3),
+            rng.choice([1e-9, 3e-9], 3),
+            rng.choice([1e-6, 2e-6], 3),
+            rng.choice([0.0, 1e-3], 3),
+            rng.choice([8000, 10000, 20000], 3),
+            rng.choice([0, 1, 3], 3),
         )
     ]
     kind_of = rng.integers(0, len(kinds), size=rng.integers(1, 10)).tolist()
@@ -229,12 +232,13 @@ def test_a_solve_compiles_nothing_after_the_warm_up() -> None:
     """`warm_up` compiles every kernel for the argument types the planner passes, so no plan pays
     for compiling inside its budget: each kernel keeps one signature through solves of the
     bundled analytic profiles (pp > 1, CP, baselines included)."""
+    from synthetic import wikipedia_like_batch
+
     from hydraplan.cost_models.analytic import build_profile
     from hydraplan.cost_models.catalog import get_gpu, get_model
     from hydraplan.planner import kernels
     from hydraplan.planner.schemas import PlanRequest, SolverOptions
     from hydraplan.planner.solve import solve
-    from synthetic import wikipedia_like_batch
 
     kernels.warm_up()
     warmed = {name: list(getattr(kernels, name).signatures) for name in kernels.COMPILED}
@@ -242,5 +246,9 @@ def test_a_solve_compiles_nothing_after_the_warm_up() -> None:
     for model, num_gpus in (("llama3-8b", 32), ("llama3-70b", 64)):
         profile = build_profile(get_model(model), get_gpu("h100-sxm-80gb"), num_gpus, 8)
         lengths = wikipedia_like_batch(300_000, seed=num_gpus)
-        solve(PlanRequest(lengths=lengths, num_gpus=num_gpus, options=SolverOptions(oversize="split")), profile, ["hydraulis"])
+        solve(
+            PlanRequest(lengths=lengths, num_gpus=num_gpus, options=SolverOptions(oversize="split")),
+            profile,
+            ["hydraulis"],
+        )
     assert {name: list(getattr(kernels, name).signatures) for name in kernels.COMPILED} == warmed

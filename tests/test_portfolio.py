@@ -100,7 +100,9 @@ def test_the_plan_names_the_baseline_it_grew_from() -> None:
     flexsp = run_baseline("flexsp", request, profile)
     assert plan.solver.winner == "flexsp" and plan.strategy == flexsp.strategy == "2x<4,1,2> + 12x<4,1,1>"
     assert plan.step_time_s < flexsp.step_time_s
-    searched = solve(request.model_copy(update={"options": request.options.model_copy(update={"max_schemes": 1})}), profile)
+    searched = solve(
+        request.model_copy(update={"options": request.options.model_copy(update={"max_schemes": 1})}), profile
+    )
     assert searched.solver.winner in {"search", *BASELINES}
 
 
