@@ -49,7 +49,7 @@ def timeline_format(path: str | None) -> str | None:
         suffix = Path(path).suffix or "(no suffix)"
         raise InputError(f"--timeline {path}: unknown format {suffix!r}; give .svg, .html or .png")
     if kind == "png":
-        from hydraplan.api.timeline_png import MATPLOTLIB_MISSING
+        from hydraplan.api.render.png import MATPLOTLIB_MISSING
 
         try:
             import matplotlib  # noqa: F401
@@ -62,8 +62,8 @@ def write_timeline(
     path: str, labelled_plans: Sequence[tuple[str, Plan]], pipelines: str, bounds: Sequence[bool]
 ) -> str:
     """Draw the plans' timelines into `path` (format from its suffix); returns the line saying so."""
-    from hydraplan.api.timeline import timeline_document
-    from hydraplan.api.timeline_svg import render_html, render_svg
+    from hydraplan.api.render.svg import render_html, render_svg
+    from hydraplan.api.render.timeline import timeline_document
 
     kind = timeline_format(path)
     try:
@@ -71,7 +71,7 @@ def write_timeline(
     except ValueError as exc:  # too many blocks to draw
         raise InputError(f"--timeline {path}: {exc}") from None
     if kind == "png":
-        from hydraplan.api.timeline_png import write_png
+        from hydraplan.api.render.png import write_png
 
         write_png(document, path)
     else:

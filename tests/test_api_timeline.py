@@ -11,10 +11,10 @@ from api_support import assert_problem, client_fixture, make_client, test_settin
 from fastapi.testclient import TestClient
 from test_timeline import STRATEGY, assert_blocks_are_the_simulation, assert_document_is_the_simulation, svg_blocks
 
-from hydraplan.api import timeline
 from hydraplan.api.app import create_app
 from hydraplan.api.auth import OPEN_PATHS, UI_PATHS, unguarded_routes
 from hydraplan.api.datasets import sample_batch
+from hydraplan.api.render import timeline
 from hydraplan.api.routes import ROUTERS
 from hydraplan.planner.schemas import Plan
 

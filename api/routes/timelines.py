@@ -1,6 +1,6 @@
 """POST /v1/plans/timeline: the simulated 1F1B schedule of plans, drawn (SVG) or as data.
 
-The same drawing as `hydraplan plan --timeline x.svg` (`api.timeline`, `api.timeline_svg`); the
+The same drawing as `hydraplan plan --timeline x.svg` (`api.render.timeline`, `api.render.svg`); the
 web page shows what this returns.
 """
 
@@ -13,9 +13,9 @@ from hydraplan.api.auth import TOKEN_REQUIRED
 from hydraplan.api.dependencies import ServicesDep
 from hydraplan.api.planning import Cancel
 from hydraplan.api.problems import unprocessable
+from hydraplan.api.render.svg import render_svg
+from hydraplan.api.render.timeline import TimelineDocument, timeline_document
 from hydraplan.api.schemas import TimelineBody
-from hydraplan.api.timeline import TimelineDocument, timeline_document
-from hydraplan.api.timeline_svg import render_svg
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"], dependencies=TOKEN_REQUIRED)
 SVG_MEDIA_TYPE = "image/svg+xml"

@@ -17,7 +17,7 @@ import json
 import math
 from xml.sax.saxutils import escape, quoteattr
 
-from hydraplan.api.timeline import PipelineGroup, PlanTimeline, TimelineDocument
+from hydraplan.api.render.timeline import PipelineGroup, PlanTimeline, TimelineDocument
 
 WIDTH = 1200
 LEFT = 190  # the labels' column

@@ -1,6 +1,6 @@
 """PNG drawing of a `TimelineDocument` with matplotlib (the optional `plots` extra).
 
-The picture follows the SVG's layout (`api.timeline_svg`): one axes per plan on a shared time
+The picture follows the SVG's layout (`api.render.svg`): one axes per plan on a shared time
 axis, a row per stage, forward blocks light, backward dark, the gradient sync hatched, the lower
 bound dashed. The document itself is stored in the PNG as a text chunk, `hydraplan-timeline`, so
 the image carries its exact numbers like the SVG's data attributes do.
@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hydraplan.api.timeline import PlanTimeline, TimelineDocument
-from hydraplan.api.timeline_svg import BACKWARD, BOUND, FORWARD, IDLE, SYNC, group_label, ms, plan_heading
+from hydraplan.api.render.svg import BACKWARD, BOUND, FORWARD, IDLE, SYNC, group_label, ms, plan_heading
+from hydraplan.api.render.timeline import PlanTimeline, TimelineDocument
 
 PNG_TEXT_KEY = "hydraplan-timeline"
 MATPLOTLIB_MISSING = "a PNG timeline needs matplotlib: pip install 'hydraplan[plots]' (or write .svg or .html)"

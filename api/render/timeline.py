@@ -3,7 +3,7 @@
 A plan records each micro-batch's stage time; `planner.simulate.schedule_1f1b` (the simulator the
 planner itself uses) turns those into forward and backward blocks per stage. This module chooses
 what a reader can take in at once and records it in one document, `hydraplan.timeline/1`, that
-the SVG, HTML and PNG drawings (`api.timeline_svg`, `api.timeline_png`) render and embed, and that
+the SVG, HTML and PNG drawings (`api.render.svg`, `api.render.png`) render and embed, and that
 `POST /v1/plans/timeline` returns:
 
 - pipelines with the same scheme and the same stage times run the same schedule: they are one
