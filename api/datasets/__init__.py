@@ -4,6 +4,9 @@
 tokens reach `num_tokens`, then splits documents longer than the context cap into cap-sized
 chunks plus a remainder, as training data pipelines do. Every draw uses one seeded
 `numpy.random.Generator`, so the same arguments always give the same batch.
+
+The bundled files are in `data/` (`wikipedia_sample.txt`, its provenance in `NOTICE.md`). The CLI,
+the what-if engine and the service draw batches here; this package imports nothing else of `api`.
 """
 
 from __future__ import annotations
@@ -153,7 +156,7 @@ DATASET_DESCRIPTIONS: dict[str, str] = {
 @cache
 def wikipedia_sample() -> np.ndarray:
     """The bundled sample of Wikipedia document lengths (read once, read-only)."""
-    text = resources.files("hydraplan.api").joinpath("data", WIKIPEDIA_SAMPLE).read_text(encoding="utf-8")
+    text = resources.files("hydraplan.api.datasets").joinpath("data", WIKIPEDIA_SAMPLE).read_text(encoding="utf-8")
     sample = np.array(text.split(), dtype=np.int64)
     sample.setflags(write=False)
     return sample
@@ -226,7 +229,7 @@ def split_at_cap(lengths: list[int], context_cap: int) -> list[int]:
 
 
 # ---------------------------------------------------------------------------------------------
-# How the bundled sample was drawn (see api/data/NOTICE.md)
+# How the bundled sample was drawn (see api/datasets/data/NOTICE.md)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -240,7 +243,7 @@ def draw_wikipedia_sample(
 
     The picked lines keep their order in the source file. Regenerate the bundled sample with
     `python -c "from api.datasets import draw_wikipedia_sample as d;
-    d('../shared/data/wikipedia_lengths.txt', 'api/data/wikipedia_sample.txt')"`.
+    d('../shared/data/wikipedia_lengths.txt', 'api/datasets/data/wikipedia_sample.txt')"`.
     """
     lengths = load_lengths_file(source)
     picked = np.sort(np.random.default_rng(seed).choice(len(lengths), size=size, replace=False))
