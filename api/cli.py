@@ -99,7 +99,7 @@ def describe_value_error(exc: ValueError) -> str:
         from pydantic import ValidationError
 
         if isinstance(exc, ValidationError):
-            from hydraplan.api.cli_inputs import first_problem
+            from hydraplan.api.files import first_problem
 
             return f"invalid {exc.title}: {first_problem(exc)}"
     return str(exc)

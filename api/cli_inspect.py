@@ -18,8 +18,9 @@ from hydraplan.api.cli_args import (
     positive_float,
     positive_int,
 )
-from hydraplan.api.cli_inputs import analytic_profile, cluster_profile, read_gpus, read_models, read_plan, read_profile
+from hydraplan.api.cli_inputs import analytic_profile, cluster_profile
 from hydraplan.api.cli_progress import PROG
+from hydraplan.api.files import read_gpus, read_models, read_plan, read_profile
 
 EXIT_OK, EXIT_INVALID_PLAN = 0, 1
 
@@ -132,8 +133,9 @@ def run_profile(args: argparse.Namespace) -> int:
     from hydraplan.cost_models.profile_io import save_profile
 
     if args.device is not None or args.calibrate is not None:
-        from hydraplan.api.cli_inputs import InputError, analytic_options
+        from hydraplan.api.cli_inputs import analytic_options
         from hydraplan.api.cli_profile import run_calibrate, run_device_profile
+        from hydraplan.api.files import InputError
         from hydraplan.cost_models.analytic import AnalyticOptions
 
         if analytic_options(args) != AnalyticOptions():

@@ -23,18 +23,10 @@ from hydraplan.api.cli_args import (
     positive_float,
     positive_int,
 )
-from hydraplan.api.cli_inputs import (
-    InputError,
-    batch_lengths,
-    cluster_profile,
-    naming_flags,
-    plan_request,
-    read_plan,
-    read_pool,
-    solver_options,
-)
+from hydraplan.api.cli_inputs import batch_lengths, cluster_profile, naming_flags, plan_request, solver_options
 from hydraplan.api.cli_progress import PROG, PROGRESS_MIN_S, Progress
 from hydraplan.api.cli_timeline import add_timeline_options, timeline_format, write_timeline
+from hydraplan.api.files import InputError, read_plan, read_pool
 from hydraplan.planner.baselines import BASELINES
 
 if TYPE_CHECKING:

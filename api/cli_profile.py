@@ -259,7 +259,7 @@ def _measure_on_ranks(measurement, num_ranks, jobs, cfg, batches, options, deadl
 
 def run_device_profile(args: argparse.Namespace) -> int:
     """Measure the schemes on the local device(s), fit, and write the profile (see the module)."""
-    from hydraplan.api.cli_inputs import catalog_model
+    from hydraplan.api.files import catalog_model
 
     if not args.out:
         raise ValueError("--device: --out FILE is required (the profile is written as it is measured)")
@@ -328,7 +328,7 @@ def _report(profile: CostProfile, out: str, elapsed_s: float, interrupted: bool)
 
 def run_calibrate(args: argparse.Namespace) -> int:
     """Fit the hardware parameters to `--calibrate FILE` and write the cluster's profile."""
-    from hydraplan.api.cli_inputs import InputError, catalog_gpu, catalog_model, read_profile
+    from hydraplan.api.files import InputError, catalog_gpu, catalog_model, read_profile
     from hydraplan.cost_models.calibrate import calibrated_profile
     from hydraplan.cost_models.profile_io import save_profile
 

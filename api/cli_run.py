@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 from hydraplan.api.cli_args import non_negative_int, positive_float, positive_int
-from hydraplan.api.cli_inputs import read_plan
 from hydraplan.api.cli_progress import PROG
 from hydraplan.api.cli_run_online import add_online_arguments, add_server_argument
+from hydraplan.api.files import read_plan
 
 EXIT_OK, EXIT_RUN_FAILED = 0, 1
 RUNTIME_MISSING = "the runtime extra is not installed: pip install 'hydraplan[runtime]' (torch==2.13.0)"

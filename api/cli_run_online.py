@@ -17,7 +17,7 @@ import argparse
 from typing import Any
 
 from hydraplan.api.cli_args import non_negative_int, positive_float, positive_int
-from hydraplan.api.cli_inputs import read_profile
+from hydraplan.api.files import read_profile
 from hydraplan.api.run_planning import (
     DocumentLengths,
     LocalPlanner,

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hydraplan.api.cli_inputs import InputError
 from hydraplan.api.cli_progress import PROG
+from hydraplan.api.files import InputError
 
 if TYPE_CHECKING:
     from hydraplan.planner.schemas import Plan
