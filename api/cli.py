@@ -120,7 +120,7 @@ def describe_os_error(exc: OSError) -> str:
 def run_serve(args: argparse.Namespace) -> int:
     """`hydraplan serve`: the REST service (imported here so the CLI never needs FastAPI)."""
     try:
-        from hydraplan.api.server import run
+        from hydraplan.api.service.server import run
     except ImportError as exc:
         raise ValueError(f"{SERVICE_MISSING} ({exc})") from None
     run(args.host, args.port, args.workers, args.root_path)

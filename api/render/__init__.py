@@ -5,6 +5,6 @@
 - `png`: the PNG drawing, with matplotlib (the optional `plots` extra).
 
 Both front doors draw with these: `hydraplan plan/show --timeline` (`api.cli_timeline`) and
-`POST /v1/plans/timeline` (`api.routes.timelines`). This package imports neither of them, nor
-anything else of `api`: it needs only the planner's plan schema and simulator.
+`POST /v1/plans/timeline` (`api.service.routes.timelines`). This package imports neither of
+them, nor anything else of `api`: it needs only the planner's plan schema and simulator.
 """

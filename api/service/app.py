@@ -1,9 +1,10 @@
 """The app factory: `create_app(settings)` builds the FastAPI service over planner + cost_models.
 
-    uvicorn --factory api.app:create_app        # or: hydraplan serve
+    uvicorn --factory api.service.app:create_app        # or: hydraplan serve
 
-Settings come from the environment (`api.settings`) unless given; every app owns its services
-(store, solver pool, job runner, metrics registry), so tests can build many apps side by side.
+Settings come from the environment (`api.service.settings`) unless given; every app owns its
+services (store, solver pool, job runner, metrics registry), so tests can build many apps side by
+side.
 """
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ from importlib import metadata
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from hydraplan.api.auth import unguarded_routes
-from hydraplan.api.dependencies import Services
-from hydraplan.api.middleware import RequestContextMiddleware, RequestGuardMiddleware, route_resolver
-from hydraplan.api.observability import configure_logging
-from hydraplan.api.openapi import build_openapi
-from hydraplan.api.problems import install_handlers, problem_response
-from hydraplan.api.routes import ROUTERS
-from hydraplan.api.settings import Settings
-from hydraplan.api.store import StoreUnavailable
+from hydraplan.api.service.auth import unguarded_routes
+from hydraplan.api.service.dependencies import Services
+from hydraplan.api.service.middleware import RequestContextMiddleware, RequestGuardMiddleware, route_resolver
+from hydraplan.api.service.observability import configure_logging
+from hydraplan.api.service.openapi import build_openapi
+from hydraplan.api.service.problems import install_handlers, problem_response
+from hydraplan.api.service.routes import ROUTERS
+from hydraplan.api.service.settings import Settings
+from hydraplan.api.service.store import StoreUnavailable
 
 DESCRIPTION = """\
 Plans large-Transformer training steps on variable-length batches with heterogeneous

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from hydraplan.api.auth import TOKEN_REQUIRED
-from hydraplan.api.dependencies import Services, ServicesDep
-from hydraplan.api.planning import Cancel, pipeline_estimates
-from hydraplan.api.schemas import EstimateBody, EstimateResult
+from hydraplan.api.service.auth import TOKEN_REQUIRED
+from hydraplan.api.service.dependencies import Services, ServicesDep
+from hydraplan.api.service.planning import Cancel, pipeline_estimates
+from hydraplan.api.service.schemas import EstimateBody, EstimateResult
 
 router = APIRouter(prefix="/v1", tags=["plans"], dependencies=TOKEN_REQUIRED)
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from hydraplan.api.problems import Problem
+from hydraplan.api.service.problems import Problem
 from hydraplan.api.whatif.schemas import WhatifRow
 from hydraplan.planner import limits
 from hydraplan.planner.schemas import (
@@ -34,7 +34,7 @@ from hydraplan.planner.schemas import NumGpus as PlannerNumGpus
 from hydraplan.planner.strategies import check_strategy_fits
 
 # The planner's bounds (planner/limits.py) apply as the body is parsed; the server's settings may
-# lower some of them (checked by api.planning.Planning.check_limits).
+# lower some of them (checked by api.service.planning.Planning.check_limits).
 Lengths = Annotated[
     list[TokenCount],
     Field(

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from hydraplan.api.store import Store, StoreUnavailable
+from hydraplan.api.service.store import Store, StoreUnavailable
 
 logger = logging.getLogger("hydraplan.leases")
 ResultT = TypeVar("ResultT")

@@ -7,13 +7,13 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from hydraplan.api.jobs import JobRunner
-from hydraplan.api.metrics import Metrics
-from hydraplan.api.planning import Planning
-from hydraplan.api.sessions import Sessions
-from hydraplan.api.settings import Settings
-from hydraplan.api.solving import SolverPool
-from hydraplan.api.store import Store, open_store
+from hydraplan.api.service.jobs import JobRunner
+from hydraplan.api.service.metrics import Metrics
+from hydraplan.api.service.planning import Planning
+from hydraplan.api.service.sessions import Sessions
+from hydraplan.api.service.settings import Settings
+from hydraplan.api.service.solving import SolverPool
+from hydraplan.api.service.store import Store, open_store
 
 
 @dataclass(frozen=True)

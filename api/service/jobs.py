@@ -3,9 +3,9 @@
 A job's state (`JobView`, without its sweep items) lives in the store, so any worker or replica
 answers GET for it; each finished sweep item is stored once under its own key, so a sweep's
 record stays small and is never rewritten with every result. The worker that accepted the job
-runs it and holds its lease (`api.leases`) while it is queued or running: a job whose lease has
-expired (its worker died, or lost the store past `store_retry_s`) is recorded `failed` with that
-reason by the next reader, within `lease_ttl_s`.
+runs it and holds its lease (`api.service.leases`) while it is queued or running: a job whose
+lease has expired (its worker died, or lost the store past `store_retry_s`) is recorded `failed`
+with that reason by the next reader, within `lease_ttl_s`.
 
 DELETE sets a cancel flag under a separate key (so it never races with the runner's writes): a
 running solve reads it through its `cancel` callback and returns its best incumbent, a sweep stops
@@ -30,10 +30,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hydraplan.api.leases import Heartbeat, with_retries
-from hydraplan.api.metrics import Metrics
-from hydraplan.api.planning import Planning
-from hydraplan.api.problems import (
+from hydraplan.api.service.leases import Heartbeat, with_retries
+from hydraplan.api.service.metrics import Metrics
+from hydraplan.api.service.planning import Planning
+from hydraplan.api.service.problems import (
     Problem,
     ProblemError,
     conflict,
@@ -47,7 +47,7 @@ from hydraplan.api.problems import (
     too_large,
     unprocessable,
 )
-from hydraplan.api.schemas import (
+from hydraplan.api.service.schemas import (
     JobProgress,
     JobStatus,
     JobView,
@@ -56,8 +56,8 @@ from hydraplan.api.schemas import (
     SweepItem,
     SweepJobBody,
 )
-from hydraplan.api.settings import Settings
-from hydraplan.api.store import Store, StoreUnavailable
+from hydraplan.api.service.settings import Settings
+from hydraplan.api.service.store import Store, StoreUnavailable
 from hydraplan.api.whatif.engine import evaluate
 from hydraplan.api.whatif.schemas import Configuration
 from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest

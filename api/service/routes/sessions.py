@@ -5,13 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from starlette.concurrency import run_in_threadpool
 
-from hydraplan.api.auth import TOKEN_REQUIRED
-from hydraplan.api.dependencies import Services, ServicesDep
-from hydraplan.api.planning import Cancel, server_timing_header, start_solve_timing
-from hydraplan.api.problems import too_large, unprocessable
-from hydraplan.api.routes.plans import plan_response
-from hydraplan.api.schemas import SessionBody, SessionPlans, SessionPlansBody, SessionView
-from hydraplan.api.sessions import session_location
+from hydraplan.api.service.auth import TOKEN_REQUIRED
+from hydraplan.api.service.dependencies import Services, ServicesDep
+from hydraplan.api.service.planning import Cancel, server_timing_header, start_solve_timing
+from hydraplan.api.service.problems import too_large, unprocessable
+from hydraplan.api.service.routes.plans import plan_response
+from hydraplan.api.service.schemas import SessionBody, SessionPlans, SessionPlansBody, SessionView
+from hydraplan.api.service.sessions import session_location
 from hydraplan.planner.schemas import Plan
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"], dependencies=TOKEN_REQUIRED)

@@ -1,6 +1,17 @@
 """One router per resource; `ROUTERS` is what `create_app` mounts, in this order."""
 
-from hydraplan.api.routes import catalog, datasets, estimate, health, jobs, plans, profiles, sessions, timelines, web
+from hydraplan.api.service.routes import (
+    catalog,
+    datasets,
+    estimate,
+    health,
+    jobs,
+    plans,
+    profiles,
+    sessions,
+    timelines,
+    web,
+)
 
 ROUTERS = (
     plans.router,

@@ -3,9 +3,9 @@
 A session remembers its last plan's id and strategy; the strategy is the planner's
 `previous_strategy`, so a strategy switch is costed. The record lives in the store with an idle
 TTL that every request on the session restarts, and in the `sessions` registry that caps how many
-are live (507 when full). A per-session lock (a lease, `api.leases`) makes concurrent plan calls
-on one session a 409 instead of a race on "the previous plan"; it lives as long as its request,
-plus at most `lease_ttl_s` if the worker holding it dies.
+are live (507 when full). A per-session lock (a lease, `api.service.leases`) makes concurrent
+plan calls on one session a 409 instead of a race on "the previous plan"; it lives as long as its
+request, plus at most `lease_ttl_s` if the worker holding it dies.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from __future__ import annotations
 import secrets
 from datetime import UTC, datetime
 
-from hydraplan.api.leases import Heartbeat
-from hydraplan.api.planning import Cancel, Planning
-from hydraplan.api.problems import conflict, not_found, storage_full, unprocessable
-from hydraplan.api.schemas import SessionBody, SessionRecord, SessionView
-from hydraplan.api.settings import Settings
-from hydraplan.api.store import Store, StoreUnavailable
+from hydraplan.api.service.leases import Heartbeat
+from hydraplan.api.service.planning import Cancel, Planning
+from hydraplan.api.service.problems import conflict, not_found, storage_full, unprocessable
+from hydraplan.api.service.schemas import SessionBody, SessionRecord, SessionView
+from hydraplan.api.service.settings import Settings
+from hydraplan.api.service.store import Store, StoreUnavailable
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.schemas import Plan, PlanRequest
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from hydraplan.api.dependencies import ServicesDep
-from hydraplan.api.problems import saturated
-from hydraplan.api.schemas import Health, Readiness
+from hydraplan.api.service.dependencies import ServicesDep
+from hydraplan.api.service.problems import saturated
+from hydraplan.api.service.schemas import Health, Readiness
 
 router = APIRouter(tags=["operations"])
 

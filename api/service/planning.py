@@ -1,7 +1,7 @@
 """The service's view of the planner: resolve a cost source, enforce limits, solve, record metrics.
 
 Everything here is synchronous and CPU-bound or store-bound: the routes call it through the
-bounded solver pool (`api.solving`) or FastAPI's thread pool, never on the event loop.
+bounded solver pool (`api.service.solving`) or FastAPI's thread pool, never on the event loop.
 Analytic profiles are deterministic in (model, gpu, num_gpus, gpus_per_node), and uploaded
 profiles are immutable (their id is their content hash), so both are kept parsed in an LRU bounded
 by bytes (`profile_cache_bytes`).
@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Any
 
-from hydraplan.api.metrics import Metrics
-from hydraplan.api.problems import not_found, storage_full, too_large, unprocessable
-from hydraplan.api.schemas import PipelineEstimate, PlanBody, StrategyPart
-from hydraplan.api.settings import Settings
-from hydraplan.api.store import Store
+from hydraplan.api.service.metrics import Metrics
+from hydraplan.api.service.problems import not_found, storage_full, too_large, unprocessable
+from hydraplan.api.service.schemas import PipelineEstimate, PlanBody, StrategyPart
+from hydraplan.api.service.settings import Settings
+from hydraplan.api.service.store import Store
 from hydraplan.cost_models.analytic import AnalyticOptions, build_profile
 from hydraplan.cost_models.catalog import load_gpus, load_models
 from hydraplan.cost_models.profile_io import ProfileError, load_profile

@@ -7,10 +7,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from hydraplan.api.auth import TOKEN_REQUIRED
 from hydraplan.api.datasets import DATASET_DESCRIPTIONS, DATASETS, sample_batch
-from hydraplan.api.problems import not_found
-from hydraplan.api.schemas import DatasetInfo, DatasetList, DatasetSample
+from hydraplan.api.service.auth import TOKEN_REQUIRED
+from hydraplan.api.service.problems import not_found
+from hydraplan.api.service.schemas import DatasetInfo, DatasetList, DatasetSample
 
 router = APIRouter(prefix="/v1/datasets", tags=["catalog"], dependencies=TOKEN_REQUIRED)
 # Most tokens one sample may ask for: 64x the CLI's default batch, ~200K Wikipedia documents.

@@ -29,7 +29,7 @@ ASSETS = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; ch
 
 @cache
 def _asset(name: str) -> str:
-    return resources.files("hydraplan.api").joinpath("web", name).read_text(encoding="utf-8")
+    return resources.files("hydraplan.api.service").joinpath("web", name).read_text(encoding="utf-8")
 
 
 def _page(request: Request) -> Response:

@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from hydraplan.api.auth import TOKEN_REQUIRED
-from hydraplan.api.dependencies import ServicesDep
-from hydraplan.api.planning import Cancel, Planning
-from hydraplan.api.problems import unprocessable
-from hydraplan.api.schemas import GpuList, ModelList, SchemeInfo, SchemeList
+from hydraplan.api.service.auth import TOKEN_REQUIRED
+from hydraplan.api.service.dependencies import ServicesDep
+from hydraplan.api.service.planning import Cancel, Planning
+from hydraplan.api.service.problems import unprocessable
+from hydraplan.api.service.schemas import GpuList, ModelList, SchemeInfo, SchemeList
 from hydraplan.planner import limits
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.schemas import GpuSpec, ModelSpec

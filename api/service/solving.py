@@ -20,8 +20,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from hydraplan.api.metrics import Metrics
-from hydraplan.api.problems import saturated
+from hydraplan.api.service.metrics import Metrics
+from hydraplan.api.service.problems import saturated
 
 ResultT = TypeVar("ResultT")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from hydraplan.api.auth import TOKEN_REQUIRED
-from hydraplan.api.dependencies import ServicesDep
-from hydraplan.api.schemas import ProfileCreated
+from hydraplan.api.service.auth import TOKEN_REQUIRED
+from hydraplan.api.service.dependencies import ServicesDep
+from hydraplan.api.service.schemas import ProfileCreated
 from hydraplan.planner.schemas import CostProfile
 
 router = APIRouter(prefix="/v1/profiles", tags=["profiles"], dependencies=TOKEN_REQUIRED)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from hydraplan.api.auth import TOKEN_REQUIRED
-from hydraplan.api.dependencies import Services, ServicesDep
-from hydraplan.api.planning import Cancel, server_timing_header, start_solve_timing
-from hydraplan.api.problems import unprocessable
-from hydraplan.api.schemas import CheckBody, CheckResult, PlanBody
+from hydraplan.api.service.auth import TOKEN_REQUIRED
+from hydraplan.api.service.dependencies import Services, ServicesDep
+from hydraplan.api.service.planning import Cancel, server_timing_header, start_solve_timing
+from hydraplan.api.service.problems import unprocessable
+from hydraplan.api.service.schemas import CheckBody, CheckResult, PlanBody
 from hydraplan.planner.check import check_plan
 from hydraplan.planner.schemas import Plan
 

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from hydraplan.api.problems import PROBLEM_MEDIA_TYPE, Problem
+from hydraplan.api.service.problems import PROBLEM_MEDIA_TYPE, Problem
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 SECURITY_SCHEME = "bearerToken"

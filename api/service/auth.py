@@ -15,13 +15,13 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 from starlette.types import Scope
 
-from hydraplan.api.problems import ProblemError, problem_response
+from hydraplan.api.service.problems import ProblemError, problem_response
 
 # Liveness, readiness, metrics and the API's own description stay open (docs/service.md).
 OPERATIONS_PATHS = frozenset(
     {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 )
-# The web page and its assets (api/routes/web.py): static, no data; its /v1 calls carry the token.
+# The web page and its assets (api/service/routes/web.py): static, no data; its /v1 calls carry the token.
 UI_PATHS = frozenset({"/", "/ui", "/ui/app.js", "/ui/style.css"})
 OPEN_PATHS = OPERATIONS_PATHS | UI_PATHS
 MISSING = "Authorization header is missing: send 'Bearer <token>'"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import uvicorn
 
-from hydraplan.api.observability import uvicorn_log_config
-from hydraplan.api.settings import Settings
+from hydraplan.api.service.observability import uvicorn_log_config
+from hydraplan.api.service.settings import Settings
 
 
 def run(host: str, port: int, workers: int, root_path: str = "") -> None:
-    """Serve `api.app:create_app` on host:port with `workers` processes, under `root_path` when
-    a proxy forwards a prefixed path with the prefix stripped.
+    """Serve `api.service.app:create_app` on host:port with `workers` processes, under
+    `root_path` when a proxy forwards a prefixed path with the prefix stripped.
 
     Settings are read from the environment by each worker; they are validated here first so that
     a bad HYDRAPLAN_* variable fails before any worker starts. Several workers need
@@ -26,7 +26,7 @@ def run(host: str, port: int, workers: int, root_path: str = "") -> None:
             "shared between worker processes (or use --workers 1)"
         )
     uvicorn.run(
-        "hydraplan.api.app:create_app",
+        "hydraplan.api.service.app:create_app",
         factory=True,
         host=host,
         port=port,

@@ -1,6 +1,6 @@
 """Pure ASGI middleware: request context (id, log line, metrics, last-resort 500) and the guard
 (bearer token, body size, content type) that runs before any route reads the body. The token is
-also required by a dependency on every /v1 router (`api.auth`).
+also required by a dependency on every /v1 router (`api.service.auth`).
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from collections.abc import Callable, Sequence
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hydraplan.api.auth import needs_token, refusal
-from hydraplan.api.metrics import Metrics
-from hydraplan.api.observability import (
+from hydraplan.api.service.auth import needs_token, refusal
+from hydraplan.api.service.metrics import Metrics
+from hydraplan.api.service.observability import (
     REQUEST_ID_HEADER,
     access_logger,
     request_id_from,
     reset_request_id,
     set_request_id,
 )
-from hydraplan.api.problems import problem_response
-from hydraplan.api.settings import Settings
+from hydraplan.api.service.problems import problem_response
+from hydraplan.api.service.settings import Settings
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 UNMATCHED_ROUTE = "<unmatched>"

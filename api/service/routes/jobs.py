@@ -6,10 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Response
 
-from hydraplan.api.auth import TOKEN_REQUIRED
-from hydraplan.api.dependencies import ServicesDep
-from hydraplan.api.jobs import job_location
-from hydraplan.api.schemas import JOB_EXAMPLES, JobAccepted, JobBody, JobView
+from hydraplan.api.service.auth import TOKEN_REQUIRED
+from hydraplan.api.service.dependencies import ServicesDep
+from hydraplan.api.service.jobs import job_location
+from hydraplan.api.service.schemas import JOB_EXAMPLES, JobAccepted, JobBody, JobView
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=TOKEN_REQUIRED)
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from hydraplan.api.auth import TOKEN_REQUIRED
-from hydraplan.api.dependencies import ServicesDep
-from hydraplan.api.planning import Cancel
-from hydraplan.api.problems import unprocessable
 from hydraplan.api.render.svg import render_svg
 from hydraplan.api.render.timeline import TimelineDocument, timeline_document
-from hydraplan.api.schemas import TimelineBody
+from hydraplan.api.service.auth import TOKEN_REQUIRED
+from hydraplan.api.service.dependencies import ServicesDep
+from hydraplan.api.service.planning import Cancel
+from hydraplan.api.service.problems import unprocessable
+from hydraplan.api.service.schemas import TimelineBody
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"], dependencies=TOKEN_REQUIRED)
 SVG_MEDIA_TYPE = "image/svg+xml"

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from hydraplan.api.observability import current_request_id
+from hydraplan.api.service.observability import current_request_id
 from hydraplan.planner.errors import PlanningError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
