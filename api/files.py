@@ -3,7 +3,7 @@ and GPU catalogs, and any UTF-8 text (`-` is standard input).
 
 Every failure is an `InputError` (a `ValueError`) whose one-line message names the file:
 `batch.bin: not UTF-8 text (byte 0xff at offset 3)`, `plan.json is a cost profile, not a plan`.
-The command line (`api.cli_inputs` builds the planner's types from flags on top of these readers)
+The command line (`api.cli.inputs` builds the planner's types from flags on top of these readers)
 and the what-if spec files (`api.whatif.spec`) both read through this module. It imports nothing
 else of `api`, so the what-if engine, and the service that runs it, never depend on the CLI.
 """

@@ -23,7 +23,7 @@ if __package__ in (None, ""):
 
 from benchmarks.common import median
 from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_section
-from hydraplan.api.cli_timeline import write_timeline
+from hydraplan.api.cli.timeline import write_timeline
 from hydraplan.api.datasets import sample_batch
 from hydraplan.api.render.timeline import timeline_document
 from hydraplan.cost_models.analytic import build_profile

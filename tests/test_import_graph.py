@@ -22,7 +22,7 @@ ALLOWED = {
     "api": {"api", "planner", "cost_models"},
 }
 # Layers a layer may import only inside a function, never at module level: `hydraplan run`
-# (api/cli_run.py) and `hydraplan profile --device` (api/cli_profile.py) import the runtime when
+# (api/cli/run.py) and `hydraplan profile --device` (api/cli/profile.py) import the runtime when
 # the command runs, so the CLI never needs torch.
 ALLOWED_LAZY = {"api": {"runtime"}}
 PROJECT = set(ALLOWED) | {"benchmarks", "tests"}
@@ -133,7 +133,7 @@ def test_the_whatif_engine_imports_no_plotting_ray_service_or_torch():
     """Workers import the engine for every task: matplotlib and Ray load only when used."""
     code = (
         "import sys, hydraplan.api.whatif.engine, hydraplan.api.whatif.spec, hydraplan.api.whatif.executors,"
-        " hydraplan.api.whatif.sweep, hydraplan.api.cli_whatif;"
+        " hydraplan.api.whatif.sweep, hydraplan.api.cli.whatif;"
         "bad = [m for m in ('matplotlib', 'ray', 'fastapi', 'starlette', 'torch') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"
     )

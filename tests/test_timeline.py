@@ -257,7 +257,7 @@ def test_svg_and_html_timelines_need_neither_matplotlib_nor_the_service():
     import subprocess
 
     code = (
-        "import sys, hydraplan.api.cli_timeline, hydraplan.api.render.svg;"
+        "import sys, hydraplan.api.cli.timeline, hydraplan.api.render.svg;"
         "bad = [m for m in ('matplotlib', 'fastapi', 'starlette', 'torch') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -4,7 +4,7 @@
 - `svg`: the SVG and HTML drawings of a document (no drawing library needed).
 - `png`: the PNG drawing, with matplotlib (the optional `plots` extra).
 
-Both front doors draw with these: `hydraplan plan/show --timeline` (`api.cli_timeline`) and
+Both front doors draw with these: `hydraplan plan/show --timeline` (`api.cli.timeline`) and
 `POST /v1/plans/timeline` (`api.service.routes.timelines`). This package imports neither of
 them, nor anything else of `api`: it needs only the planner's plan schema and simulator.
 """

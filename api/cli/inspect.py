@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from hydraplan.api.cli_args import (
+from hydraplan.api.cli.args import (
     add_catalog_file_option,
     add_cluster_options,
     add_json_option,
@@ -18,8 +18,8 @@ from hydraplan.api.cli_args import (
     positive_float,
     positive_int,
 )
-from hydraplan.api.cli_inputs import analytic_profile, cluster_profile
-from hydraplan.api.cli_progress import PROG
+from hydraplan.api.cli.inputs import analytic_profile, cluster_profile
+from hydraplan.api.cli.progress import PROG
 from hydraplan.api.files import read_gpus, read_models, read_plan, read_profile
 
 EXIT_OK, EXIT_INVALID_PLAN = 0, 1
@@ -67,7 +67,7 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     """Print the summary of a saved plan; draw its timeline (and other plans') with --timeline."""
-    from hydraplan.api.cli_timeline import timeline_format, write_timeline
+    from hydraplan.api.cli.timeline import timeline_format, write_timeline
     from hydraplan.planner.render import render_plan
 
     timeline_format(args.timeline)
@@ -88,7 +88,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 def add_show_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `hydraplan show`."""
-    from hydraplan.api.cli_timeline import add_timeline_options
+    from hydraplan.api.cli.timeline import add_timeline_options
 
     parser.description = "Print the summary of a saved plan and, with --timeline, draw its 1F1B schedule."
     parser.add_argument("plan", metavar="PLAN.json", help="plan written by `hydraplan plan --out`")
@@ -129,12 +129,12 @@ def add_schemes_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_profile(args: argparse.Namespace) -> int:
     """Write (or print) the analytic cost profile as JSON; `--device` measures one, `--calibrate`
-    calibrates one (`api.cli_profile`)."""
+    calibrates one (`api.cli.profile`)."""
     from hydraplan.cost_models.profile_io import save_profile
 
     if args.device is not None or args.calibrate is not None:
-        from hydraplan.api.cli_inputs import analytic_options
-        from hydraplan.api.cli_profile import run_calibrate, run_device_profile
+        from hydraplan.api.cli.inputs import analytic_options
+        from hydraplan.api.cli.profile import run_calibrate, run_device_profile
         from hydraplan.api.files import InputError
         from hydraplan.cost_models.analytic import AnalyticOptions
 

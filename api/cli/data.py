@@ -3,8 +3,8 @@
 - `data convert INPUT... --out DIR`: a text or JSONL corpus to a `hydraplan.tokens/1` directory
   (`runtime/token_data.py` documents the format). A `.jsonl` file holds one JSON object a line,
   its text under `--text-key`; any other file is plain text, one document per blank-line-separated
-  paragraph. Each document is its tokens plus the tokenizer's end-of-text id (`api/tokenizers.py`);
-  empty documents are skipped and counted.
+  paragraph. Each document is its tokens plus the tokenizer's end-of-text id
+  (`api/cli/tokenizers.py`); empty documents are skipped and counted.
 - `data lengths DIR [--start N] (--count B | --tokens T)`: the sequence lengths of the next batch
   as a JSON list, for `hydraplan plan --lengths`: a plan made from them fits that run step.
 - `data info DIR [--verify]`: the meta and the length statistics; `--verify` scans every token.
@@ -22,14 +22,14 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from hydraplan.api.cli_args import non_negative_int, positive_int
+from hydraplan.api.cli.args import non_negative_int, positive_int
 
 EXIT_OK = 0
 
 
 def run_convert(args: argparse.Namespace) -> int:
     """`hydraplan data convert`."""
-    from hydraplan.api.tokenizers import make_tokenizer
+    from hydraplan.api.cli.tokenizers import make_tokenizer
     from hydraplan.runtime.token_data import write_token_directory
 
     tokenizer = make_tokenizer(args.tokenizer)

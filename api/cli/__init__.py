@@ -6,8 +6,20 @@ User mistakes print one line `hydraplan: error: ...` on stderr and exit 2; `chec
 plan that violates a constraint.
 
 This module imports only the standard library: each command's flags and code live in
-`api.cli_plan` / `api.cli_inspect` and are imported once that command is chosen, so `hydraplan
+`api.cli.plan` / `api.cli.inspect` and are imported once that command is chosen, so `hydraplan
 --help` never loads pydantic, numpy or a solver. FastAPI is imported only by `serve`.
+
+The package, one module per command and the few they share:
+
+- `plan` (plan, strategies), `inspect` (check, show, schemes, profile, models, gpus, schema),
+  `profile` (`profile --device` and `--calibrate`), `whatif`, `run` (with `run_online` and the
+  step planners of `run_planning`), `data` (with `tokenizers`);
+- `args` (argument types, shared option groups), `inputs` (the planner types built from flags),
+  `progress` (progress lines on stderr), `timeline` (`--timeline` of plan and show).
+
+`python -m hydraplan.api.cli` runs `main` (`__main__.py`). The command line is the top of `api`:
+it may import every other part of it (files, datasets, render, whatif, client), the service only
+inside `serve`, and nothing else in `api` imports it.
 """
 
 from __future__ import annotations
@@ -36,26 +48,26 @@ class Command(NamedTuple):
 
 COMMANDS: dict[str, Command] = {
     "plan": Command(
-        "hydraplan.api.cli_plan", "plan one global batch (default: ~1M Wikipedia tokens, llama3-8b on 64 H100)"
+        "hydraplan.api.cli.plan", "plan one global batch (default: ~1M Wikipedia tokens, llama3-8b on 64 H100)"
     ),
     "strategies": Command(
-        "hydraplan.api.cli_plan", "propose a small pool of strategies for batches drawn from a dataset"
+        "hydraplan.api.cli.plan", "propose a small pool of strategies for batches drawn from a dataset"
     ),
-    "check": Command("hydraplan.api.cli_inspect", "check a plan JSON file (exit 0 valid, 1 violations, 2 unreadable)"),
-    "show": Command("hydraplan.api.cli_inspect", "print a saved plan's summary; --timeline draws its 1F1B schedule"),
+    "check": Command("hydraplan.api.cli.inspect", "check a plan JSON file (exit 0 valid, 1 violations, 2 unreadable)"),
+    "show": Command("hydraplan.api.cli.inspect", "print a saved plan's summary; --timeline draws its 1F1B schedule"),
     "schemes": Command(
-        "hydraplan.api.cli_inspect", "list runnable schemes with their cost coefficients and capacities"
+        "hydraplan.api.cli.inspect", "list runnable schemes with their cost coefficients and capacities"
     ),
-    "profile": Command("hydraplan.api.cli_inspect", "write a cost profile JSON (hydraplan.profile/1)"),
-    "models": Command("hydraplan.api.cli_inspect", "list the catalog models (--model, --models-file)"),
-    "gpus": Command("hydraplan.api.cli_inspect", "list the catalog GPUs (--gpu, --gpus-file)"),
-    "schema": Command("hydraplan.api.cli_inspect", "print the JSON Schema of a format: plan, profile, request, pool"),
+    "profile": Command("hydraplan.api.cli.inspect", "write a cost profile JSON (hydraplan.profile/1)"),
+    "models": Command("hydraplan.api.cli.inspect", "list the catalog models (--model, --models-file)"),
+    "gpus": Command("hydraplan.api.cli.inspect", "list the catalog GPUs (--gpu, --gpus-file)"),
+    "schema": Command("hydraplan.api.cli.inspect", "print the JSON Schema of a format: plan, profile, request, pool"),
     "whatif": Command(
-        "hydraplan.api.cli_whatif", "what-if capacity study: sweep clusters, models, data; plots and a report"
+        "hydraplan.api.cli.whatif", "what-if capacity study: sweep clusters, models, data; plots and a report"
     ),
     "serve": Command(__name__, "run the REST service (needs the service extra)"),
-    "run": Command("hydraplan.api.cli_run", "execute a plan on local torch ranks (needs the runtime extra)"),
-    "data": Command("hydraplan.api.cli_data", "convert a corpus to pre-tokenised documents; a batch's lengths"),
+    "run": Command("hydraplan.api.cli.run", "execute a plan on local torch ranks (needs the runtime extra)"),
+    "data": Command("hydraplan.api.cli.data", "convert a corpus to pre-tokenised documents; a batch's lengths"),
 }
 
 
@@ -129,7 +141,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `hydraplan serve`."""
-    from hydraplan.api.cli_args import positive_int
+    from hydraplan.api.cli.args import positive_int
 
     parser.description = "Run the REST service (pip install 'hydraplan[service]')."
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
@@ -206,7 +218,3 @@ def _version() -> str:
         return metadata.version("hydraplan")
     except metadata.PackageNotFoundError:
         return "unknown"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hydraplan.api.cli_args import (
+from hydraplan.api.cli.args import (
     add_cluster_options,
     add_json_option,
     add_profile_option,
@@ -23,9 +23,9 @@ from hydraplan.api.cli_args import (
     positive_float,
     positive_int,
 )
-from hydraplan.api.cli_inputs import batch_lengths, cluster_profile, naming_flags, plan_request, solver_options
-from hydraplan.api.cli_progress import PROG, PROGRESS_MIN_S, Progress
-from hydraplan.api.cli_timeline import add_timeline_options, timeline_format, write_timeline
+from hydraplan.api.cli.inputs import batch_lengths, cluster_profile, naming_flags, plan_request, solver_options
+from hydraplan.api.cli.progress import PROG, PROGRESS_MIN_S, Progress
+from hydraplan.api.cli.timeline import add_timeline_options, timeline_format, write_timeline
 from hydraplan.api.files import InputError, read_plan, read_pool
 from hydraplan.planner.baselines import BASELINES
 

@@ -8,7 +8,7 @@ to `--max-length`, by `--data-seed` and the step; with `--data`, `DocumentLength
 `--batch-sequences` documents), asks the session for its plan, broadcasts it,
 and every rank runs it; strategies switch as the service decides. Without `--server`, the same
 loop plans each step with the local planner (`LocalPlanner`) in rank 0. The session is deleted
-when the run ends. See `api/run_planning.py` and `runtime/plan_feed.py`.
+when the run ends. See `api/cli/run_planning.py` and `runtime/plan_feed.py`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hydraplan.api.cli_args import non_negative_int, positive_float, positive_int
-from hydraplan.api.files import read_profile
-from hydraplan.api.run_planning import (
+from hydraplan.api.cli.args import non_negative_int, positive_float, positive_int
+from hydraplan.api.cli.run_planning import (
     DocumentLengths,
     LocalPlanner,
     SessionPlanner,
@@ -26,6 +25,7 @@ from hydraplan.api.run_planning import (
     close_session,
     open_session,
 )
+from hydraplan.api.files import read_profile
 
 __all__ = ["OnlinePlanning", "add_online_arguments", "add_server_argument", "online_planning"]
 

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hydraplan.api.cli_args import add_catalog_file_option, add_json_option, add_progress_option, positive_int
-from hydraplan.api.cli_progress import PROG
+from hydraplan.api.cli.args import add_catalog_file_option, add_json_option, add_progress_option, positive_int
+from hydraplan.api.cli.progress import PROG
 from hydraplan.api.files import InputError
 
 EXIT_OK, EXIT_INTERRUPTED = 0, 130

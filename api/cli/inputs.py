@@ -239,8 +239,8 @@ def analytic_profile(args: argparse.Namespace) -> CostProfile:
 
 
 def analytic_options(args: argparse.Namespace):
-    """`AnalyticOptions` of the recipe flags (`cli_args.add_recipe_options`); defaults when absent."""
-    from hydraplan.api.cli_args import RECIPE_FLAGS
+    """`AnalyticOptions` of the recipe flags (`api.cli.args.add_recipe_options`); defaults when absent."""
+    from hydraplan.api.cli.args import RECIPE_FLAGS
     from hydraplan.cost_models.analytic import AnalyticOptions
     from hydraplan.planner.schemas import TrainingRecipe
 

@@ -1,6 +1,7 @@
 """`hydraplan run`: execute a plan (`--plan`, for `--steps` steps) or one plan per step (`--plans
 DIR`, strategy switches between them) on local torch ranks, optionally checking against one process.
-Without either, rank 0 plans every step, through a `--server` session or locally (`cli_run_online`).
+Without either, rank 0 plans every step, through a `--server` session or locally
+(`api.cli.run_online`).
 
 The plan is read and refused here before any rank starts (the checker, the rank count against
 `--nproc`, the model the runtime must build): one line, exit 2. The ranks run
@@ -17,9 +18,9 @@ import json
 import sys
 from pathlib import Path
 
-from hydraplan.api.cli_args import non_negative_int, positive_float, positive_int
-from hydraplan.api.cli_progress import PROG
-from hydraplan.api.cli_run_online import add_online_arguments, add_server_argument
+from hydraplan.api.cli.args import non_negative_int, positive_float, positive_int
+from hydraplan.api.cli.progress import PROG
+from hydraplan.api.cli.run_online import add_online_arguments, add_server_argument
 from hydraplan.api.files import read_plan
 
 EXIT_OK, EXIT_RUN_FAILED = 0, 1
@@ -80,8 +81,8 @@ def _refuse_check_after_load(args: argparse.Namespace) -> None:
 
 
 def _run_online(args: argparse.Namespace) -> int:
-    """No plan file: rank 0 plans every step, through `--server` or locally (`cli_run_online`)."""
-    from hydraplan.api.cli_run_online import online_planning
+    """No plan file: rank 0 plans every step, through `--server` or locally (`api.cli.run_online`)."""
+    from hydraplan.api.cli.run_online import online_planning
 
     try:
         from hydraplan.runtime.worker import RunSpec

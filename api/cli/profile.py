@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from hydraplan.api.cli_progress import PROG
+from hydraplan.api.cli.progress import PROG
 from hydraplan.planner.measurements import CollectiveSample, ProfileProvenance, StageSample
 from hydraplan.planner.schemas import CostProfile, ModelSpec
 from hydraplan.planner.scheme import ParallelScheme

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hydraplan.api.cli_progress import PROG
+from hydraplan.api.cli.progress import PROG
 from hydraplan.api.files import InputError
 
 if TYPE_CHECKING:
