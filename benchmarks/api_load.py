@@ -97,8 +97,8 @@ def start_redis() -> tuple[subprocess.Popen, str]:
 
 
 def start_server(port: int, workers: int, environment: dict[str, str]) -> subprocess.Popen:
-    """`api.server.run` (what `hydraplan serve` calls) in a subprocess; waits for /healthz."""
-    code = f"from api.server import run; run('127.0.0.1', {port}, {workers})"
+    """`api.service.server.run` (what `hydraplan serve` calls) in a subprocess; waits for /healthz."""
+    code = f"from api.service.server import run; run('127.0.0.1', {port}, {workers})"
     process = subprocess.Popen(
         [sys.executable, "-c", code],
         cwd=ROOT,
@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu_per_plan_s, ceiling = planner_ceiling_per_s(args.time_limit_s)
     mix = ", ".join(f"{kind} x{weight:g}" for kind, weight in args.mix.items())
     body = (
-        f"Server: `api.server.run` (= `hydraplan serve`, uvicorn) on 127.0.0.1, default settings "
+        f"Server: `api.service.server.run` (= `hydraplan serve`, uvicorn) on 127.0.0.1, default settings "
         f"(solver threads per worker = cores); `{MODEL}` on {NUM_GPUS} x {GPU}, "
         f"options.time_limit_s={args.time_limit_s:g}. Clients run in the same machine and share "
         f"its cores with the server.\n\n"

@@ -87,7 +87,7 @@ TARGETS = {
                 "tests/test_exhaustive.py",
             ),
         ),
-        Target("auth", "api/auth.py", ("tests/test_api_auth.py",)),
+        Target("auth", "api/service/auth.py", ("tests/test_api_auth.py",)),
     )
 }
 

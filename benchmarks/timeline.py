@@ -23,9 +23,9 @@ if __package__ in (None, ""):
 
 from benchmarks.common import median
 from benchmarks.report import RESULTS_PATH, command_line, markdown_table, pivot_table, write_result
-from hydraplan.api.cli_timeline import write_timeline
+from hydraplan.api.cli.timeline import write_timeline
 from hydraplan.api.datasets import sample_batch
-from hydraplan.api.timeline import timeline_document
+from hydraplan.api.render.timeline import timeline_document
 from hydraplan.cost_models.analytic import build_profile
 from hydraplan.cost_models.catalog import get_gpu, get_model
 from hydraplan.planner.schemas import Plan, PlanRequest, SolverOptions

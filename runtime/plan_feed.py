@@ -8,7 +8,7 @@ the one-line reason it got none, to every rank, so every rank runs the same plan
 the same error (`PlanSourceError`). Each plan is checked like an offline one before its step.
 
 The runtime holds no planner itself: `planner` and `next_lengths` are objects the caller gives
-(the CLI's local planner or its REST-session client, `api/run_planning.py`); they must be
+(the CLI's local planner or its REST-session client, `api/cli/run_planning.py`); they must be
 picklable, as they travel to spawned ranks, and only rank 0 calls them.
 """
 

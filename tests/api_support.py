@@ -29,8 +29,8 @@ pytest.importorskip("prometheus_client")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from hydraplan.api.app import create_app  # noqa: E402
-from hydraplan.api.settings import Settings  # noqa: E402
+from hydraplan.api.service.app import create_app  # noqa: E402
+from hydraplan.api.service.settings import Settings  # noqa: E402
 
 PROBLEM_JSON = "application/problem+json"
 ROOT = Path(__file__).resolve().parents[1]
@@ -226,7 +226,7 @@ def start_uvicorn(settings: dict[str, str], *, root_path: str = "", token: str |
     """uvicorn serving the app factory on a free loopback port with `HYDRAPLAN_*` `settings`."""
     port = free_port()
     environment = {**os.environ, "HYDRAPLAN_LOG_LEVEL": "WARNING", **settings}
-    command = [sys.executable, "-m", "uvicorn", "--factory", "hydraplan.api.app:create_app"]
+    command = [sys.executable, "-m", "uvicorn", "--factory", "hydraplan.api.service.app:create_app"]
     command += ["--host", "127.0.0.1", "--port", str(port), "--timeout-graceful-shutdown", "20"]
     if root_path:
         command += ["--root-path", root_path]

@@ -63,8 +63,8 @@ def running_service(shed: int = 1) -> Iterator[RunningService]:
     import httpx
     import uvicorn
 
-    from hydraplan.api.app import create_app
-    from hydraplan.api.settings import Settings
+    from hydraplan.api.service.app import create_app
+    from hydraplan.api.service.settings import Settings
 
     settings = Settings(api_token=TOKEN, log_level="WARNING", max_concurrent_solves=2, max_queued_solves=4)
     shim = Shed503(create_app(settings), shed=shed)

@@ -11,10 +11,10 @@ from api_support import assert_problem, plan_body, test_settings
 from fastapi import APIRouter
 from fastapi.testclient import TestClient
 
-from hydraplan.api.app import create_app
-from hydraplan.api.auth import OPEN_PATHS, route_path, unguarded_routes
-from hydraplan.api.middleware import RequestGuardMiddleware
-from hydraplan.api.routes import ROUTERS
+from hydraplan.api.service.app import create_app
+from hydraplan.api.service.auth import OPEN_PATHS, route_path, unguarded_routes
+from hydraplan.api.service.middleware import RequestGuardMiddleware
+from hydraplan.api.service.routes import ROUTERS
 
 pytestmark = pytest.mark.service
 TOKEN = "s3cret-token"
@@ -110,7 +110,7 @@ def test_only_the_bearer_scheme_carries_the_token(scheme: str) -> None:
 
 
 def test_routes_after_an_open_one_are_still_examined() -> None:
-    from hydraplan.api.routes import health
+    from hydraplan.api.service.routes import health
 
     stray = APIRouter(prefix="/v1")
     stray.add_api_route("/stray", lambda: {}, methods=["GET"])

@@ -7,7 +7,7 @@ import threading
 import pytest
 from api_support import assert_problem, client_fixture, make_client, plan_body, reproducible_body, wait_for  # noqa: F401
 
-import hydraplan.api.planning
+import hydraplan.api.service.planning
 
 pytestmark = pytest.mark.service
 
@@ -110,14 +110,14 @@ def test_unknown_job(client) -> None:
 def test_cancel_running_plan_keeps_best_result(monkeypatch: pytest.MonkeyPatch) -> None:
     """DELETE makes the solve's cancel() true; the job ends cancelled with the incumbent."""
     started = threading.Event()
-    real_solve = hydraplan.api.planning.solve
+    real_solve = hydraplan.api.service.planning.solve
 
     def anytime_solve(request, profile, baselines=(), previous_plan=None, cancel=None):
         started.set()
         wait_for(lambda: cancel is not None and cancel(), timeout_s=10)
         return real_solve(request, profile, baselines=baselines)
 
-    monkeypatch.setattr(hydraplan.api.planning, "solve", anytime_solve)
+    monkeypatch.setattr(hydraplan.api.service.planning, "solve", anytime_solve)
     with make_client() as test_client:
         job_id = submit(test_client, {"kind": "plan", "request": plan_body()})
         assert started.wait(10)
@@ -133,14 +133,14 @@ def test_cancel_running_plan_keeps_best_result(monkeypatch: pytest.MonkeyPatch) 
 def test_cancel_sweep_stops_after_current_item(monkeypatch: pytest.MonkeyPatch) -> None:
     gate = threading.Event()
     calls: list[int] = []
-    real_solve = hydraplan.api.planning.solve
+    real_solve = hydraplan.api.service.planning.solve
 
     def gated_solve(request, profile, baselines=(), previous_plan=None, cancel=None):
         calls.append(request.num_gpus)
         gate.wait(10)
         return real_solve(request, profile, baselines=baselines)
 
-    monkeypatch.setattr(hydraplan.api.planning, "solve", gated_solve)
+    monkeypatch.setattr(hydraplan.api.service.planning, "solve", gated_solve)
     with make_client() as test_client:
         body = {"kind": "sweep", "base": plan_body(), "vary": {"num_gpus": [8, 16, 32]}}
         job_id = submit(test_client, body)
@@ -157,13 +157,13 @@ def test_cancel_sweep_stops_after_current_item(monkeypatch: pytest.MonkeyPatch) 
 def test_queued_job_cancelled_before_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """With one worker busy, a second job waits queued; cancelling it means it never runs."""
     gate = threading.Event()
-    real_solve = hydraplan.api.planning.solve
+    real_solve = hydraplan.api.service.planning.solve
 
     def gated_solve(request, profile, baselines=(), previous_plan=None, cancel=None):
         gate.wait(10)
         return real_solve(request, profile, baselines=baselines)
 
-    monkeypatch.setattr(hydraplan.api.planning, "solve", gated_solve)
+    monkeypatch.setattr(hydraplan.api.service.planning, "solve", gated_solve)
     with make_client(job_workers=1) as test_client:
         first = submit(test_client, {"kind": "plan", "request": plan_body()})
         second = submit(test_client, {"kind": "plan", "request": plan_body()})
@@ -177,13 +177,13 @@ def test_queued_job_cancelled_before_it_runs(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_too_many_pending_jobs_is_503(monkeypatch: pytest.MonkeyPatch) -> None:
     gate = threading.Event()
-    real_solve = hydraplan.api.planning.solve
+    real_solve = hydraplan.api.service.planning.solve
 
     def gated_solve(request, profile, baselines=(), previous_plan=None, cancel=None):
         gate.wait(10)
         return real_solve(request, profile, baselines=baselines)
 
-    monkeypatch.setattr(hydraplan.api.planning, "solve", gated_solve)
+    monkeypatch.setattr(hydraplan.api.service.planning, "solve", gated_solve)
     with make_client(job_workers=1, max_pending_jobs=2, retry_after_s=3) as test_client:
         jobs = [submit(test_client, {"kind": "plan", "request": plan_body()}) for _ in range(2)]
         refused = test_client.post("/v1/jobs", json={"kind": "plan", "request": plan_body()})
@@ -198,7 +198,7 @@ def test_too_many_pending_jobs_is_503(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_job_the_store_refuses_is_not_left_queued(monkeypatch: pytest.MonkeyPatch) -> None:
     """A store outage while a job is accepted answers 503 and leaves nothing pending behind."""
-    from hydraplan.api.store import MemoryStore, StoreUnavailable
+    from hydraplan.api.service.store import MemoryStore, StoreUnavailable
 
     with make_client(max_pending_jobs=1) as client:
         real_set = MemoryStore.set

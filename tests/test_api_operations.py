@@ -23,10 +23,10 @@ from api_support import (  # noqa: F401
     wait_for,
 )
 
-import hydraplan.api.planning
-from hydraplan.api.app import create_app
-from hydraplan.api.observability import JsonFormatter
-from hydraplan.api.settings import Settings
+import hydraplan.api.service.planning
+from hydraplan.api.service.app import create_app
+from hydraplan.api.service.observability import JsonFormatter
+from hydraplan.api.service.settings import Settings
 
 pytestmark = pytest.mark.service
 
@@ -144,14 +144,14 @@ def test_body_limit_by_content_length_and_by_stream() -> None:
 
 def test_saturated_solver_answers_503_with_retry_after(monkeypatch: pytest.MonkeyPatch) -> None:
     started, release = threading.Event(), threading.Event()
-    real_solve = hydraplan.api.planning.solve
+    real_solve = hydraplan.api.service.planning.solve
 
     def blocking_solve(request, profile, baselines=(), previous_plan=None, cancel=None):
         started.set()
         release.wait(10)
         return real_solve(request, profile, baselines=baselines, cancel=cancel)
 
-    monkeypatch.setattr(hydraplan.api.planning, "solve", blocking_solve)
+    monkeypatch.setattr(hydraplan.api.service.planning, "solve", blocking_solve)
     with make_client(max_concurrent_solves=1, max_queued_solves=0, retry_after_s=2) as busy:
         statuses: list[int] = []
         worker = threading.Thread(target=lambda: statuses.append(busy.post("/v1/plans", json=plan_body()).status_code))
@@ -175,7 +175,7 @@ def test_unexpected_error_is_a_problem_500(monkeypatch: pytest.MonkeyPatch) -> N
     def broken_solve(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(hydraplan.api.planning, "solve", broken_solve)
+    monkeypatch.setattr(hydraplan.api.service.planning, "solve", broken_solve)
     with make_client() as test_client:
         response = test_client.post("/v1/plans", json=plan_body(), headers={"X-Request-ID": "req-500"})
         problem = assert_problem(response, 500, "server log")
@@ -303,7 +303,7 @@ SERVICE_DOC = ROOT / "docs" / "service.md"
 
 
 def test_service_doc_lists_every_setting() -> None:
-    from hydraplan.api.settings import env_var
+    from hydraplan.api.service.settings import env_var
 
     text = SERVICE_DOC.read_text(encoding="utf-8")
     missing = [env_var(name) for name in Settings.model_fields if f"`{env_var(name)}`" not in text]

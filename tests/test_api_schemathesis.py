@@ -19,7 +19,7 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
     status_code_conformance,
 )
 
-from hydraplan.api.app import create_app  # noqa: E402
+from hydraplan.api.service.app import create_app  # noqa: E402
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 

@@ -8,7 +8,7 @@ import time
 import pytest
 from api_support import TINY_LENGTHS, assert_problem, client_fixture, make_client, session_body  # noqa: F401
 
-import hydraplan.api.planning
+import hydraplan.api.service.planning
 from hydraplan.planner.schemas import Plan
 
 pytestmark = pytest.mark.service
@@ -43,14 +43,14 @@ def test_session_passes_the_previous_plan(client, monkeypatch: pytest.MonkeyPatc
     """Each solve after the first receives the strategy of the plan before it (strategy-switch
     context: the planner uses nothing else of the previous plan)."""
     seen: list[str | None] = []
-    real_solve = hydraplan.api.planning.solve
+    real_solve = hydraplan.api.service.planning.solve
 
     def recording_solve(request, profile, baselines=(), previous_plan=None, cancel=None):
         assert previous_plan is None
         seen.append(request.previous_strategy)
         return real_solve(request, profile, baselines=baselines, cancel=cancel)
 
-    monkeypatch.setattr(hydraplan.api.planning, "solve", recording_solve)
+    monkeypatch.setattr(hydraplan.api.service.planning, "solve", recording_solve)
     session_id = create_session(client)
     batches = [TINY_LENGTHS, TINY_LENGTHS[:30], TINY_LENGTHS[10:50]]
     response = client.post(f"/v1/sessions/{session_id}/plans", json={"batches": batches})
@@ -113,14 +113,14 @@ def test_delete_session(client) -> None:
 
 def test_concurrent_plan_on_one_session_is_409(client, monkeypatch: pytest.MonkeyPatch) -> None:
     started, release = threading.Event(), threading.Event()
-    real_solve = hydraplan.api.planning.solve
+    real_solve = hydraplan.api.service.planning.solve
 
     def slow_solve(request, profile, baselines=(), previous_plan=None, cancel=None):
         started.set()
         release.wait(10)
         return real_solve(request, profile, baselines=baselines, cancel=cancel)
 
-    monkeypatch.setattr(hydraplan.api.planning, "solve", slow_solve)
+    monkeypatch.setattr(hydraplan.api.service.planning, "solve", slow_solve)
     session_id = create_session(client)
     url = f"/v1/sessions/{session_id}/plans"
     results: list[int] = []
@@ -133,7 +133,7 @@ def test_concurrent_plan_on_one_session_is_409(client, monkeypatch: pytest.Monke
     release.set()
     first.join(10)
     assert results == [200]
-    monkeypatch.setattr(hydraplan.api.planning, "solve", real_solve)
+    monkeypatch.setattr(hydraplan.api.service.planning, "solve", real_solve)
     assert client.post(url, json={"lengths": TINY_LENGTHS}).status_code == 200  # lock released
 
 

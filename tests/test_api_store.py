@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from api_support import make_client, plan_body, redis_url_fixture, session_body, wait_for  # noqa: F401
 
-from hydraplan.api.store import MemoryStore, RedisStore, Store, StoreUnavailable, open_store
+from hydraplan.api.service.store import MemoryStore, RedisStore, Store, StoreUnavailable, open_store
 
 pytestmark = pytest.mark.service
 
@@ -123,15 +123,15 @@ def test_two_apps_share_sessions_profiles_and_jobs(redis_url: str, user_profile_
 
 def test_cancel_through_another_app(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """DELETE on one worker stops a job running on another (the flag travels through Redis)."""
-    import hydraplan.api.planning
+    import hydraplan.api.service.planning
 
-    real_solve = hydraplan.api.planning.solve
+    real_solve = hydraplan.api.service.planning.solve
 
     def anytime_solve(request, profile, baselines=(), previous_plan=None, cancel=None):
         wait_for(lambda: cancel is not None and cancel(), timeout_s=10)
         return real_solve(request, profile, baselines=baselines)
 
-    monkeypatch.setattr(hydraplan.api.planning, "solve", anytime_solve)
+    monkeypatch.setattr(hydraplan.api.service.planning, "solve", anytime_solve)
     prefix = f"cancel-{time.monotonic_ns()}:"
     with (
         make_client(redis_url=redis_url, redis_prefix=prefix) as runner,

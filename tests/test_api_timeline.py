@@ -11,11 +11,11 @@ from api_support import assert_problem, client_fixture, make_client, test_settin
 from fastapi.testclient import TestClient
 from test_timeline import STRATEGY, assert_blocks_are_the_simulation, assert_document_is_the_simulation, svg_blocks
 
-from hydraplan.api import timeline
-from hydraplan.api.app import create_app
-from hydraplan.api.auth import OPEN_PATHS, UI_PATHS, unguarded_routes
 from hydraplan.api.datasets import sample_batch
-from hydraplan.api.routes import ROUTERS
+from hydraplan.api.render import timeline
+from hydraplan.api.service.app import create_app
+from hydraplan.api.service.auth import OPEN_PATHS, UI_PATHS, unguarded_routes
+from hydraplan.api.service.routes import ROUTERS
 from hydraplan.planner.schemas import Plan
 
 pytestmark = pytest.mark.service
@@ -112,7 +112,7 @@ def test_the_page_and_its_assets_are_public_and_the_api_is_not(root_path: str) -
 
 def test_the_page_calls_only_the_v1_api() -> None:
     """No second code path: every request of the script goes to a /v1 endpoint of this server."""
-    script = resources.files("hydraplan.api").joinpath("web", "app.js").read_text()
+    script = resources.files("hydraplan.api.service").joinpath("web", "app.js").read_text()
     called = set(re.findall(r'(?:getJson|postJson)\(\s*[`"](/[^`"?$]*)', script))
     assert called == {"/v1/models", "/v1/gpus", "/v1/datasets", "/v1/datasets/", "/v1/plans", "/v1/estimate",
                       "/v1/plans/timeline"}  # fmt: skip

@@ -426,7 +426,8 @@ def test_profile_needs_analytic(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_serve_without_the_service_extra(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "hydraplan.api.server", None)  # makes `import hydraplan.api.server` fail
+    # makes `import hydraplan.api.service.server` fail
+    monkeypatch.setitem(sys.modules, "hydraplan.api.service.server", None)
     code, _, err = run(capsys, "serve", "--port", "8123")
     message = assert_one_line_error(code, err)
     assert "the service extra is not installed: pip install 'hydraplan[service]'" in message
@@ -437,7 +438,7 @@ def test_serve_passes_host_port_and_workers(
 ) -> None:
     calls: list[tuple[str, int, int]] = []
     fake_server = types.SimpleNamespace(run=lambda *args: calls.append(args))
-    monkeypatch.setitem(sys.modules, "hydraplan.api.server", fake_server)
+    monkeypatch.setitem(sys.modules, "hydraplan.api.service.server", fake_server)
     code, _, err = run(capsys, "serve", "--host", "0.0.0.0", "--port", "9001", "--workers", "3")
     assert code == 0, err
     code, _, err = run(capsys, "serve", "--root-path", "/api")

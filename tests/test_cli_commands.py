@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_cli import TINY, assert_one_line_error, run, write
 
-from hydraplan.api.cli_progress import Progress
+from hydraplan.api.cli.progress import Progress
 from hydraplan.planner.baselines import BASELINES
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.render import render_plan
@@ -237,7 +237,7 @@ def test_a_bad_models_file_is_one_line(
 
 # third-party roots, and hydraplan modules that pull numpy, pydantic or the solvers
 HEAVY_ROOTS = ("ortools", "highspy", "pulp", "numpy", "pydantic", "pydantic_core")
-HEAVY_PREFIXES = ("hydraplan.planner", "hydraplan.cost_models", "hydraplan.api.datasets", "hydraplan.api.cli_")
+HEAVY_PREFIXES = ("hydraplan.planner", "hydraplan.cost_models", "hydraplan.api.datasets", "hydraplan.api.cli.")
 
 
 def loaded_heavy_modules(code: str) -> list[str]:
@@ -262,7 +262,7 @@ def test_top_level_help_and_version_import_nothing_heavy() -> None:
 
 def test_a_command_help_imports_no_solver_library() -> None:
     loaded = loaded_heavy_modules("from hydraplan.api.cli import main\nmain(['plan', '--help'])")
-    assert "hydraplan.api.cli_plan" in loaded  # the command's flags were loaded on demand ...
+    assert "hydraplan.api.cli.plan" in loaded  # the command's flags were loaded on demand ...
     assert not [name for name in loaded if name.split(".")[0] in HEAVY_ROOTS[:3]]  # ... but no solver
 
 

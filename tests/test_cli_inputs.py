@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from test_cli import TINY, assert_one_line_error, run, write
 
-from hydraplan.api.cli_inputs import describe_request_error
+from hydraplan.api.cli.inputs import describe_request_error
 from hydraplan.planner import schemas
 
 BINARY = b"\xff\xfe\x00\x01binary\x00"

@@ -150,7 +150,7 @@ def test_an_interrupted_measurement_leaves_a_valid_partial_file(
     from tests.runtime_support import require_torch
 
     require_torch()
-    from hydraplan.api import cli_profile
+    from hydraplan.api.cli import profile as cli_profile
 
     calls = []
 

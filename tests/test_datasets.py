@@ -1,4 +1,4 @@
-"""Length files and seeded sample batches (api/datasets.py)."""
+"""Length files and seeded sample batches (api/datasets/)."""
 
 from __future__ import annotations
 
@@ -188,7 +188,7 @@ def test_bundled_wikipedia_sample_is_100k_real_lengths() -> None:
 
 
 def test_notice_states_provenance_and_licence() -> None:
-    notice = (Path(__file__).resolve().parents[1] / "api" / "data" / "NOTICE.md").read_text()
+    notice = (Path(__file__).resolve().parents[1] / "api" / "datasets" / "data" / "NOTICE.md").read_text()
     for fact in (
         "PKU-DAIR/Hetu-Galvatron",
         "flexsp",
@@ -203,5 +203,5 @@ def test_notice_states_provenance_and_licence() -> None:
 def test_bundled_sample_is_reproducible_from_the_source(tmp_path: Path) -> None:
     redrawn = tmp_path / "sample.txt"
     draw_wikipedia_sample(SHARED_WIKIPEDIA, redrawn)
-    bundled = Path(__file__).resolve().parents[1] / "api" / "data" / "wikipedia_sample.txt"
+    bundled = Path(__file__).resolve().parents[1] / "api" / "datasets" / "data" / "wikipedia_sample.txt"
     assert redrawn.read_bytes() == bundled.read_bytes()

@@ -5,6 +5,11 @@ only inside functions. torch is imported inside runtime/ only.
 
 Every layer imports the others through the one namespace, `hydraplan.<layer>`; a bare `planner` or
 `api` import would only work from the repository root and is an error here.
+
+Inside api, the parts (its sub-packages and top-level modules) import one way too: the two front
+doors, the command line (`cli`) and the REST service (`service`), sit on shared libraries
+(`whatif`, `render`, `datasets`, `files`, `client`) that import neither front door; the service
+never imports the CLI, and the CLI imports the service only inside `hydraplan serve`.
 """
 
 from __future__ import annotations
@@ -22,10 +27,26 @@ ALLOWED = {
     "api": {"api", "planner", "cost_models"},
 }
 # Layers a layer may import only inside a function, never at module level: `hydraplan run`
-# (api/cli_run.py) and `hydraplan profile --device` (api/cli_profile.py) import the runtime when
+# (api/cli/run.py) and `hydraplan profile --device` (api/cli/profile.py) import the runtime when
 # the command runs, so the CLI never needs torch.
 ALLOWED_LAZY = {"api": {"runtime"}}
 PROJECT = set(ALLOWED) | {"benchmarks", "tests"}
+# The parts of api (its sub-packages and top-level modules) and the other parts each may import.
+API_ALLOWED = {
+    # the front doors
+    "cli": {"files", "datasets", "render", "whatif", "client"},
+    "service": {"datasets", "render", "whatif"},
+    # the libraries they share: what-if sweeps (CLI and sweep jobs), timelines, sample batches,
+    # the readers of user files (CLI and what-if spec files), the REST clients
+    "whatif": {"files", "datasets"},
+    "render": set(),
+    "datasets": set(),
+    "files": set(),
+    "client": set(),
+}
+# Parts a part may import only inside a function: `hydraplan serve` imports the service's server
+# when the command runs, so the CLI never needs FastAPI.
+API_ALLOWED_LAZY = {"cli": {"service"}}
 
 
 def imported_modules(path: Path) -> list[str]:
@@ -133,9 +154,78 @@ def test_the_whatif_engine_imports_no_plotting_ray_service_or_torch():
     """Workers import the engine for every task: matplotlib and Ray load only when used."""
     code = (
         "import sys, hydraplan.api.whatif.engine, hydraplan.api.whatif.spec, hydraplan.api.whatif.executors,"
-        " hydraplan.api.whatif.sweep, hydraplan.api.cli_whatif;"
+        " hydraplan.api.whatif.sweep, hydraplan.api.cli.whatif;"
         "bad = [m for m in ('matplotlib', 'ray', 'fastapi', 'starlette', 'torch') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Inside api: the front doors and the libraries they share
+# ---------------------------------------------------------------------------------------------
+
+
+def api_part(path: Path) -> str:
+    """The part of api a file belongs to: `api/cli/plan.py` -> `cli`, `api/files.py` -> `files`."""
+    return path.relative_to(ROOT / "api").parts[0].removesuffix(".py")
+
+
+def api_imports(path: Path) -> list[tuple[str, str, bool]]:
+    """(api part, imported module, imported inside a function) for every import of an api part."""
+    tree = ast.parse(path.read_text())
+    in_function = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            in_function.update(id(inner) for inner in ast.walk(node) if inner is not node)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module == "hydraplan.api":  # `from hydraplan.api import cli`
+            modules = [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            modules = [node.module]
+        else:
+            continue
+        for module in modules:
+            parts = module.split(".")
+            if parts[:2] == ["hydraplan", "api"] and len(parts) > 2:
+                found.append((parts[2], module, id(node) in in_function))
+    return found
+
+
+def test_every_part_of_api_has_its_import_rule():
+    """A new sub-package or top-level module of api must say what it may import."""
+    parts = {api_part(path) for path in (ROOT / "api").glob("*") if path.name not in ("__init__.py", "__pycache__")}
+    assert parts == set(API_ALLOWED)
+
+
+def test_api_parts_import_only_the_parts_below_them():
+    offenders = []
+    for path in sorted((ROOT / "api").rglob("*.py")):
+        if path.parent == ROOT / "api" and path.name == "__init__.py":
+            continue
+        part = api_part(path)
+        allowed = {part} | API_ALLOWED.get(part, set()) | API_ALLOWED_LAZY.get(part, set())
+        for imported, module, _ in api_imports(path):
+            if imported not in allowed:
+                offenders.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert offenders == []
+
+
+def test_the_cli_imports_only_the_server_of_the_service_and_only_when_serving():
+    offenders = []
+    for part, lazy in API_ALLOWED_LAZY.items():
+        for path in sorted((ROOT / "api" / part).rglob("*.py")):
+            for imported, module, in_function in api_imports(path):
+                if imported in lazy and (not in_function or module != "hydraplan.api.service.server"):
+                    offenders.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert offenders == []
+
+
+def test_the_api_package_itself_imports_nothing():
+    """`import hydraplan.api.<part>` runs api/__init__.py first: it must stay empty of imports."""
+    tree = ast.parse((ROOT / "api" / "__init__.py").read_text())
+    assert not [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)]

@@ -49,7 +49,7 @@ def wheel_of(dist: Path) -> Path:
     return wheel
 
 
-# Modules and data files, the web page's included (api/web/).
+# Modules and data files, the web page's included (api/service/web/).
 SHIPPED_SUFFIXES = {".py", ".json", ".txt", ".md", ".html", ".js", ".css"}
 
 

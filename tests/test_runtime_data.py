@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hydraplan.api.cli import main
-from hydraplan.api.tokenizers import ByteTokenizer, TokenizerError, make_tokenizer
+from hydraplan.api.cli.tokenizers import ByteTokenizer, TokenizerError, make_tokenizer
 from hydraplan.runtime.token_data import (
     DataFormatError,
     DataMismatchError,
@@ -190,7 +190,7 @@ def test_online_planning_reads_each_steps_batch_from_the_documents(corpus, capsy
     """`hydraplan run --data DIR` without a plan file: rank 0 plans step k for the next
     `--batch-sequences` documents, the same ones the ranks then train on (`StepFeed`)."""
     pytest.importorskip("torch")
-    from hydraplan.api.run_planning import DocumentLengths
+    from hydraplan.api.cli.run_planning import DocumentLengths
     from hydraplan.runtime import launch
 
     data = convert(corpus, capsys)

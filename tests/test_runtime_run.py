@@ -23,7 +23,7 @@ from tests.runtime_support import require_torch
 torch = require_torch()
 
 from hydraplan.api.cli import main  # noqa: E402
-from hydraplan.api.run_planning import LocalPlanner, SessionPlanner, SyntheticLengths, open_session  # noqa: E402
+from hydraplan.api.cli.run_planning import LocalPlanner, SessionPlanner, SyntheticLengths, open_session  # noqa: E402
 from hydraplan.planner.schemas import Plan, SolverOptions  # noqa: E402
 from hydraplan.runtime import launch  # noqa: E402
 from hydraplan.runtime.assignment import PlanRefusedError  # noqa: E402

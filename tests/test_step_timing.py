@@ -151,7 +151,7 @@ def test_the_comm_meter_records_only_inside_an_op_and_in_call_order() -> None:
 
 
 def test_the_run_report_carries_the_measured_step_of_every_step() -> None:
-    from hydraplan.api.cli_run import _measured_steps
+    from hydraplan.api.cli.run import _measured_steps
 
     reports = [
         _report(0, 0, "<1,2,1>", 0, [_op("F", 0, 1.0, 1.0), _op("B", 0, 2.0, 2.0)], [[[0, 1], 0.5, 0.25]]),

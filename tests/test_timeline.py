@@ -1,4 +1,4 @@
-"""Timelines of plans (api/timeline*.py, `plan --timeline`, `show --timeline`): every drawn block
+"""Timelines of plans (api/render/, `plan --timeline`, `show --timeline`): every drawn block
 is read back from the file (SVG data attributes, HTML embedded data, PNG text chunk) and must
 equal the block the planner's 1F1B simulation gives for that pipeline."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from hydraplan.api.cli import main
-from hydraplan.api.timeline import MAX_GROUPS, timeline_document
-from hydraplan.api.timeline_svg import render_html, render_svg
+from hydraplan.api.render.svg import render_html, render_svg
+from hydraplan.api.render.timeline import MAX_GROUPS, timeline_document
 from hydraplan.planner.baselines import run_baseline
 from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SolverOptions
 from hydraplan.planner.simulate import schedule_1f1b
@@ -257,7 +257,7 @@ def test_svg_and_html_timelines_need_neither_matplotlib_nor_the_service():
     import subprocess
 
     code = (
-        "import sys, hydraplan.api.cli_timeline, hydraplan.api.timeline_svg;"
+        "import sys, hydraplan.api.cli.timeline, hydraplan.api.render.svg;"
         "bad = [m for m in ('matplotlib', 'fastapi', 'starlette', 'torch') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
@@ -266,7 +266,7 @@ def test_svg_and_html_timelines_need_neither_matplotlib_nor_the_service():
 
 
 def test_a_timeline_too_large_to_draw_is_a_usage_error(tmp_path, capsys, plan_and_baseline, monkeypatch):
-    from hydraplan.api import timeline
+    from hydraplan.api.render import timeline
 
     monkeypatch.setattr(timeline, "MAX_DRAWN_BLOCKS", 10)
     plan_path, _ = plan_and_baseline

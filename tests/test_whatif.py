@@ -13,8 +13,8 @@ import pytest
 from whatif_support import InterruptAfter, comparable, tiny_configurations
 
 import hydraplan
-from hydraplan.api.cli_inputs import InputError
 from hydraplan.api.datasets import sample_batch
+from hydraplan.api.files import InputError
 from hydraplan.api.whatif.engine import evaluate, evaluate_row
 from hydraplan.api.whatif.executors import InlineExecutor, LocalPoolExecutor
 from hydraplan.api.whatif.measures import model_flops_coefficients, priced

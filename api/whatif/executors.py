@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from hydraplan.api.cli_inputs import InputError
+from hydraplan.api.files import InputError
 from hydraplan.api.whatif.engine import evaluate_row
 from hydraplan.api.whatif.schemas import Configuration, WhatifRow
 

@@ -16,7 +16,7 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
-from hydraplan.api.cli_inputs import InputError
+from hydraplan.api.files import InputError
 from hydraplan.api.whatif.schemas import Configuration, SweepMeta, WhatifRow
 
 ROWS_FILE, META_FILE = "rows.jsonl", "sweep.json"

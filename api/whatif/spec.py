@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, ValidationError, field_validator
 
-from hydraplan.api.cli_inputs import InputError, read_profile, read_text
+from hydraplan.api.files import InputError, read_profile, read_text
 from hydraplan.api.whatif.measures import ANY_GPU, price_of
 from hydraplan.api.whatif.schemas import (
     ANALYTIC,
@@ -190,7 +190,7 @@ class Resolver:
     """Names of a spec resolved once: catalog entries, datasets, profiles; an unknown one refused."""
 
     def __init__(self, spec: SweepSpec, where: Where) -> None:
-        from hydraplan.api.cli_inputs import read_gpus, read_models
+        from hydraplan.api.files import read_gpus, read_models
 
         self.spec = spec
         self.where = where  # key -> "--flag" or "file: key"
@@ -230,8 +230,8 @@ class Resolver:
                 raise InputError(f"{self.where('num_gpus')} {num_gpus}: over the limit of {limits.MAX_NUM_GPUS}")
 
     def _dataset(self, name: str) -> DatasetRef:
-        from hydraplan.api.cli_inputs import naming_file
         from hydraplan.api.datasets import DATASETS, load_lengths_file
+        from hydraplan.api.files import naming_file
 
         for prefix, kind in ((LENGTHS_PREFIX, DatasetKind.LENGTHS), (BATCH_PREFIX, DatasetKind.BATCH)):
             if name.startswith(prefix):

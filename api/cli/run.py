@@ -1,0 +1,352 @@
+"""`hydraplan run`: execute a plan (`--plan`, for `--steps` steps) or one plan per step (`--plans
+DIR`, strategy switches between them) on local torch ranks, optionally checking against one process.
+Without either, rank 0 plans every step, through a `--server` session or locally
+(`api.cli.run_online`).
+
+The plan is read and refused here before any rank starts (the checker, the rank count against
+`--nproc`, the model the runtime must build): one line, exit 2. The ranks run
+`hydraplan.runtime.worker.run_worker` (spawned by `runtime.launch.run_ranks`; the same worker runs
+under torchrun). A rank that fails or a run past `--timeout-s` prints one line naming the rank and
+exits 1; so does a `--check` whose differences exceed the tolerances. torch and the runtime are
+imported only inside the command function: the rest of the CLI never needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from hydraplan.api.cli.args import non_negative_int, positive_float, positive_int
+from hydraplan.api.cli.progress import PROG
+from hydraplan.api.cli.run_online import add_online_arguments, add_server_argument
+from hydraplan.api.files import read_plan
+
+EXIT_OK, EXIT_RUN_FAILED = 0, 1
+RUNTIME_MISSING = "the runtime extra is not installed: pip install 'hydraplan[runtime]' (torch==2.13.0)"
+
+
+def run_run(args: argparse.Namespace) -> int:
+    """`hydraplan run`: see the module docstring."""
+    if args.plan is None and args.plans is None:
+        return _run_online(args)
+    plans = _read_plans(args)
+    plan = plans[0]
+    try:
+        from hydraplan.runtime.assignment import model_config_for, validate_plan
+    except ImportError as exc:
+        raise ValueError(f"{RUNTIME_MISSING} ({exc})") from None
+    nproc = plan.num_gpus if args.nproc is None else args.nproc
+    cfg = model_config_for(plan, args.models_file)
+    for step_plan in plans:
+        validate_plan(step_plan, nproc, cfg)
+    from hydraplan.runtime.run_io import resolve_run_io
+    from hydraplan.runtime.worker import RunSpec
+
+    _refuse_check_after_load(args)
+    step_plans = plans if args.plans else plans * args.steps
+    run_io = resolve_run_io(
+        step_plans, cfg, args.dtype, data=args.data, data_start=args.data_start, save=args.save, load=args.load
+    )
+
+    spec = RunSpec(
+        plan_json=plan.model_dump_json(),
+        plan_jsons=tuple(step_plan.model_dump_json() for step_plan in plans) if args.plans else (),
+        steps=len(plans) if args.plans else args.steps,
+        **_training_fields(args),
+        **run_io,
+    )
+    reports = _launch(args, spec, nproc)
+    if reports is None:
+        return EXIT_RUN_FAILED
+    return _finish(args, plans, spec, reports)
+
+
+def _training_fields(args: argparse.Namespace) -> dict:
+    """The `RunSpec` fields every run takes from its flags alike, planned ahead or step by step."""
+    return {
+        "dtype": args.dtype,
+        "lr": args.lr,
+        "init_seed": args.seed,
+        "data_seed": args.data_seed,
+        "collect_state": args.check,
+        "models_file": args.models_file,
+    }
+
+
+def _refuse_check_after_load(args: argparse.Namespace) -> None:
+    if args.check and args.load is not None:
+        raise ValueError(f"--load {args.load}: --check runs from the initial weights, not from a checkpoint")
+
+
+def _run_online(args: argparse.Namespace) -> int:
+    """No plan file: rank 0 plans every step, through `--server` or locally (`api.cli.run_online`)."""
+    from hydraplan.api.cli.run_online import online_planning
+
+    try:
+        from hydraplan.runtime.worker import RunSpec
+    except ImportError as exc:
+        raise ValueError(f"{RUNTIME_MISSING} ({exc})") from None
+    from hydraplan.runtime.run_io import resolve_run_io
+
+    _refuse_check_after_load(args)
+    online = online_planning(args)
+    try:
+        # the plans come step by step: each step's documents are checked against its plan on the ranks
+        run_io = resolve_run_io(
+            [], online.cfg, args.dtype, data=args.data, data_start=args.data_start, save=args.save, load=args.load
+        )
+        if run_io["data_path"] is not None:
+            online.read_documents(run_io["data_path"], run_io["data_start"], args.batch_sequences)
+        spec = RunSpec(
+            steps=args.steps,
+            **_training_fields(args),
+            **online.spec_fields(),
+            **run_io,
+        )
+        reports = _launch(args, spec, args.nproc)
+    finally:
+        online.close()
+    if reports is None:
+        return EXIT_RUN_FAILED
+    from dataclasses import replace
+
+    from hydraplan.planner.schemas import Plan
+
+    texts = tuple(reports[0]["plan_jsons"])  # the plans rank 0 was given, one per step
+    spec = replace(spec, planner=None, next_lengths=None, plan_json=texts[0], plan_jsons=texts)
+    return _finish(args, [Plan.model_validate_json(text) for text in texts], spec, reports)
+
+
+def _launch(args: argparse.Namespace, spec, nproc: int) -> list[dict] | None:
+    """Every rank's report, or None after one line naming the failed or stalled rank."""
+    from hydraplan.runtime.launch import RankFailedError, RankStalledError, RankTimeoutError, run_ranks
+    from hydraplan.runtime.worker import run_worker
+
+    try:
+        return run_ranks(
+            run_worker,
+            nproc,
+            backend=args.backend,
+            args=(spec,),
+            timeout_s=args.timeout_s,
+            stall_timeout_s=args.stall_timeout_s,
+        )
+    except (RankFailedError, RankStalledError, RankTimeoutError) as exc:
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return None
+
+
+def _finish(args: argparse.Namespace, plans: list, spec, reports: list[dict]) -> int:
+    """The check, the summary and the report of a run that ended."""
+    plan = plans[0]
+    check = _check(plan, spec, reports) if args.check else None
+    _print_summary(plans, reports, check)
+    _print_checkpoint(reports)
+    if args.report:
+        _write_report(args.report, spec, reports, check)
+    if check is not None and not check["passed"]:
+        print(
+            f"{PROG}: error: --check failed: the ranks differ from one process beyond the tolerances", file=sys.stderr
+        )
+        return EXIT_RUN_FAILED
+    return EXIT_OK
+
+
+def _read_plans(args: argparse.Namespace) -> list:
+    """`--plan FILE`, or `--plans DIR`: one plan per step, the directory's `*.json` in name order."""
+    if args.plan is not None:
+        return [read_plan(args.plan)]
+    directory = Path(args.plans)
+    if not directory.is_dir():
+        raise ValueError(f"--plans {args.plans}: not a directory")
+    files = sorted(directory.glob("*.json"))
+    if not files:
+        raise ValueError(f"--plans {args.plans}: holds no *.json plan")
+    if args.steps != 1:
+        raise ValueError(f"--steps {args.steps}: with --plans, every plan is one step")
+    plans = [read_plan(str(path)) for path in files]
+    names = {p.cost_profile.model for p in plans}
+    if len(names) > 1:
+        raise ValueError(f"--plans {args.plans}: the plans name different models {sorted(map(str, names))}")
+    return plans
+
+
+def _check(plan, spec, reports: list[dict]) -> dict:
+    from hydraplan.runtime.equivalence import compare_with_reference, single_process_run
+
+    reference = single_process_run(plan, spec)
+    return compare_with_reference(reports, reference, spec.dtype).as_dict()
+
+
+def _public(report: dict) -> dict:
+    """A rank's report without its tensors (those exist only for --check)."""
+    hidden = ("params", "grads", "boxes", "grad_boxes", "plan_jsons")
+    return {key: value for key, value in report.items() if key not in hidden}
+
+
+def _print_summary(plans: list, reports: list[dict], check: dict | None) -> None:
+    plan = plans[0]
+    print(f"ran {plan.strategy} on {len(reports)} ranks ({len(plan.input_lengths)} sequences)")
+    for index, step in enumerate(reports[0]["steps"]):  # after --load, step numbers start past 0
+        slowest = max(report["steps"][index]["pipeline_s"] for report in reports)
+        print(f"  step {step['step']}: loss {step['loss']:.12g}, slowest rank {slowest:.3f} s (wall)")
+        switches = [report["steps"][index]["switch"] for report in reports]
+        if switches[0] is not None:
+            sent = sum(switch["weight_bytes"] for switch in switches)
+            print(
+                f"    strategy switch before it: {sent:,} weight bytes sent in all (x3 with the AdamW moments), "
+                f"slowest rank {max(switch['seconds'] for switch in switches):.3f} s; the plan's "
+                f"switch_cost_s {switches[0]['planned_switch_cost_s']:.3g} s"
+            )
+    from hydraplan.runtime.timeline import pipeline_critical_paths_s
+
+    last = len(reports[0]["steps"]) - 1
+    measured = pipeline_critical_paths_s(reports, last)
+    print("  pipelines, last step: the plan's simulated 1F1B time vs the critical path of the measured op CPU times")
+    for pipeline in plans[-1].pipelines:
+        scheme = f"<{pipeline.scheme.tp},{pipeline.scheme.pp},{pipeline.scheme.cp}>"
+        print(
+            f"    pipeline {pipeline.index} {scheme}: planned {pipeline.time_s * 1e3:.3f} ms, "
+            f"measured {measured[pipeline.index] * 1e3:.3f} ms"
+        )
+    print("  gradient sync per rank (last step): bytes sent by a ring all-reduce, vs the planner's model (bf16)")
+    for report in reports:
+        sync = report["steps"][-1]["sync"]
+        planned = report["planned_sync"]
+        print(
+            f"    rank {report['rank']} {report['scheme']} stage {report['stage']}: {sync['num_buckets']} buckets, "
+            f"{sync['elements']:,} elements, {sync['ring_sent_bytes']:,.0f} B sent (bf16 "
+            f"{sync['ring_sent_bytes'] * 2 / _element_bytes(sync):,.0f} B; planner {planned['ring_sent_bytes']:,.0f} B)"
+        )
+    if check is not None:
+        verdict = "PASSED" if check["passed"] else "FAILED"
+        print(
+            f"  check ({check['dtype']}) {verdict}: loss {check['max_loss_rel']:.3g} rel, parameters "
+            f"{check['max_param_rel']:.3g} rel ({check['worst_param']}), first-step gradients "
+            f"{check['max_grad_rel_to_norm']:.3g} of their norm ({check['worst_grad']})"
+        )
+
+
+def _print_checkpoint(reports: list[dict]) -> None:
+    """The --load / --save lines: bytes every rank read or wrote, the slowest rank's seconds."""
+    for kind, size in (("loaded", "read_bytes"), ("saved", "written_bytes")):
+        done = [report.get("checkpoint", {}).get(kind) for report in reports]
+        if all(done):
+            print(
+                f"  checkpoint {kind}: {sum(d[size] for d in done):,} bytes over {len(done)} ranks, slowest rank "
+                f"{max(d['seconds'] for d in done):.3f} s"
+            )
+
+
+def _element_bytes(sync: dict) -> float:
+    return sync["buffer_bytes"] / sync["elements"] if sync["elements"] else 2.0
+
+
+def _write_report(path: str, spec, reports: list[dict], check: dict | None) -> None:
+    from hydraplan.runtime.timeline import pipeline_critical_paths_s
+
+    document = {
+        "steps": spec.steps,
+        "dtype": spec.dtype,
+        "critical_path_s": [pipeline_critical_paths_s(reports, step) for step in range(len(reports[0]["steps"]))],
+        "measured_steps": _measured_steps(reports),
+        "ranks": [_public(report) for report in reports],
+        "check": check,
+    }
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, indent=1)
+
+
+def _measured_steps(reports: list[dict]) -> list[dict]:
+    """Per step, the measured step as the planner models it (`runtime.step_timing`): the slowest
+    pipeline's critical path with its parts, the gradient sync, the AdamW step beside them."""
+    from dataclasses import asdict
+
+    from hydraplan.runtime.step_timing import step_timing
+
+    steps = []
+    for step in range(len(reports[0]["steps"])):
+        timing = step_timing(reports, step)
+        steps.append(
+            {
+                "step_s": timing.step_s,
+                "slowest_pipeline": timing.slowest_pipeline,
+                "sync_s": timing.sync_s,
+                "optimizer_s": timing.optimizer_s,
+                "pipelines": {str(index): asdict(path) for index, path in timing.pipelines.items()},
+            }
+        )
+    return steps
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `hydraplan run`."""
+    parser.description = (
+        "Execute a plan on local torch ranks (gloo on CPU, NCCL on GPU): TP/PP/CP inside each pipeline, "
+        "gradient sync across pipelines, AdamW. Without --plan/--plans, rank 0 plans each step (--server, "
+        "or locally). Needs the runtime extra."
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--plan", metavar="FILE", help="plan JSON (`hydraplan plan --out`), run for --steps steps")
+    source.add_argument(
+        "--plans", metavar="DIR", help="one plan per step: DIR's *.json in name order (strategies may differ)"
+    )
+    add_server_argument(source)
+    parser.add_argument("--nproc", type=positive_int, metavar="N", help="ranks to spawn (default: the plan's GPUs)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="default: %(default)s")
+    parser.add_argument("--steps", type=positive_int, default=1, metavar="K", help="training steps (default: 1)")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="default: %(default)s")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="also run the steps on one process and compare: float64, loss and parameters to 1e-9 "
+        "relative; float32, first-step gradients to 1e-5 of their norm (exit 1 beyond)",
+    )
+    parser.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate (default: %(default)s)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the initial weights (default: 0)")
+    parser.add_argument(
+        "--data-seed", type=non_negative_int, default=0, help="seed of the synthetic tokens (default: 0)"
+    )
+    parser.add_argument(
+        "--timeout-s", type=positive_float, default=600.0, help="stop every rank after this (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--stall-timeout-s",
+        type=positive_float,
+        default=60.0,
+        help="stop every rank when none has made progress for this long, naming the ones behind (default: %(default)s)",
+    )
+    parser.add_argument("--models-file", metavar="FILE", help="extra model catalog (the plan names its model)")
+    parser.add_argument("--report", metavar="FILE", help="write every rank's measurements (JSON)")
+    add_data_and_checkpoint_arguments(parser)
+    add_online_arguments(parser)
+    parser.set_defaults(handler=run_run)
+
+
+def add_data_and_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--data`, `--data-start`, `--save`, `--load` (`runtime/run_io.py` checks them)."""
+    parser.add_argument(
+        "--data",
+        metavar="DIR",
+        help="pre-tokenised documents (`hydraplan data convert`): each step trains on the next documents, "
+        "whose lengths must be the plan's (`hydraplan data lengths`); default: synthetic tokens by --data-seed",
+    )
+    parser.add_argument(
+        "--data-start",
+        type=non_negative_int,
+        metavar="DOC",
+        help="the first document of the first step (default: 0, or the --load checkpoint's next document)",
+    )
+    parser.add_argument(
+        "--save",
+        metavar="DIR",
+        help="after the last step, write weights and AdamW state (torch.distributed.checkpoint)",
+    )
+    parser.add_argument(
+        "--load", metavar="DIR", help="before the first step, load a --save checkpoint (any strategy may have saved it)"
+    )
+
+
+ADD_ARGUMENTS = {"run": add_run_arguments}

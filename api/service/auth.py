@@ -1,0 +1,89 @@
+"""The bearer token: checked twice, by the request guard before any body is read and by a
+dependency on every `/v1` router, so no route is left open by a path the guard did not foresee.
+
+Deny by default: with a token set, every path needs it except the operations paths and the web
+page's static files in `OPEN_PATHS`, compared after removing the ASGI `root_path` (a server mounted under
+`--root-path /api` sees `/api/v1/plans`).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+from starlette.types import Scope
+
+from hydraplan.api.service.problems import ProblemError, problem_response
+
+# Liveness, readiness, metrics and the API's own description stay open (docs/service.md).
+OPERATIONS_PATHS = frozenset(
+    {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+)
+# The web page and its assets (api/service/routes/web.py): static, no data; its /v1 calls carry the token.
+UI_PATHS = frozenset({"/", "/ui", "/ui/app.js", "/ui/style.css"})
+OPEN_PATHS = OPERATIONS_PATHS | UI_PATHS
+MISSING = "Authorization header is missing: send 'Bearer <token>'"
+INVALID = "Authorization bearer token is invalid"
+
+
+def route_path(scope: Scope) -> str:
+    """The request path relative to the app: `scope["path"]` without the `root_path` prefix."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    if root and (path == root or path.startswith(root + "/")):
+        return path[len(root) :] or "/"
+    return path
+
+
+def needs_token(scope: Scope) -> bool:
+    return route_path(scope) not in OPEN_PATHS
+
+
+def token_error(authorization: str | None, token: bytes) -> tuple[str, str] | None:
+    """(detail, WWW-Authenticate challenge) when `authorization` does not carry `token`."""
+    scheme, _, credentials = (authorization or "").partition(" ")
+    if scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token):
+        return None
+    if authorization is None:
+        return MISSING, 'Bearer realm="hydraplan"'
+    return INVALID, 'Bearer realm="hydraplan", error="invalid_token"'
+
+
+def refusal(scope: Scope, authorization: str | None, token: bytes) -> Response | None:
+    """The 401 problem response for a request without the token, or None to let it through."""
+    error = token_error(authorization, token)
+    if error is None:
+        return None
+    detail, challenge = error
+    return problem_response(scope["path"], 401, detail, headers={"WWW-Authenticate": challenge})
+
+
+def require_token(request: Request) -> None:
+    """Router dependency: 401 unless the server has no token or the request carries it."""
+    token: bytes | None = request.app.state.api_token
+    if token is None:
+        return
+    error = token_error(request.headers.get("authorization"), token)
+    if error is not None:
+        detail, challenge = error
+        raise ProblemError(401, detail, headers={"WWW-Authenticate": challenge})
+
+
+def unguarded_routes(routers: Iterable[APIRouter]) -> list[str]:
+    """Paths of the routers' routes outside `OPEN_PATHS` that lack the `require_token` dependency."""
+    missing = []
+    for router in routers:
+        for route in router.routes:
+            path = getattr(route, "path", "")
+            dependant = getattr(route, "dependant", None)
+            if path in OPEN_PATHS:
+                continue
+            calls = {dependency.call for dependency in dependant.dependencies} if dependant else set()
+            if require_token not in calls:
+                missing.append(path)
+    return missing
+
+
+# The dependencies of every /v1 router.
+TOKEN_REQUIRED = [Depends(require_token)]

@@ -1,0 +1,202 @@
+"""Pure ASGI middleware: request context (id, log line, metrics, last-resort 500) and the guard
+(bearer token, body size, content type) that runs before any route reads the body. The token is
+also required by a dependency on every /v1 router (`api.service.auth`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hydraplan.api.service.auth import needs_token, refusal
+from hydraplan.api.service.metrics import Metrics
+from hydraplan.api.service.observability import (
+    REQUEST_ID_HEADER,
+    access_logger,
+    request_id_from,
+    reset_request_id,
+    set_request_id,
+)
+from hydraplan.api.service.problems import problem_response
+from hydraplan.api.service.settings import Settings
+
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+UNMATCHED_ROUTE = "<unmatched>"
+logger = logging.getLogger("hydraplan.errors")
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+class RequestContextMiddleware:
+    """Request id in and out, one JSON access-log line, request metrics, and a problem+json 500
+    for any exception no handler took."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, route_of: Callable[[Scope], str]) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.route_of = route_of
+        self.access = access_logger()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = request_id_from(_header(scope, REQUEST_ID_HEADER.encode()))
+        token = set_request_id(request_id)
+        started = time.perf_counter()
+        status = 500
+        response_started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status, response_started
+            if message["type"] == "http.response.start":
+                response_started = True
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((REQUEST_ID_HEADER.encode(), request_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        self.metrics.in_flight.inc()
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            logger.exception("unhandled error on %s %s", scope["method"], scope["path"])
+            if not response_started:
+                response = problem_response(scope["path"], 500, "internal error; see the server log")
+                await response(scope, receive, send_with_id)
+        finally:
+            self.metrics.in_flight.dec()
+            self._record(scope, status, time.perf_counter() - started)
+            reset_request_id(token)
+
+    def _record(self, scope: Scope, status: int, duration_s: float) -> None:
+        route = self.route_of(scope)
+        method = scope["method"]
+        self.metrics.requests.labels(route=route, method=method, status=str(status)).inc()
+        self.metrics.latency.labels(route=route, method=method).observe(duration_s)
+        self.access.info(
+            "request",
+            extra={
+                "method": method,
+                "path": scope["path"],
+                "route": route,
+                "status": status,
+                "duration_ms": round(duration_s * 1e3, 3),
+                "client": (scope.get("client") or ("", 0))[0],
+            },
+        )
+
+
+def route_resolver(routes: Sequence[BaseRoute]) -> Callable[[Scope], str]:
+    """The route template of a request (`/v1/jobs/{job_id}`), for bounded metric labels.
+
+    Routed requests carry their route in the scope; requests the guard rejected before routing
+    (401, 413, 415) are matched against `routes` here.
+    """
+
+    def route_of(scope: Scope) -> str:
+        route = scope.get("route")
+        if route is not None:
+            return getattr(route, "path", UNMATCHED_ROUTE)
+        for candidate in routes:
+            match, _ = candidate.matches(scope)
+            if match != Match.NONE:
+                return getattr(candidate, "path", UNMATCHED_ROUTE)
+        return UNMATCHED_ROUTE
+
+    return route_of
+
+
+class RequestGuardMiddleware:
+    """Rejects, before any parsing: a missing or wrong bearer token outside the open operations
+    paths (401, deny by default, relative to the root path), a body over
+    `max_body_bytes` by Content-Length or by streamed count (413), a non-JSON body (415)."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.token = settings.api_token.encode() if settings.api_token else None
+        self.max_body_bytes = settings.max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        if self.token is not None and needs_token(scope):
+            refused = refusal(scope, _header(scope, b"authorization"), self.token)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+        if scope["method"] not in BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            await self._too_large(path, f"{declared} bytes")(scope, receive, send)
+            return
+        body = await self._read_body(receive)
+        if body is None:
+            await self._too_large(path, "more bytes")(scope, receive, send)
+            return
+        content_type = _header(scope, b"content-type")
+        if body and not _is_json(content_type):
+            detail = (
+                f"content-type {content_type!r} is not supported; send application/json"
+                if content_type
+                else "the body has no content-type; send application/json"
+            )
+            response = problem_response(path, 415, detail)
+            await response(scope, receive, send)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    def _too_large(self, path: str, size: str):
+        return problem_response(path, 413, f"body: {size} exceed this server's limit of {self.max_body_bytes} bytes")
+
+    async def _read_body(self, receive: Receive) -> bytes | None:
+        """The whole body, or None as soon as it grows past the limit."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # client went away
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+
+def _is_json(content_type: str | None) -> bool:
+    if not content_type:
+        return False
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    return media_type == "application/json" or (media_type.startswith("application/") and media_type.endswith("+json"))
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive callable that yields the buffered body once, then defers to the server."""
+    delivered = False
+
+    async def replay() -> Message:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

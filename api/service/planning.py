@@ -1,0 +1,279 @@
+"""The service's view of the planner: resolve a cost source, enforce limits, solve, record metrics.
+
+Everything here is synchronous and CPU-bound or store-bound: the routes call it through the
+bounded solver pool (`api.service.solving`) or FastAPI's thread pool, never on the event loop.
+Analytic profiles are deterministic in (model, gpu, num_gpus, gpus_per_node), and uploaded
+profiles are immutable (their id is their content hash), so both are kept parsed in an LRU bounded
+by bytes (`profile_cache_bytes`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from typing import Any
+
+from hydraplan.api.service.metrics import Metrics
+from hydraplan.api.service.problems import not_found, storage_full, too_large, unprocessable
+from hydraplan.api.service.schemas import PipelineEstimate, PlanBody, StrategyPart
+from hydraplan.api.service.settings import Settings
+from hydraplan.api.service.store import Store
+from hydraplan.cost_models.analytic import AnalyticOptions, build_profile
+from hydraplan.cost_models.catalog import load_gpus, load_models
+from hydraplan.cost_models.profile_io import ProfileError, load_profile
+from hydraplan.planner.cache import WeightedLru
+from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, Plan, PlanRequest, SolverOptions, TrainingRecipe
+from hydraplan.planner.scheme import ParallelScheme
+from hydraplan.planner.solve import evaluate_strategy, solve
+
+Cancel = Callable[[], bool]
+# Wall time of every planner call of the current request, for its Server-Timing header. The route
+# binds a fresh list; solver threads run in a copy of the request's context and append to it.
+_solve_timings: ContextVar[list[float] | None] = ContextVar("hydraplan_solve_timings", default=None)
+
+
+def start_solve_timing() -> list[float]:
+    """Collect the planner wall times of this request's solves (call before submitting them)."""
+    timings: list[float] = []
+    _solve_timings.set(timings)
+    return timings
+
+
+def server_timing_header(timings: list[float]) -> dict[str, str]:
+    """`Server-Timing: solve;dur=<ms>`: time spent inside the planner, the rest is API overhead."""
+    return {"Server-Timing": f"solve;dur={sum(timings) * 1e3:.3f}"}
+
+
+def profile_bytes(profile: CostProfile) -> int:
+    """Memory a parsed profile holds, roughly: ~1 KB per scheme entry plus its notes."""
+    return 1024 * (1 + len(profile.schemes)) + len(profile.notes)
+
+
+PROFILES_REGISTRY = "profiles"
+
+
+def profile_key(profile_id: str) -> str:
+    return f"profile:{profile_id}"
+
+
+def profile_id_of(profile: CostProfile) -> str:
+    """Content hash of a profile's canonical JSON: the same profile always gets the same id."""
+    digest = hashlib.sha256(profile.model_dump_json().encode()).hexdigest()
+    return "prof-" + digest[:24]
+
+
+class Planning:
+    """Catalog lookups, cost-profile resolution and the planner calls of one app."""
+
+    def __init__(self, settings: Settings, store: Store, metrics: Metrics) -> None:
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics
+        self.models: dict[str, ModelSpec] = load_models()
+        self.gpus: dict[str, GpuSpec] = load_gpus()
+        budget = settings.profile_cache_bytes // 2
+        self._analytic: WeightedLru[tuple[str, str, int, int, str], CostProfile] = WeightedLru(budget, profile_bytes)
+        self._uploaded: WeightedLru[str, CostProfile] = WeightedLru(budget, profile_bytes)
+
+    # -- cost sources ---------------------------------------------------------------------------
+
+    def model(self, ref: str | ModelSpec, field: str = "model") -> ModelSpec:
+        return ref if isinstance(ref, ModelSpec) else _lookup(self.models, ref, field)
+
+    def gpu(self, ref: str | GpuSpec, field: str = "gpu") -> GpuSpec:
+        return ref if isinstance(ref, GpuSpec) else _lookup(self.gpus, ref, field)
+
+    def analytic_profile(
+        self, model: ModelSpec, gpu: GpuSpec, num_gpus: int, gpus_per_node: int, recipe: TrainingRecipe | None = None
+    ) -> CostProfile:
+        """The analytic profile for the recipe (cached); 422 when the model fits no scheme of the cluster."""
+        recipe = recipe or TrainingRecipe()
+        key = (model.model_dump_json(), gpu.model_dump_json(), num_gpus, gpus_per_node, recipe.model_dump_json())
+
+        def make() -> CostProfile:
+            try:
+                return build_profile(model, gpu, num_gpus, gpus_per_node, AnalyticOptions.from_recipe(recipe))
+            except ValueError as exc:
+                raise unprocessable(" ".join(str(exc).split()), ("body", "model")) from None
+
+        return self._analytic.get_or_make(key, make)
+
+    def uploaded_profile(self, profile_id: str, field: str = "profile_id") -> CostProfile:
+        """A profile uploaded with POST /v1/profiles; 404 naming the id when unknown."""
+
+        def make() -> CostProfile:
+            text = self.store.get(profile_key(profile_id))
+            if text is None:
+                raise not_found(f"{field} {profile_id!r} is unknown (upload it with POST /v1/profiles)")
+            return CostProfile.model_validate_json(text)
+
+        return self._uploaded.get_or_make(profile_id, make)
+
+    def save_profile(self, profile: CostProfile) -> str:
+        """Store an uploaded profile under its content hash; returns the id."""
+        try:
+            profile = load_profile(profile.model_dump(mode="json"))
+        except ProfileError as exc:
+            raise unprocessable(" ".join(str(exc).split()), ("body",)) from None
+        text = profile.model_dump_json()
+        settings = self.settings
+        if len(text) > settings.max_profile_bytes:
+            raise too_large(
+                f"the profile is {len(text)} bytes of JSON, over this server's limit of {settings.max_profile_bytes}"
+            )
+        profile_id = profile_id_of(profile)
+        if not self.store.admit(PROFILES_REGISTRY, profile_id, settings.profile_ttl_s, settings.max_profiles):
+            raise storage_full(
+                f"this server keeps at most {settings.max_profiles} uploaded profiles (each for "
+                f"{settings.profile_ttl_s:g} s); send the profile inline instead, or retry later"
+            )
+        self.store.set(profile_key(profile_id), text, settings.profile_ttl_s)
+        return profile_id
+
+    def profile_for(self, body: Any, num_gpus: int, gpus_per_node: int) -> CostProfile:
+        """The cost profile a body names: model+gpu (analytic), inline profile, or profile_id."""
+        if body.model is not None:
+            model, gpu = self.model(body.model), self.gpu(body.gpu)
+            return self.analytic_profile(model, gpu, num_gpus, gpus_per_node, getattr(body, "recipe", None))
+        if body.profile is not None:
+            return body.profile
+        return self.uploaded_profile(body.profile_id)
+
+    # -- limits ---------------------------------------------------------------------------------
+
+    def check_limits(
+        self, num_sequences: int, num_gpus: int, options: SolverOptions, *, synchronous: bool = True
+    ) -> None:
+        """413 for too many sequences; 422 for a cluster or time budget over the server's limits."""
+        settings = self.settings
+        if num_sequences > settings.max_sequences:
+            raise too_large(
+                f"lengths: {num_sequences} sequences exceed this server's limit of {settings.max_sequences} per request"
+            )
+        if num_gpus > settings.max_num_gpus:
+            raise unprocessable(
+                f"num_gpus {num_gpus} exceeds this server's limit of {settings.max_num_gpus}",
+                ("body", "num_gpus"),
+            )
+        if synchronous and options.time_limit_s > settings.max_sync_time_limit_s:
+            raise unprocessable(
+                f"options.time_limit_s {options.time_limit_s:g} exceeds this server's limit of "
+                f"{settings.max_sync_time_limit_s:g} s for synchronous plans; use POST /v1/jobs",
+                ("body", "options", "time_limit_s"),
+            )
+
+    def check_baselines(self, names: Sequence[str]) -> None:
+        from hydraplan.planner.baselines import BASELINES
+
+        valid = ", ".join(sorted(BASELINES))
+        for index, name in enumerate(names):
+            if name not in BASELINES:
+                raise unprocessable(
+                    f"baselines[{index}] {name!r} is unknown; valid: {valid}",
+                    ("body", "baselines", index),
+                )
+
+    # -- planner calls --------------------------------------------------------------------------
+
+    def plan(self, body: PlanBody, cancel: Cancel | None = None, origin: str = "plans") -> Plan:
+        """Solve one POST /v1/plans body (limits already checked by the caller)."""
+        request = body.plan_request()
+        profile = self.profile_for(body, body.num_gpus, body.gpus_per_node)
+        return self.solve(request, profile, body.baselines, body.previous_plan, cancel, origin)
+
+    def solve(
+        self,
+        request: PlanRequest,
+        profile: CostProfile,
+        baselines: Sequence[str] = (),
+        previous_plan: Plan | None = None,
+        cancel: Cancel | None = None,
+        origin: str = "plans",
+    ) -> Plan:
+        """`planner.solve.solve` with the service's bookkeeping around it."""
+        self.check_baselines(baselines)
+        started = time.perf_counter()
+        plan = solve(request, profile, baselines=tuple(baselines), cancel=cancel, previous_plan=previous_plan)
+        elapsed_s = time.perf_counter() - started
+        self.metrics.observe_plan(plan.status, plan.gap, elapsed_s, origin)
+        timings = _solve_timings.get()
+        if timings is not None:
+            timings.append(elapsed_s)
+        return plan
+
+    def estimate(
+        self,
+        request: PlanRequest,
+        profile: CostProfile,
+        strategy: Sequence[StrategyPart] | None,
+        baseline: str | None,
+    ) -> Plan:
+        """A fixed strategy's plan, or a baseline's, without searching."""
+        if baseline is not None:
+            from hydraplan.planner.baselines import run_baseline
+
+            self.check_baselines([baseline])
+            return run_baseline(baseline, request, profile)
+        assert strategy is not None
+        parts = [(_scheme(part, index), part.num_pipelines) for index, part in enumerate(strategy)]
+        return evaluate_strategy(request, profile, parts)
+
+
+def pipeline_estimates(plan: Plan) -> list[PipelineEstimate]:
+    """Per-pipeline time and memory of a plan, memory from its profile's memory model."""
+    cost = ProfileCostModel(plan.cost_profile)
+    by_key = {(entry.tp, entry.pp, entry.cp): entry for entry in plan.cost_profile.schemes}
+    estimates = []
+    for pipeline in plan.pipelines:
+        scheme = pipeline.scheme
+        entry = by_key.get((scheme.tp, scheme.pp, scheme.cp))
+        largest = max((batch.num_tokens for batch in pipeline.micro_batches), default=0)
+        peak = None
+        if entry is not None and entry.static_bytes is not None:
+            peak = _peak_memory_bytes(entry, pipeline.micro_batches)
+        estimates.append(
+            PipelineEstimate(
+                index=pipeline.index,
+                scheme=scheme,
+                num_sequences=pipeline.num_sequences,
+                num_tokens=pipeline.num_tokens,
+                num_micro_batches=len(pipeline.micro_batches),
+                time_s=pipeline.time_s,
+                capacity_tokens=cost.capacity_tokens(ParallelScheme(scheme.tp, scheme.pp, scheme.cp)),
+                max_micro_batch_tokens=largest,
+                peak_memory_bytes=peak,
+            )
+        )
+    return estimates
+
+
+def _peak_memory_bytes(entry: Any, micro_batches: Sequence[Any]) -> float:
+    """static + in_flight * max over micro-batches of (m1 * tokens + m2 * sum l^2) (upper bound)."""
+    in_flight = min(entry.in_flight_micro_batches or entry.pp, max(1, len(micro_batches)))
+    per_token = entry.activation_bytes_per_token or 0.0
+    per_sq_token = entry.activation_bytes_per_token_sq
+    largest = max(
+        (
+            per_token * batch.num_tokens + per_sq_token * sum(length * length for length in batch.lengths)
+            for batch in micro_batches
+        ),
+        default=0.0,
+    )
+    return float(entry.static_bytes + in_flight * largest)
+
+
+def _scheme(part: StrategyPart, index: int) -> ParallelScheme:
+    try:
+        return ParallelScheme(part.tp, part.pp, part.cp)
+    except ValueError as exc:
+        raise unprocessable(str(exc), ("body", "strategy", index)) from None
+
+
+def _lookup(specs: dict[str, Any], name: str, field: str) -> Any:
+    try:
+        return specs[name]
+    except KeyError:
+        raise not_found(f"{field} {name!r} is unknown; valid: {', '.join(sorted(specs))}") from None

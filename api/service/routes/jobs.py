@@ -1,0 +1,53 @@
+"""Jobs for long work: POST /v1/jobs (202), GET /v1/jobs/{job_id}, DELETE /v1/jobs/{job_id}."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Response
+
+from hydraplan.api.service.auth import TOKEN_REQUIRED
+from hydraplan.api.service.dependencies import ServicesDep
+from hydraplan.api.service.jobs import job_location
+from hydraplan.api.service.schemas import JOB_EXAMPLES, JobAccepted, JobBody, JobView
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=TOKEN_REQUIRED)
+
+
+@router.post(
+    "",
+    response_model=JobAccepted,
+    status_code=202,
+    summary="Start a plan or sweep job",
+    description=(
+        "`kind: plan` solves one request in the background (no synchronous time limit). "
+        "`kind: sweep` plans `base` for every combination of the `vary` values. Answers 202 with "
+        "the job id and its Location; poll GET /v1/jobs/{job_id}."
+    ),
+)
+def create_job(
+    body: Annotated[JobBody, Body(examples=JOB_EXAMPLES)], services: ServicesDep, response: Response
+) -> JobAccepted:
+    view = services.jobs.submit(body)
+    location = job_location(view.job_id)
+    response.headers["Location"] = location
+    return JobAccepted(job_id=view.job_id, status=view.status, location=location)
+
+
+@router.get("/{job_id}", response_model=JobView, summary="Status and result of a job")
+def get_job(job_id: str, services: ServicesDep) -> JobView:
+    return services.jobs.get(job_id)
+
+
+@router.delete(
+    "/{job_id}",
+    response_model=JobView,
+    status_code=202,
+    summary="Cancel a job",
+    description=(
+        "Asks the job to stop: a running solve returns its best plan so far, a sweep stops after "
+        "the item in progress. Answers 202 with the job's state; 409 if it has already finished."
+    ),
+)
+def cancel_job(job_id: str, services: ServicesDep) -> JobView:
+    return services.jobs.cancel(job_id)

@@ -1,0 +1,90 @@
+"""POST /v1/plans (solve a batch) and POST /v1/plans/check (validate a plan)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from starlette.responses import Response
+
+from hydraplan.api.service.auth import TOKEN_REQUIRED
+from hydraplan.api.service.dependencies import Services, ServicesDep
+from hydraplan.api.service.planning import Cancel, server_timing_header, start_solve_timing
+from hydraplan.api.service.problems import unprocessable
+from hydraplan.api.service.schemas import CheckBody, CheckResult, PlanBody
+from hydraplan.planner.check import check_plan
+from hydraplan.planner.schemas import Plan
+
+router = APIRouter(prefix="/v1/plans", tags=["plans"], dependencies=TOKEN_REQUIRED)
+
+
+def plan_response(plan: Plan, timings: list[float]) -> Response:
+    """The plan JSON exactly as `hydraplan plan --json` prints it (serialised once, by pydantic),
+    with the planner's own time in a Server-Timing header."""
+    return Response(plan.model_dump_json(), media_type="application/json", headers=server_timing_header(timings))
+
+
+@router.post(
+    "",
+    response_model=Plan,
+    summary="Plan one global batch",
+    description=(
+        "Solves the batch on the cluster with the given cost source (exactly one of model+gpu, "
+        "profile or profile_id) and returns the checked plan. The same request with the same "
+        "`options.seed` gets the same `plan_id`. The solve runs off the event loop; when every "
+        "solver slot and queue place is taken the answer is 503 with Retry-After."
+    ),
+)
+async def create_plan(body: PlanBody, services: ServicesDep) -> Response:
+    services.planning.check_limits(len(body.lengths), body.num_gpus, body.options)
+    timings = start_solve_timing()
+    plan = await services.solver.run(services.planning.plan, body)
+    return plan_response(plan, timings)
+
+
+@router.post(
+    "/check",
+    response_model=CheckResult,
+    summary="Check a plan",
+    description=(
+        "Runs the independent plan checker. With `lengths` / `num_gpus` / `gpus_per_node` the "
+        "plan must also answer that request; with a cost source its times are recomputed from "
+        "that profile instead of the plan's own. An invalid plan is a 200 with `valid: false`."
+    ),
+)
+async def check(body: CheckBody, services: ServicesDep) -> CheckResult:
+    return await services.solver.run(_check, services, body)
+
+
+def _check(services: Services, body: CheckBody, cancel: Cancel) -> CheckResult:
+    """The checker is linear in the plan's size: it runs in the solver pool like a solve."""
+    plan = body.plan
+    violations = _request_mismatches(body)
+    profile = None
+    if body.source_kind() is not None:
+        num_gpus = body.num_gpus or plan.num_gpus
+        gpus_per_node = body.gpus_per_node or plan.gpus_per_node
+        profile = services.planning.profile_for(body, num_gpus, gpus_per_node)
+    try:
+        violations += check_plan(plan, profile)
+    except (ArithmeticError, IndexError, KeyError, ValueError) as exc:
+        raise unprocessable(f"plan is inconsistent and cannot be checked: {exc}", ("body", "plan")) from None
+    return CheckResult(plan_id=plan.plan_id, valid=not violations, violations=violations)
+
+
+def _request_mismatches(body: CheckBody) -> list[str]:
+    """Where the plan does not answer the request given alongside it."""
+    plan = body.plan
+    found = []
+    if body.lengths is not None and body.lengths != plan.input_lengths:
+        if len(body.lengths) != len(plan.input_lengths):
+            found.append(f"plan covers {len(plan.input_lengths)} sequences, the request has {len(body.lengths)}")
+        else:
+            pairs = zip(body.lengths, plan.input_lengths, strict=True)
+            index = next(i for i, (asked, planned) in enumerate(pairs) if asked != planned)
+            found.append(
+                f"sequence {index}: the plan has length {plan.input_lengths[index]}, the request {body.lengths[index]}"
+            )
+    if body.num_gpus is not None and body.num_gpus != plan.num_gpus:
+        found.append(f"plan uses {plan.num_gpus} GPUs, the request has {body.num_gpus}")
+    if body.gpus_per_node is not None and body.gpus_per_node != plan.gpus_per_node:
+        found.append(f"plan assumes {plan.gpus_per_node} GPUs per node, the request {body.gpus_per_node}")
+    return found

@@ -1,0 +1,93 @@
+"""Sessions: fix cluster, costs and options once, then plan each training step's batch."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from starlette.concurrency import run_in_threadpool
+
+from hydraplan.api.service.auth import TOKEN_REQUIRED
+from hydraplan.api.service.dependencies import Services, ServicesDep
+from hydraplan.api.service.planning import Cancel, server_timing_header, start_solve_timing
+from hydraplan.api.service.problems import too_large, unprocessable
+from hydraplan.api.service.routes.plans import plan_response
+from hydraplan.api.service.schemas import SessionBody, SessionPlans, SessionPlansBody, SessionView
+from hydraplan.api.service.sessions import session_location
+from hydraplan.planner.schemas import Plan
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"], dependencies=TOKEN_REQUIRED)
+
+
+@router.post(
+    "",
+    response_model=SessionView,
+    status_code=201,
+    summary="Start a planning session",
+    description=(
+        "Validates and stores the cluster, cost source and options of a training job. The session "
+        "expires after `idle_timeout_s` without a request."
+    ),
+)
+async def create_session(body: SessionBody, services: ServicesDep, response: Response) -> SessionView:
+    """Resolving the cost source is CPU work: it runs in the solver pool (503 when saturated);
+    storing the session is I/O: it runs in the ordinary thread pool, so a slow store never holds
+    a solver slot."""
+    await services.solver.run(_check, services, body)
+    record = await run_in_threadpool(services.sessions.create, body)
+    response.headers["Location"] = session_location(record.session_id)
+    return services.sessions.view(record)
+
+
+def _check(services: Services, body: SessionBody, cancel: Cancel) -> None:
+    services.sessions.check(body)
+
+
+@router.get("/{session_id}", response_model=SessionView, summary="Read a session")
+def get_session(session_id: str, services: ServicesDep) -> SessionView:
+    return services.sessions.view(services.sessions.get(session_id))
+
+
+@router.delete("/{session_id}", status_code=204, summary="End a session")
+def delete_session(session_id: str, services: ServicesDep) -> Response:
+    services.sessions.delete(session_id)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{session_id}/plans",
+    response_model=Plan | SessionPlans,
+    summary="Plan the next batch (or the next k batches) of a session",
+    description=(
+        "With `lengths`: plans one batch and returns its Plan. With `batches`: plans them in "
+        "order, each with the previous plan as strategy-switch context, and returns "
+        '`{"plans": [...]}`. The session keeps the last plan for the next call. A second call '
+        "on the same session while one is running gets 409."
+    ),
+)
+async def plan_in_session(
+    session_id: str,
+    body: SessionPlansBody,
+    services: ServicesDep,
+) -> Response:
+    batches = body.all_batches()
+    settings = services.settings
+    if len(batches) > settings.max_session_batches:
+        raise unprocessable(
+            f"batches: {len(batches)} batches exceed this server's limit of {settings.max_session_batches} per call",
+            ("body", "batches"),
+        )
+    num_sequences = sum(len(batch) for batch in batches)
+    if num_sequences > settings.max_sequences:
+        raise too_large(f"{num_sequences} sequences exceed this server's limit of {settings.max_sequences} per request")
+    timings = start_solve_timing()
+    plans = await services.solver.run(_plan, services, session_id, batches)
+    if body.lengths is not None:
+        return plan_response(plans[0], timings)
+    return Response(
+        SessionPlans(plans=plans).model_dump_json(),
+        media_type="application/json",
+        headers=server_timing_header(timings),
+    )
+
+
+def _plan(services: Services, session_id: str, batches: list[list[int]], cancel: Cancel) -> list[Plan]:
+    return services.sessions.plan(session_id, batches, cancel)
