@@ -24,11 +24,13 @@ benchmarks/RESULTS.md (`--results` for another file).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
 import sys
 import time
+import types
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +116,25 @@ class BatchResult:
 # ---------------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def clock_standing_still(enabled: bool):
+    """With `enabled`, the planner's clock reads the same time throughout (`planner.solve` builds
+    its deadline from `time.perf_counter`): no time limit can cut the search, the work limits
+    alone end it, whatever the machine's load. The plan is then the one an uncut run of the same
+    request gives, and its CPU time says how much of the budget the search needs."""
+    if not enabled:
+        yield
+        return
+    import hydraplan.planner.solve as solve_module
+
+    real = solve_module.time
+    solve_module.time = types.SimpleNamespace(perf_counter=lambda: 0.0)
+    try:
+        yield
+    finally:
+        solve_module.time = real
+
+
 def run_batch(
     setting: Setting,
     dataset: str,
@@ -122,6 +143,7 @@ def run_batch(
     baselines: list[str],
     max_tokens: int | None,
     recipe: str | None = None,
+    clockless: bool = False,
 ) -> BatchResult:
     tokens = min(setting.num_tokens, max_tokens) if max_tokens else setting.num_tokens
     lengths = batch_lengths(dataset, tokens, seed, setting.context_cap)
@@ -130,7 +152,8 @@ def run_batch(
     result = BatchResult(setting.name, dataset, seed, len(lengths), time_limit_s)
     started, started_cpu = time.perf_counter(), time.process_time()
     try:
-        plan = solve(request, profile)
+        with clock_standing_still(clockless):
+            plan = solve(request, profile)
     except PlanningError as error:
         result.error = str(error)
         return result
@@ -480,6 +503,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="summary file; the full output goes to results/ beside it (default: %(default)s)",
     )
     parser.add_argument("--no-write", action="store_true", help="print the table only, write no results file")
+    parser.add_argument(
+        "--clockless",
+        action="store_true",
+        help="the planner's clock stands still: the work limits alone end each search (the plan an uncut run "
+        "gives, on a loaded machine too); the CPU column says how much of the budget it needs",
+    )
+    parser.add_argument("--section", default="quality", help="results section and file name (default: %(default)s)")
     parser.add_argument("--json", type=Path, help="also write every batch's raw figures to this JSON file")
     parser.add_argument(
         "--recipe",
@@ -536,7 +566,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.deadline_s is not None and time.perf_counter() - began > args.deadline_s:
                 truncated = True
                 break
-            result = run_batch(setting, dataset, seed, time_limit_s, args.baselines, args.max_tokens, args.recipe)
+            result = run_batch(
+                setting, dataset, seed, time_limit_s, args.baselines, args.max_tokens, args.recipe, args.clockless
+            )
             results.append(result)
             elapsed = time.perf_counter() - began
             eta = elapsed / len(results) * (total - len(results))
@@ -551,6 +583,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if args.recipe:
         run_lines.append(f"Training recipe of the analytic profiles: `{args.recipe}`.")
+    if args.clockless:
+        run_lines.append(
+            "**Clockless: the planner's clock stood still, so the work limits alone ended each search (the plan "
+            "an uncut run gives); latency is not the planner's on a quiet machine, CPU is what the search needs.**"
+        )
     if args.max_tokens:
         run_lines.append(
             f"**Batches capped at {args.max_tokens} tokens: smaller than the issue's settings, not the benchmark.**"
@@ -564,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=1, default=str))
     if not args.no_write:
-        full = write_result("quality", command_line_for(argv), body, table, path=args.results)
+        full = write_result(args.section, command_line_for(argv), body, table, path=args.results)
         progress(f"wrote {full} and the quality section of {args.results}")
     return 0
 
