@@ -4,6 +4,7 @@ to their section of the RESULTS file, everything to their results file."""
 from __future__ import annotations
 
 import json
+import time
 import math
 import os
 import re
@@ -213,3 +214,27 @@ def test_the_api_load_summary_takes_the_row_of_all_kinds():
     text, summary, total = api_load.load_table(samples, elapsed_s=2.0)
     assert total[:6] == ["all", 3, 2, 1, 0, 0] and total[6] == "1.0"
     assert summary["plan64"]["ok_per_s"] == 0.5 and text.splitlines()[0].startswith("| kind | requests |")
+
+
+def test_search_profile_times_each_phase_and_restores_the_planner():
+    """benchmarks/search_profile.py: the phases of a real solve are timed (CPU seconds, each at
+    most the whole call) and the planner's functions are the originals again afterwards."""
+    from synthetic import synthetic_profile, wikipedia_like_batch
+
+    from benchmarks import search_profile
+    from hydraplan.planner import search as search_module
+    from hydraplan.planner.schemas import PlanRequest, SolverOptions
+    from hydraplan.planner.solve import solve
+
+    before = search_module.Frontier.expand_next
+    totals: dict[str, float] = {}
+    request = PlanRequest(lengths=wikipedia_like_batch(100_000, seed=2), num_gpus=16, options=SolverOptions())
+    with search_profile.timed_phases(totals):
+        started = time.process_time()
+        solve(request, synthetic_profile(max_gpus=16))
+        whole = time.process_time() - started
+    assert search_module.Frontier.expand_next is before
+    assert {"strategy solves (dispatch + packing)", "independent check", "baselines' plans (portfolio)"} <= set(totals)
+    assert all(0 <= value <= whole + 1e-3 for value in totals.values())
+    table, body = search_profile.report({"tiny": (totals | {"solve": whole}, [("f", 0.1)], "plan")})
+    assert table.splitlines()[0] == "| CPU s (clock standing still) | tiny |" and "### Most self time, tiny" in body
