@@ -4,10 +4,10 @@ to their section of the RESULTS file, everything to their results file."""
 from __future__ import annotations
 
 import json
-import time
 import math
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
