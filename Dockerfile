@@ -26,6 +26,9 @@ RUN python -m pip install --no-cache-dir --no-index --find-links=/wheels "hydrap
  && useradd --create-home --uid 10001 hydraplan
 USER hydraplan
 WORKDIR /home/hydraplan
+# the planner's Numba kernels compiled once into the image (site-packages is not writable here)
+ENV NUMBA_CACHE_DIR=/home/hydraplan/.cache/numba
+RUN python -c "from hydraplan.planner.kernels import warm_up; warm_up()"
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)"]

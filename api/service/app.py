@@ -9,6 +9,7 @@ side.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import metadata
@@ -25,6 +26,8 @@ from hydraplan.api.service.problems import install_handlers, problem_response
 from hydraplan.api.service.routes import ROUTERS
 from hydraplan.api.service.settings import Settings
 from hydraplan.api.service.store import StoreUnavailable
+from hydraplan.planner.schemas import SolverBackend
+from hydraplan.planner.solve import load_backend
 
 DESCRIPTION = """\
 Plans large-Transformer training steps on variable-length batches with heterogeneous
@@ -67,6 +70,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # the solver libraries and the planner's compiled kernels load once, off the event loop,
+        # before the first request: a first plan then pays none of it (a few seconds when Numba's
+        # on-disk cache is cold)
+        await asyncio.to_thread(load_backend, SolverBackend.AUTO)
         yield
         services.close()
 
