@@ -266,9 +266,9 @@ def test_a_command_help_imports_no_solver_library() -> None:
     assert not [name for name in loaded if name.split(".")[0] in HEAVY_ROOTS[:3]]  # ... but no solver
 
 
-def test_the_readme_catalog_file_examples_load(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("#### Catalog files")[1]
+def test_the_cli_doc_catalog_file_examples_load(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = doc.split("\n## Catalog files")[1]
     block = section.split("```\n")[1]
     models_text, gpus_text = block.split('\n{"gpus"')
     models_file = write(tmp_path, "models.json", models_text)

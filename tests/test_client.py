@@ -1,6 +1,6 @@
 """`hydraplan.Client` and `hydraplan.AsyncClient` against a real uvicorn server: every call,
-the 503 back-off, token and validation errors as `ServiceError`, and the README's orchestrator
-example run as it is written."""
+the 503 back-off, token and validation errors as `ServiceError`, and the client examples of the
+README's tour and of docs/service.md run as they are written."""
 
 from __future__ import annotations
 
@@ -116,12 +116,23 @@ def test_the_async_client(server: Server) -> None:
     asyncio.run(scenario())
 
 
-def test_the_readme_orchestrator_example_runs(server: Server, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_readme_tour_client_example_runs(server: Server, capsys: pytest.CaptureFixture[str]) -> None:
     readme = ROOT / "README.md"
-    code = readme.read_text(encoding="utf-8").split("### An orchestrator client", 1)[1]
+    code = readme.read_text(encoding="utf-8").split("### Serve it to a training orchestrator", 1)[1]
     code = code.split("```python", 1)[1].split("```", 1)[0]
-    namespace: dict = {"__name__": "readme_example"}
-    exec(compile(code, str(readme), "exec"), namespace)
+    assert '"http://127.0.0.1:8000", token="change-me"' in code  # the example's server, swapped for the test's
+    code = code.replace('"http://127.0.0.1:8000", token="change-me"', f"{server.url!r}, token={TOKEN!r}")
+    exec(compile(code, str(readme), "exec"), {"__name__": "readme_tour"})
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 2 and all(line.endswith(" ms") for line in printed)
+
+
+def test_the_service_doc_orchestrator_example_runs(server: Server, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = ROOT / "docs" / "service.md"
+    code = doc.read_text(encoding="utf-8").split("\n## An orchestrator client\n", 1)[1]
+    code = code.split("```python", 1)[1].split("```", 1)[0]
+    namespace: dict = {"__name__": "doc_example"}
+    exec(compile(code, str(doc), "exec"), namespace)
     plans = namespace["train"](server.url, TOKEN, [TINY_LENGTHS, TINY_LENGTHS[10:]])
     assert [plan.num_sequences for plan in plans] == [len(TINY_LENGTHS), len(TINY_LENGTHS) - 10]
     assert plans[1].previous_strategy == plans[0].strategy

@@ -181,11 +181,11 @@ def test_packed_attention_benchmark_smoke(tmp_path):
     assert sum(row[-1].strip() == "fastest" for row in rows) == 2  # one per length mix
 
 
-def test_the_readme_runtime_example_runs():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    code = readme.split("## Runtime (torch)", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+def test_the_runtime_doc_example_runs():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "runtime.md").read_text(encoding="utf-8")
+    code = doc.split("\n## The model and its parallel layers\n", 1)[1].split("```python", 1)[1].split("```", 1)[0]
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/runtime.md", "exec"), namespace)
     loss, cfg = namespace["loss"], namespace["cfg"]
     # A freshly initialised model predicts close to uniformly: mean loss near log(vocab).
     assert abs(loss.item() - math.log(cfg.vocab_size)) < 0.5
