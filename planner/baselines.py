@@ -52,7 +52,7 @@ from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
 from hydraplan.planner.dispatch import greedy_dispatch
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.items import Items, prepare_items
-from hydraplan.planner.kernels import first_fit_shuffles
+from hydraplan.planner.kernels import first_fit_shuffles, next_fit_starts
 from hydraplan.planner.packing import PackedPipeline, balance_lpt, best_order, by_length_descending, pack_pipeline
 from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SolverStats
 from hydraplan.planner.search import runnable_schemes
@@ -91,16 +91,13 @@ class PeerChoice:
 
 
 def arrival_order_micro_batches(lengths: np.ndarray, capacity_tokens: int) -> list[np.ndarray]:
-    """Next-fit in arrival order: a new micro-batch starts when the next item does not fit."""
-    batches: list[list[int]] = [[]]
-    used = 0
-    for index, length in enumerate(lengths.tolist()):
-        if batches[-1] and used + length > capacity_tokens:
-            batches.append([])
-            used = 0
-        batches[-1].append(index)
-        used += length
-    return [np.asarray(batch, dtype=np.int64) for batch in batches]
+    """Next-fit in arrival order: a new micro-batch starts when the next item does not fit
+    (`kernels.next_fit_starts`)."""
+    if len(lengths) == 0:
+        return [np.zeros(0, dtype=np.int64)]
+    starts = next_fit_starts(lengths.astype(np.float64), float(capacity_tokens)).tolist()
+    indices = np.arange(len(lengths), dtype=np.int64)
+    return [indices[start:end] for start, end in zip(starts, [*starts[1:], len(lengths)])]
 
 
 def _megatron_candidate(

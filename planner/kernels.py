@@ -20,6 +20,7 @@ import numpy as np
 
 COMPILED = [  # the jitted kernels (tests check that `warm_up` covers each)
     "balance_bins",
+    "next_fit_starts",
     "first_fit_shuffles",
     "greedy_assign",
     "one_f_one_b_end_times",
@@ -298,6 +299,23 @@ def weighted_min_totals(values: np.ndarray, weights: np.ndarray, multiplicity: n
 
 
 @_jit
+def next_fit_starts(lengths: np.ndarray, capacity: float) -> np.ndarray:
+    """Next fit in arrival order (`baselines.arrival_order_micro_batches`): the index of the first
+    item of each micro-batch; a new one starts when the next item does not fit the current one
+    (a micro-batch always takes at least its first item)."""
+    starts = np.empty(lengths.shape[0], dtype=np.int64)
+    num_starts = 0
+    used = 0.0
+    for item in range(lengths.shape[0]):
+        if num_starts == 0 or (used > 0 and used + lengths[item] > capacity):
+            starts[num_starts] = item
+            num_starts += 1
+            used = 0.0
+        used += lengths[item]
+    return starts[:num_starts]
+
+
+@_jit
 def greedy_assign(
     lengths: np.ndarray,
     order: np.ndarray,
@@ -387,6 +405,7 @@ def warm_up() -> None:
     passes: a second call costs nothing."""
     lengths = np.array([3.0, 2.0, 1.0])
     balance_bins(lengths, lengths * 2.0, np.zeros(2), 4.0)
+    next_fit_starts(lengths, 4.0)
     order = one_f_one_b_order(1, 1)
     order.flags.writeable = False  # as `simulate.dependency_order` caches them
     one_f_one_b_end_times(np.ones(2), order)

@@ -14,6 +14,7 @@ import pytest
 from hydraplan.planner.kernels import (
     balance_bins,
     first_fit_shuffles,
+    next_fit_starts,
     greedy_assign,
     group_by_owner,
     one_f_one_b_end_times,
@@ -252,3 +253,17 @@ def test_a_solve_compiles_nothing_after_the_warm_up() -> None:
             ["hydraulis"],
         )
     assert {name: list(getattr(kernels, name).signatures) for name in kernels.COMPILED} == warmed
+
+
+@pytest.mark.parametrize("trial", range(20))
+def test_next_fit_starts_is_the_arrival_order_loop(trial: int) -> None:
+    rng = np.random.default_rng(400 + trial)
+    lengths = rng.integers(1, 900, size=rng.integers(1, 200))
+    capacity = int(rng.integers(900, 3000))
+    starts, used = [], 0
+    for index, length in enumerate(lengths.tolist()):  # a new micro-batch when the item does not fit
+        if not starts or (used and used + length > capacity):
+            starts.append(index)
+            used = 0
+        used += length
+    assert next_fit_starts(lengths.astype(np.float64), float(capacity)).tolist() == starts
