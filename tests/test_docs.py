@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hydraplan.api.cli import build_parser
 from benchmarks.report import anchor
+from hydraplan.api.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -14,9 +14,9 @@ import pytest
 from hydraplan.planner.kernels import (
     balance_bins,
     first_fit_shuffles,
-    next_fit_starts,
     greedy_assign,
     group_by_owner,
+    next_fit_starts,
     one_f_one_b_end_times,
     one_f_one_b_order,
     weighted_min_totals,
