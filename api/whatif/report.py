@@ -73,7 +73,7 @@ COLUMN_LABELS = {
     "tokens_per_s": "tokens/s",
     "tokens_per_s_per_gpu": "tokens/s per GPU",
     "mfu": "MFU",
-    "gap": "optimality gap",
+    "gap": "gap to its planner's bound",  # a baseline planning alone: the baseline's own bound
     "plan_status": "plan status",
     "strategy": "strategy (most frequent)",
     "price_per_gpu_hour": "price per GPU-hour",
