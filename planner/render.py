@@ -13,6 +13,8 @@ from hydraplan.planner.scheme import ParallelScheme
 MAX_IDS_SHOWN = 10
 # Past this many pipelines, `pipelines="auto"` prints one row per scheme instead of per pipeline.
 MAX_PIPELINE_ROWS = 16
+# A plan a baseline made names it in its solver backend: `baseline:flexsp` (planner/baselines.py).
+BASELINE_BACKEND = "baseline:"
 
 
 def render_plan(plan: Plan, pipelines: Literal["auto", "grouped", "all"] = "auto") -> str:
@@ -126,7 +128,7 @@ def _plan_header(plan: Plan) -> str:
             f"{_ms(plan.step_time_s)} (slowest pipeline {_ms(slowest_s)} + grad sync {_ms(plan.grad_sync_s)})",
         ),
         *_switch_facts(plan),
-        ("lower bound", f"{_ms(plan.lower_bound_s)} (gap {plan.gap * 100:.2f}%)"),
+        ("lower bound", _bound(plan)),
         (
             "solver",
             f"{solver.backend}: {solver.num_schemes} schemes, "
@@ -140,6 +142,22 @@ def _plan_header(plan: Plan) -> str:
     ]
     width = max(len(label) for label, _ in facts)
     return "\n".join(f"{label:<{width}}  {value}" for label, value in facts)
+
+
+def _bound(plan: Plan) -> str:
+    """The lower bound and the gap to it, saying whose bound it is when a baseline made the plan:
+    a baseline's bound holds over the schemes it chose only, so it is not hydraplan's."""
+    gap = f"gap {plan.gap * 100:.2f}%"
+    baseline = baseline_name(plan)
+    if baseline is None:
+        return f"{_ms(plan.lower_bound_s)} ({gap})"
+    return f"{_ms(plan.lower_bound_s)} ({baseline}'s own, over the schemes it chose; {gap})"
+
+
+def baseline_name(plan: Plan) -> str | None:
+    """The baseline that made `plan` (solver backend `baseline:NAME`), or None for hydraplan's own."""
+    backend = plan.solver.backend
+    return backend.removeprefix(BASELINE_BACKEND) if backend.startswith(BASELINE_BACKEND) else None
 
 
 def _switch_facts(plan: Plan) -> list[tuple[str, str]]:

@@ -148,6 +148,10 @@ def test_baseline_plan_is_printed_and_checks(capsys: pytest.CaptureFixture[str],
     assert plan["solver"]["backend"] == "baseline:hydraulis"
     assert all(pipeline["scheme"]["cp"] == 1 for pipeline in plan["pipelines"])
     assert run(capsys, "check", str(path))[0] == 0
+    # the text summary says whose bound it is: the baseline's own, not hydraplan's
+    code, out, err = run(capsys, "plan", *TINY, "--baseline", "hydraulis")
+    assert code == 0, err
+    assert "(hydraulis's own, over the schemes it chose; gap " in out
 
 
 def test_previous_plan_file_sets_the_previous_strategy(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

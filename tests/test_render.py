@@ -111,6 +111,13 @@ def test_plan_summary_has_the_headline_facts(profile: CostProfile) -> None:
     assert "seed 0 (cut by the clock: another run may differ)" in render_plan(cut)
 
 
+def test_a_baseline_plan_says_its_bound_is_the_baselines_own(profile: CostProfile) -> None:
+    plan = _plan(profile)
+    plan = plan.model_copy(update={"solver": plan.solver.model_copy(update={"backend": "baseline:flexsp"})})
+    bound = next(line for line in render_plan(plan).splitlines() if line.startswith("lower bound"))
+    assert bound.split(None, 2)[2] == "632.0 ms (flexsp's own, over the schemes it chose; gap 1.25%)"
+
+
 def test_plan_table_has_one_row_per_pipeline(profile: CostProfile) -> None:
     lines = render_plan(_plan(profile)).splitlines()
     header = next(index for index, line in enumerate(lines) if line.startswith("pipeline"))

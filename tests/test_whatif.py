@@ -15,6 +15,7 @@ from whatif_support import InterruptAfter, comparable, tiny_configurations
 import hydraplan
 from hydraplan.api.datasets import sample_batch
 from hydraplan.api.files import InputError
+from hydraplan.api.whatif import report as report_module
 from hydraplan.api.whatif.engine import evaluate, evaluate_row
 from hydraplan.api.whatif.executors import InlineExecutor, LocalPoolExecutor
 from hydraplan.api.whatif.measures import model_flops_coefficients, priced
@@ -206,7 +207,12 @@ def test_tables_figures_and_report_are_written(tmp_path: Path) -> None:
         assert "<svg" in (tmp_path / "plots" / f"{figure}.svg").read_text()
     report = (tmp_path / "report.html").read_text()
     assert report.count("data:image/png;base64,") == 4
-    assert "no measured prediction error is published" in report
+    # the cost source's published error is cited where it is published
+    assert "benchmarks/RESULTS.md" in report and "section cost_model_accuracy" in report
+    # answer first: the summary and the key figure open the page, the raw spec closes it, collapsed
+    assert report.index("<h2>Summary</h2>") < report.index("data:image/png") < report.index("<h2>Configurations</h2>")
+    assert report.index("<details><summary>Study spec (JSON)</summary>") > report.index("<h2>Memory study</h2>")
+    assert "<th>step time (s)</th>" in report and "<th>step_time_s</th>" not in report
     assert report.count("<tr") >= len(rows) + 1
     with (tmp_path / "rows.csv").open() as stream:
         table = list(csv.DictReader(stream))
@@ -217,6 +223,29 @@ def test_tables_figures_and_report_are_written(tmp_path: Path) -> None:
     assert len(document["rows"]) == 4 and len(document["answers"]) == 3
     assert [answer["row_index"] for answer in document["answers"][:2]] == [0, 1]  # 1 token/s: 8 GPUs suffice
     assert (tmp_path / "memory.csv").read_text().count("\n") > 2
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "RESULTS.md"
+
+
+def _headline(results: str, anchor: str, figure: str) -> str:
+    """The result cell of the headline row named `figure` linking to section `anchor`."""
+    row = next(line for line in results.splitlines() if line.startswith(f"| [{figure}") and f"(#{anchor})" in line)
+    return row.split(" | ")[1]
+
+
+def test_the_cost_source_error_quoted_in_the_report_is_the_published_one() -> None:
+    """Every figure the report quotes is where it says it is published: a rerun of a benchmark that
+    changes one fails here until the report's text follows."""
+    results = RESULTS.read_text(encoding="utf-8")
+    published = results.split("<!-- published:start -->")[1].split("<!-- published:end -->")[0]
+    assert "Held-out rows: 11 rows: median ratio 1.08 (range 1.03-1.22)" in published
+    assert "within +-30%: 11 of 11" in published
+    assert "median of 1.08 on 11 held-out runs (range 1.03-1.22, all within +-30%)" in report_module.ANALYTIC_ERROR
+    calibrated = _headline(results, "cost_model_accuracy", "Stage time error, calibration-only schemes")
+    assert calibrated == "12.5%" and "a median of 12.5%" in report_module.ANALYTIC_ERROR
+    held_out = _headline(results, "cost_model_accuracy", "Stage time error, measured schemes, held out")
+    assert held_out == "9.0% / 22.0%" and "median 9.0%, p95 22.0%" in report_module.PROFILE_ERROR
 
 
 # ---------------------------------------------------------------------------------------------

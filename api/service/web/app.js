@@ -211,6 +211,15 @@ function cells(row, values) {
   }
 }
 
+// The bound and the gap; a baseline's plan (solver backend `baseline:NAME`) carries the baseline's
+// own bound, over the schemes it chose, and says so (planner/render.py words it the same).
+function boundFact(plan) {
+  const gap = `gap ${(plan.gap * 100).toFixed(2)}%`;
+  const backend = plan.solver.backend;
+  if (!backend.startsWith("baseline:")) return `${ms(plan.lower_bound_s)} (${gap})`;
+  return `${ms(plan.lower_bound_s)} (${backend.slice("baseline:".length)}'s own, over the schemes it chose; ${gap})`;
+}
+
 function showPlan(plan, text, svgText, seconds) {
   $("#result").hidden = false;
   $("#plan-id").textContent = plan.plan_id;
@@ -219,7 +228,7 @@ function showPlan(plan, text, svgText, seconds) {
     ["strategy", plan.strategy],
     ["status", plan.status],
     ["step time", `${ms(plan.step_time_s)} (slowest pipeline ${ms(slowest)} + grad sync ${ms(plan.grad_sync_s)})`],
-    ["lower bound", `${ms(plan.lower_bound_s)} (gap ${(plan.gap * 100).toFixed(2)}%)`],
+    ["lower bound", boundFact(plan)],
     ["cluster", `${plan.num_gpus} GPUs, ${plan.gpus_per_node} per node`],
     ["sequences", `${plan.input_lengths.length} (${plan.input_lengths.reduce((a, b) => a + b, 0)} tokens)`],
     ["solver", solverFact(plan.solver, seconds)],
