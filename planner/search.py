@@ -388,13 +388,15 @@ def search(
     settings: SearchSettings,
     clock: Clock,
     time_limit_s: float,
-    peers: Sequence[Candidate] = (),
+    peers: Callable[[], Sequence[Candidate]] = tuple,
 ) -> SearchResult | None:
     """Best plan found and a valid lower bound on the objective; None when nothing can hold the items.
 
-    `peers` are complete solutions made elsewhere (the shipped baselines' own plans of these
-    items, `planner.portfolio`): they are incumbents from the start and are polished like the
-    search's own, so the result is never worse than any of them, whatever stops the search.
+    `peers()` gives complete solutions made elsewhere (the shipped baselines' own plans of these
+    items, `planner.portfolio`), perhaps in another process meanwhile: they join the solved
+    candidates when the search proper ends, always (whatever the clock says), and are polished
+    like the search's own, so the result is never worse than any of them. Joining at that fixed
+    point keeps the plan the same whether they were computed here or in parallel.
 
     Alternates: expand scheme sets (in bound order) whose bound beats the incumbent and the best
     queued estimate, then solve the queued strategy with the best estimate, skipping any whose
@@ -436,7 +438,6 @@ def search(
     solved, done = _initial_incumbents(
         frontier, pinned, first_solution, settings, lambda: search_time_up(seeding_reserve_s)
     )
-    solved = sorted([*solved, *peers], key=lambda c: (c.objective_s, str(c.strategy)))
     if settings.pool is None:
         incumbent_s = solved[0].objective_s if solved else math.inf
         # the set bounds hold the global bound: they may take the polish's share, not the plan check's
@@ -477,6 +478,7 @@ def search(
         if candidate is not None:
             solved.append(candidate)
             solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
+    solved = sorted([*solved, *peers()], key=lambda c: (c.objective_s, str(c.strategy)))
     if not solved:
         return None
     best = _polish(solved, lengths, cost, settings, clock, POLISH_PER_SCREEN * slowest_solve_s)

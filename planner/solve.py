@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 
 import numpy as np
 
@@ -11,12 +12,13 @@ from hydraplan.planner.bounds import BoundTables
 from hydraplan.planner.bubble_floor import tabulated_floors
 from hydraplan.planner.budget import AUTO, auto_budget_s
 from hydraplan.planner.build import build_plan, identified
+from hydraplan.planner.candidate import Candidate
 from hydraplan.planner.check import check_plan
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.items import Items, prepare_items
 from hydraplan.planner.kernels import warm_up
-from hydraplan.planner.portfolio import peer_candidates
+from hydraplan.planner.portfolio import peer_candidates, peer_task
 from hydraplan.planner.schemas import BaselineResult, CostProfile, Plan, PlanRequest, SolverBackend, SolverStats
 from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.search import Clock, SearchSettings, WorkLimits, search, solve_fixed
@@ -43,8 +45,12 @@ def solve(
     baselines: Sequence[str] = (),
     cancel: Callable[[], bool] | None = None,
     previous_plan: Plan | None = None,
+    executor: Executor | None = None,
 ) -> Plan:
     """Plan one global batch; raises `PlanningError` when the request cannot be planned.
+
+    With an `executor` (e.g. a process pool, `api.cli.workers`), the shipped baselines' own plans
+    of the batch are made there while the search runs here; the plan is the same as without one.
 
     The search stops at `options.time_limit_s` (`auto`: a share of the step, `planner.budget`),
     or when `cancel()` returns True, with its best incumbent. The shipped baselines' own plans of
@@ -65,14 +71,7 @@ def solve(
     items = _prepare_items(request, cost, sorted({s for p in pool for s in p.schemes}) if pool else None)
     budget_s = _budget_s(request, items, cost)
     settings, clock = _settings(request, budget_s, pool, cancel, started, len(items))
-    # the baselines' own plans of these items, unless the search is restricted to a pool
-    peers = (
-        ()
-        if pool is not None
-        else peer_candidates(
-            items.lengths, cost, request.num_gpus, options.max_schemes, options.seed, settings.previous
-        )
-    )
+    peers = _peers(request, profile, cost, items, settings, pool is not None, executor)
     result = search(items.lengths, cost, request.num_gpus, settings, clock, budget_s, peers)
     if result is None:
         space = (
@@ -95,6 +94,28 @@ def solve(
     )
     plan = build_plan(request, profile, items, result.best, result.lower_bound_s, stats, result.timed_out)
     return _finish(plan, request, profile, baselines)
+
+
+def _peers(
+    request: PlanRequest,
+    profile: CostProfile,
+    cost: ProfileCostModel,
+    items: Items,
+    settings: SearchSettings,
+    pooled: bool,
+    executor: Executor | None,
+) -> Callable[[], Sequence[Candidate]]:
+    """The baselines' own plans of these items (none when the search is restricted to a pool),
+    made in `executor` from now on, or here when the search asks for them."""
+    options = request.options
+    if pooled:
+        return tuple
+    if executor is None:
+        return lambda: peer_candidates(
+            items.lengths, cost, request.num_gpus, options.max_schemes, options.seed, settings.previous
+        )
+    args = (items.lengths, request.num_gpus, options.max_schemes, options.seed, request.previous_strategy)
+    return executor.submit(peer_task, profile, *args).result
 
 
 def load_backend(backend: SolverBackend) -> None:

@@ -1,0 +1,64 @@
+"""Planning with a worker process (`solve(executor=...)`): the baselines' plans are made there
+while the search runs here, and the plan is the same, byte for byte, as without one."""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+from synthetic import synthetic_profile, wikipedia_like_batch
+
+from hydraplan.cost_models.analytic import build_profile
+from hydraplan.cost_models.catalog import get_gpu, get_model
+from hydraplan.planner.schemas import PlanRequest, SolverOptions
+from hydraplan.planner.solve import solve
+
+# the clock must not decide anything here: a budget far above what the work limits take
+OPTIONS = {"time_limit_s": 60.0, "oversize": "split"}
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork")) as executor:
+        yield executor
+
+
+@pytest.mark.parametrize(
+    ("model", "num_gpus", "num_tokens", "seed", "previous"),
+    [
+        ("llama3-8b", 32, 300_000, 0, None),
+        ("llama3-70b", 64, 400_000, 1, None),
+        ("llama3-8b", 32, 150_000, 2, "4x<2,1,4>"),
+    ],
+)
+def test_the_same_plan_with_a_worker(pool, model, num_gpus, num_tokens, seed, previous) -> None:
+    profile = build_profile(get_model(model), get_gpu("h100-sxm-80gb"), num_gpus, 8)
+    request = PlanRequest(
+        lengths=wikipedia_like_batch(num_tokens, seed=seed),
+        num_gpus=num_gpus,
+        options=SolverOptions(seed=seed, **OPTIONS),
+        previous_strategy=previous,
+    )
+    alone = solve(request, profile)
+    helped = solve(request, profile, executor=pool)
+    assert not alone.solver.cut_by_clock and not helped.solver.cut_by_clock
+    assert helped.model_dump_json() == alone.model_dump_json()
+
+
+def test_the_worker_makes_the_baselines_plans(pool, monkeypatch) -> None:
+    """With a worker, this process never makes the baselines' plans itself (its own maker is
+    broken here), and they still join: the plan names the baseline it grew from."""
+    import hydraplan.planner.solve as solve_module
+    from hydraplan.api.datasets import sample_batch
+
+    def broken(*args, **kwargs):
+        raise AssertionError("the baselines' plans were made in this process")
+
+    monkeypatch.setattr(solve_module, "peer_candidates", broken)
+    profile = build_profile(get_model("llama-32b"), get_gpu("a100-80gb"), 64, 8)
+    lengths = sample_batch("lognormal", 200_000, 0, 32768)
+    request = PlanRequest(lengths=lengths, num_gpus=64, options=SolverOptions(seed=0, **OPTIONS))
+    with pytest.raises(AssertionError, match="made in this process"):
+        solve(request, profile)
+    assert solve(request, profile, executor=pool).solver.winner == "flexsp"
