@@ -7,7 +7,7 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
-from synthetic import synthetic_profile, wikipedia_like_batch
+from synthetic import wikipedia_like_batch
 
 from hydraplan.cost_models.analytic import build_profile
 from hydraplan.cost_models.catalog import get_gpu, get_model
