@@ -54,7 +54,7 @@ def solve(
 
     The search stops at `options.time_limit_s` (`auto`: a share of the step, `planner.budget`),
     or when `cancel()` returns True, with its best incumbent. The shipped baselines' own plans of
-    the batch are incumbents from the start (`planner.portfolio`). `previous_plan` (or
+    the batch join the search's candidates (`planner.portfolio`). `previous_plan` (or
     `request.previous_strategy`) makes strategy switches cost their re-sharding time. Every
     returned plan has passed `check_plan`.
     """
