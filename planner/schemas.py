@@ -348,12 +348,16 @@ class SolverBackend(StrEnum):
     PULP = "pulp"
 
 
+# a planning-time budget: seconds, or 'auto' (a share of the step, planner.budget)
+TimeLimit = Annotated[float, Field(gt=0, le=600, allow_inf_nan=False)] | Literal["auto"]
+
+
 class SolverOptions(Frozen):
     """Every knob of one solve; CLI flags and API fields map onto this one type."""
 
     solver: SolverBackend = Field(SolverBackend.AUTO, description="Solver backend.")
 
-    time_limit_s: Annotated[float, Field(gt=0, le=600, allow_inf_nan=False)] | Literal["auto"] = Field(
+    time_limit_s: TimeLimit = Field(
         2.0,
         description="Hard planning-time budget in seconds, or 'auto': half of the step time's floor (the area "
         "bound of the batch over every scheme), clipped to [0.5, 60] s; the plan says what it ran under "

@@ -68,6 +68,13 @@ def _number(flag: str, text: str) -> float:
     return value
 
 
+def _time_limit(text: str) -> float | str:
+    """`--time-limit-s`: seconds, or auto (a share of each step, as for `hydraplan plan`)."""
+    from hydraplan.api.cli.args import AUTO_TIME_LIMIT
+
+    return AUTO_TIME_LIMIT if text.strip().lower() == AUTO_TIME_LIMIT else _number("--time-limit-s", text)
+
+
 def _compare(text: str | None) -> list[str] | None:
     """`--compare all`, `none`, or a comma list of baselines."""
     if text is None or text == "all":
@@ -105,7 +112,7 @@ def flag_values(args: argparse.Namespace) -> dict[str, Any]:
         "compare": _compare(args.compare),
         "seeds": args.seeds,
         "seed": args.seed,
-        "time_limit_s": None if args.time_limit_s is None else _number("--time-limit-s", args.time_limit_s),
+        "time_limit_s": None if args.time_limit_s is None else _time_limit(args.time_limit_s),
         "max_schemes": args.max_schemes,
         "max_strategies_solved": args.max_strategies_solved,
         "oversize": args.oversize,
@@ -244,7 +251,9 @@ def add_whatif_arguments(parser: argparse.ArgumentParser) -> None:
     steps = parser.add_argument_group("steps and solver")
     steps.add_argument("--seeds", type=positive_int, metavar="N", help="seeded steps per configuration (default: 3)")
     steps.add_argument("--seed", type=int, metavar="N", help="seed of the first step (default: 0)")
-    steps.add_argument("--time-limit-s", metavar="SECONDS", help="planner budget per step (default: 0.5)")
+    steps.add_argument(
+        "--time-limit-s", metavar="SECONDS|auto", help="planner budget per step, or auto (default: 0.5)"
+    )
     steps.add_argument(
         "--max-schemes", type=positive_int, metavar="K", help="most distinct schemes per strategy (default: 3)"
     )

@@ -31,7 +31,7 @@ from hydraplan.api.whatif.schemas import (
     Frozen,
     is_hydraplan,
 )
-from hydraplan.planner.schemas import GpuSpec, ModelSpec, OversizePolicy, SolverBackend, SolverOptions
+from hydraplan.planner.schemas import GpuSpec, ModelSpec, OversizePolicy, SolverBackend, SolverOptions, TimeLimit
 
 DEFAULT_MAX_CONFIGURATIONS = 100
 LENGTHS_PREFIX, BATCH_PREFIX, PROFILE_PREFIX = "lengths:", "batch:", "profile:"
@@ -85,7 +85,9 @@ class SweepSpec(Frozen):
     compare: list[str] = Field(default_factory=_all_baselines, description="Baselines for the speedup columns.")
     seeds: int = Field(3, ge=1, le=1000, description="Steps (seeds) per configuration.")
     seed: int = Field(0, ge=0, le=2**31 - 1000, description="Seed of the first step.")
-    time_limit_s: float = Field(0.5, gt=0, le=600, description="Planner budget per step.")
+    time_limit_s: TimeLimit = Field(
+        0.5, description="Planner budget per step, in seconds or 'auto' (a share of the step, as SolverOptions)."
+    )
     max_schemes: int = Field(3, ge=1, le=8)
     max_strategies_solved: int = Field(SolverOptions().max_strategies_solved, ge=1, le=100_000)
     oversize: OversizePolicy = OversizePolicy.ERROR
