@@ -7,7 +7,7 @@ import json
 
 import pytest
 from api_support import assert_problem, make_client, plan_body, session_body
-from test_cli import TINY, run
+from test_cli import TINY, assert_one_line_error, run
 
 from hydraplan.api.cli import build_parser
 from hydraplan.api.service.planning import longest_budget_s
@@ -28,6 +28,13 @@ def test_plan_with_an_auto_budget_records_the_resolved_one(capsys: pytest.Captur
     assert code == 0, err
     budget_s = assert_auto_budget(json.loads(out))
     assert f"on 8 GPUs, budget auto ({budget_s:.1f} s) ... done in " in err, err
+
+
+@pytest.mark.parametrize("value", ["fast", "-1", "0", "inf"])
+def test_a_bad_time_limit_is_one_line_naming_the_flag_and_value(capsys: pytest.CaptureFixture[str], value: str) -> None:
+    code, _, err = run(capsys, "plan", *TINY, "--time-limit-s", value)
+    message = assert_one_line_error(code, err)
+    assert message.startswith("argument --time-limit-s: ") and repr(value) in message, message
 
 
 @pytest.mark.parametrize(
