@@ -102,3 +102,16 @@ def test_the_synchronous_limit_counts_auto_as_its_ceiling() -> None:
         del session["options"]  # a session's default is auto: refused the same way
         assert_problem(client.post("/v1/sessions", json=session), 422, "auto (up to 60 s)")
         assert client.post("/v1/sessions", json=session_body()).status_code == 201  # seconds are fine
+
+
+@pytest.mark.service
+@pytest.mark.parametrize(
+    ("value", "expected"), [(0, "greater than 0"), (601, "less than or equal to 600"), ("soon", "")]
+)
+def test_a_bad_time_limit_is_one_problem_at_the_field(value, expected: str) -> None:
+    """Refused by both members of the union (seconds or 'auto'): one error, at the field itself."""
+    with make_client() as client:
+        response = client.post("/v1/plans", json=plan_body(options={"time_limit_s": value}))
+    problem = assert_problem(response, 422, "body.options.time_limit_s: ", expected)
+    assert [error["loc"] for error in problem["errors"]] == [["body", "options", "time_limit_s"]]
+    assert "more" not in problem["detail"]

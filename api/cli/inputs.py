@@ -119,12 +119,18 @@ def describe_request_error(
     return f"{flag[0]} {flag[1]}: {_without_lead(text, field, flag)}{more}"
 
 
+# the tag pydantic puts in an error's location for the union member that refused the value
+UNION_MEMBER_TAG = re.compile(r"constrained-\w+|literal\[.*\]|function-[a-z]+\[.*\]")
+
+
 def _without_union_members(errors: list[Any]) -> list[Any]:
     """One error per field: a value refused by each member of a union (`time_limit_s`: a number
     in range, or 'auto') is reported by the first member, without the member's tag in its location."""
     kept: dict[tuple, Any] = {}
     for error in errors:
-        location = tuple(part for part in error["loc"] if isinstance(part, int) or part.isidentifier())
+        location = tuple(
+            part for part in error["loc"] if not (isinstance(part, str) and UNION_MEMBER_TAG.fullmatch(part))
+        )
         kept.setdefault(location, {**error, "loc": location})
     return list(kept.values())
 
