@@ -52,16 +52,18 @@ def build_plan(
 ) -> Plan:
     """Turn a solver candidate into the boundary `Plan` (ranks, micro-batches, bound, status).
 
-    `timed_out`: the clock cut the search (status `timeout_incumbent` unless the gap is within
-    tolerance; `solver.cut_by_clock` says so either way)."""
+    Status: `timeout_incumbent` when `timed_out` (the clock or a cancel cut the search; also
+    `solver.cut_by_clock`), even with a gap within tolerance: another run may give another plan,
+    so it is never called `optimal`; else `optimal` when the gap is within `gap_tolerance`, or
+    `feasible`."""
     step_time_s = candidate.step_time_s
     objective_s = candidate.objective_s
     # the bound the search proved, uncapped: one above the objective is a bug the checker reports
     gap = (objective_s - lower_bound_s) / objective_s if objective_s > 0 else 0.0
-    if gap <= request.options.gap_tolerance:
-        status = SolveStatus.OPTIMAL
+    if timed_out:
+        status = SolveStatus.TIMEOUT_INCUMBENT
     else:
-        status = SolveStatus.TIMEOUT_INCUMBENT if timed_out else SolveStatus.FEASIBLE
+        status = SolveStatus.OPTIMAL if gap <= request.options.gap_tolerance else SolveStatus.FEASIBLE
     placements = place_pipelines(candidate.strategy.pipeline_schemes())
     pipelines = [
         _pipeline_plan(index, coef, packed, placement, items)

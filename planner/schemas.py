@@ -348,12 +348,16 @@ class SolverBackend(StrEnum):
     PULP = "pulp"
 
 
+# a planning-time budget: seconds, or 'auto' (a share of the step, planner.budget)
+TimeLimit = Annotated[float, Field(gt=0, le=600, allow_inf_nan=False)] | Literal["auto"]
+
+
 class SolverOptions(Frozen):
     """Every knob of one solve; CLI flags and API fields map onto this one type."""
 
     solver: SolverBackend = Field(SolverBackend.AUTO, description="Solver backend.")
 
-    time_limit_s: Annotated[float, Field(gt=0, le=600, allow_inf_nan=False)] | Literal["auto"] = Field(
+    time_limit_s: TimeLimit = Field(
         2.0,
         description="Hard planning-time budget in seconds, or 'auto': half of the step time's floor (the area "
         "bound of the batch over every scheme), clipped to [0.5, 60] s; the plan says what it ran under "
@@ -366,7 +370,12 @@ class SolverOptions(Frozen):
         OversizePolicy.ERROR, description="Policy for sequences longer than every capacity."
     )
     gap_tolerance: float = Field(
-        0.01, ge=0, le=1, allow_inf_nan=False, description="Relative gap at or below which a plan is 'optimal'."
+        0.01,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Relative gap at or below which a plan is 'optimal' (one the clock cut is 'timeout_incumbent' "
+        "whatever its gap).",
     )
     max_strategies_solved: int = Field(
         16,
@@ -533,7 +542,10 @@ class Plan(Frozen):
     request_hash: str | None = Field(
         None, description="Content hash of the canonical request and cost profile the plan was made for."
     )
-    status: SolveStatus
+    status: SolveStatus = Field(
+        description="'timeout_incumbent': the clock (or a cancel) cut the search (solver.cut_by_clock), whatever "
+        "the gap; else 'optimal' when the gap is within options.gap_tolerance, 'feasible' when it is not."
+    )
     strategy: StrategyText = Field(description="E.g. '1x<8,1,2> + 6x<4,2,1>'.")
     num_gpus: NumGpus
     gpus_per_node: GpusPerNode

@@ -132,6 +132,16 @@ def load_backend(backend: SolverBackend) -> None:
     warm_up()  # compiles the search's kernels, or loads them from Numba's cache, once per process
 
 
+def planning_budget_s(request: PlanRequest, profile: CostProfile) -> float:
+    """The budget `solve` runs `request` under, in seconds: its time limit, or `auto` resolved for
+    the batch (what the plan will record in `solver.time_limit_s`); a few ms, for a caller that
+    says it before planning. Raises `PlanningError` where `solve` would refuse the batch's items."""
+    cost = ProfileCostModel(profile)
+    pool = _parse_pool(request.options.strategy_pool)
+    items = _prepare_items(request, cost, sorted({s for p in pool for s in p.schemes}) if pool else None)
+    return _budget_s(request, items, cost)
+
+
 def _budget_s(request: PlanRequest, items: Items, cost: ProfileCostModel) -> float:
     """The request's time limit in seconds: as given, or `auto`'s share of the step (`planner.budget`)."""
     limit = request.options.time_limit_s

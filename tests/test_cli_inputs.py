@@ -285,3 +285,40 @@ def test_a_very_long_bad_value_is_cut_to_one_readable_line(capsys: pytest.Captur
     code, _, err = run(capsys, "plan", *TINY, "--lengths", path)
     message = assert_one_line_error(code, err)
     assert message.startswith(f"{path} line 1: ") and len(message) <= 600
+
+
+# ---------------------------------------------------------------------------------------------
+# Values a flag's type refuses: one line, no usage block (issue 26)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["plan", "--num-gpus", "0"], "--num-gpus: '0' must be >= 1"),
+        (["plan", "--time-limit-s", "0"], "--time-limit-s: '0' must be a finite number > 0 (or auto)"),
+        (["plan", "--num-tokens", "many"], "--num-tokens: 'many' is not an integer"),
+        (["plan", "--seed", "-1"], "--seed: '-1' must be >= 0"),
+        (["plan", "--dp-sync-exposed", "2"], "--dp-sync-exposed: '2' must be in [0, 1]"),
+        (["strategies", "--budget-s", "0"], "--budget-s: '0' must be > 0"),
+        (["schemes", "--gpus-per-node", "0"], "--gpus-per-node: '0' must be >= 1"),
+        (["whatif", "--seeds", "0"], "--seeds: '0' must be >= 1"),
+        (["run", "--plan-time-limit-s", "soon"], "--plan-time-limit-s: 'soon' is neither a number of seconds"),
+        (["serve", "--port", "0"], "--port: '0' must be >= 1"),
+        (["plan", "--oversize", "ignore"], "--oversize: invalid choice: 'ignore'"),
+    ],
+)
+def test_a_value_the_flag_refuses_is_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert out == "" and "usage:" not in err
+    assert assert_one_line_error(code, err).startswith(f"argument {expected}"), err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"), [(["plan", "--no-such-flag"], "unrecognized arguments: --no-such-flag"), ([], "required")]
+)
+def test_other_usage_errors_are_one_line_too(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
+    code, _, err = run(capsys, *argv)
+    assert expected in assert_one_line_error(code, err)

@@ -49,11 +49,29 @@ def test_a_search_the_clock_cut_says_so() -> None:
 
     cut = solve(request(lengths), PROFILE, cancel=cancel_soon)
     assert cut.solver.cut_by_clock
-    tolerance = request(lengths).options.gap_tolerance
-    assert cut.status == SolveStatus.TIMEOUT_INCUMBENT or cut.gap <= tolerance
+    assert cut.status == SolveStatus.TIMEOUT_INCUMBENT  # never 'optimal', whatever its gap
     full = solve(request(lengths), PROFILE)
     assert not full.solver.cut_by_clock and full.status != SolveStatus.TIMEOUT_INCUMBENT
     assert cut.plan_id != full.plan_id  # the flag alone makes them different plans
+
+
+def test_a_plan_the_clock_cut_is_never_optimal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Within the gap tolerance (here any gap is), a search the clock cut is still
+    `timeout_incumbent`: 'optimal' is never said beside 'cut by the clock'."""
+    import dataclasses
+
+    import hydraplan.planner.solve as solve_module
+
+    lengths = wikipedia_like_batch(20_000, seed=5)
+    uncut = solve(request(lengths, gap_tolerance=1.0), PROFILE)
+    assert uncut.status == SolveStatus.OPTIMAL and not uncut.solver.cut_by_clock
+    real_search = solve_module.search
+    monkeypatch.setattr(
+        solve_module, "search", lambda *args: dataclasses.replace(real_search(*args), timed_out=True)
+    )
+    cut = solve(request(lengths, gap_tolerance=1.0), PROFILE)
+    assert cut.solver.cut_by_clock and cut.gap == uncut.gap
+    assert cut.status == SolveStatus.TIMEOUT_INCUMBENT
 
 
 def test_a_milp_the_wall_clock_ended_is_reported() -> None:

@@ -57,6 +57,10 @@ def closed_port() -> int:
         (["--num-gpus", "8,8"], "--num-gpus: [8, 8] repeats a value"),
         (["--num-gpus", "12"], "--num-gpus 12: not a whole number of nodes of --gpus-per-node 8"),
         (["--num-gpus", "eight"], "--num-gpus 'eight': not an integer"),
+        (["--num-gpus", "8,,16"], "--num-gpus '8,,16': an empty value between commas"),
+        (["--tokens-per-step", "32k,"], "--tokens-per-step '32k,': an empty value between commas"),
+        (["--model", "tiny,,llama3-8b"], "--model 'tiny,,llama3-8b': an empty value between commas"),
+        (["--price-per-gpu-hour", "a=1,,b=2"], "--price-per-gpu-hour 'a=1,,b=2': an empty value between commas"),
         (["--context-cap", "0"], "--context-cap: 0 must be >= 1 (or none)"),
         (["--time-limit-s", "-1"], "--time-limit-s '-1': must be > 0"),
         (["--num-gpus", "8,16", "--max-configurations", "1"], "the sweep has 2 configurations"),
@@ -96,6 +100,41 @@ def test_a_bad_spec_file_names_the_file_and_key(capsys: pytest.CaptureFixture[st
     assert refused(capsys, tmp_path, "--spec", str(spec)) == f"{spec}: models: empty axis; give at least one value"
     spec.write_text("models: [tiny\n")
     assert refused(capsys, tmp_path, "--spec", str(spec)).startswith(f"{spec}: not a valid spec file: ")
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("study.yaml", "num_gpus: [64, 8k]\ncontext_caps: [32k, none]\ntokens_per_step: 1M,2_000_000\n"),
+        ("study.toml", 'num_gpus = "64,8k"\ncontext_caps = ["32K", "null"]\ntokens_per_step = ["1m", 2000000]\n'),
+        ("study.json", '{"num_gpus": [64, "8k"], "context_caps": "32k,none", "tokens_per_step": ["1M", "2_000_000"]}'),
+    ],
+)
+def test_spec_files_take_the_values_the_flags_take(tmp_path: Path, name: str, text: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    from_file, _ = build_spec(read_spec_file(str(path)), {}, str(path))
+    flags = {"num_gpus": "64,8k", "context_caps": "32k,none", "tokens_per_step": "1M,2_000_000"}
+    from_flags, _ = build_spec({}, flags, None)
+    assert from_file.num_gpus == from_flags.num_gpus == [64, 8192]
+    assert from_file.context_caps == from_flags.context_caps == [32768, None]
+    assert from_file.tokens_per_step == from_flags.tokens_per_step == [1_000_000, 2_000_000]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('num_gpus: "64,,128"\n', "num_gpus '64,,128': an empty value between commas"),
+        ("models: tiny,,llama3-8b\n", "models 'tiny,,llama3-8b': an empty value between commas"),
+        ("context_caps: [32k, 4q]\n", "context_caps '4q': not an integer (or none)"),
+    ],
+)
+def test_a_spec_file_refuses_what_the_flags_refuse(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, expected: str
+) -> None:
+    spec = tmp_path / "study.yaml"
+    spec.write_text(text)
+    assert refused(capsys, tmp_path, "--spec", str(spec)) == f"{spec}: {expected}"
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 PROG = "hydraplan"
 EXIT_OK, EXIT_INVALID_PLAN, EXIT_USAGE = 0, 1, 2
@@ -98,11 +98,16 @@ def _silence_stdout() -> None:
 
 
 def _fail(message: str) -> int:
+    print(error_line(message), file=sys.stderr)
+    return EXIT_USAGE
+
+
+def error_line(message: str) -> str:
+    """`hydraplan: error: MESSAGE` on one line, cut at `MAX_ERROR_CHARS`."""
     one_line = " ".join(message.split())
     if len(one_line) > MAX_ERROR_CHARS:
         one_line = one_line[: MAX_ERROR_CHARS - 4] + " ..."
-    print(f"{PROG}: error: {one_line}", file=sys.stderr)
-    return EXIT_USAGE
+    return f"{PROG}: error: {one_line}"
 
 
 def describe_value_error(exc: ValueError) -> str:
@@ -187,6 +192,15 @@ def add_command_arguments(name: str, parser: argparse.ArgumentParser) -> None:
     parser._hydraplan_populated = True  # type: ignore[attr-defined]
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser whose usage errors (a value its `type=` refuses, an unknown flag, a missing
+    argument) are one line, `hydraplan: error: argument --num-gpus: '0' must be >= 1`, and exit 2
+    like every other refusal; `--help` shows the usage. Subcommand parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, error_line(message) + "\n")
+
+
 class _Version(argparse.Action):
     """`--version`, read from the installed metadata only when asked."""
 
@@ -200,7 +214,7 @@ class _Version(argparse.Action):
 
 def build_parser() -> argparse.ArgumentParser:
     """The `hydraplan` parser; the subcommands get their flags when chosen (`_LazyCommands`)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Plan Transformer training steps on variable-length data with heterogeneous <TP,PP,CP> pipelines.",
     )

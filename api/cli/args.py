@@ -45,6 +45,22 @@ def integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
+AUTO_TIME_LIMIT = "auto"  # `SolverOptions.time_limit_s`: a share of the step (`planner.budget`)
+
+
+def time_limit(text: str) -> float | str:
+    """A planning-time budget: seconds > 0, or `auto` (the planner resolves it for the batch)."""
+    if text.strip().lower() == AUTO_TIME_LIMIT:
+        return AUTO_TIME_LIMIT
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a number of seconds nor auto") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0 (or auto)")
+    return value
+
+
 def positive_float(text: str) -> float:
     """A finite number > 0."""
     try:
@@ -199,10 +215,11 @@ def add_solver_options(parser: argparse.ArgumentParser) -> argparse._ArgumentGro
     )
     solver.add_argument(
         "--time-limit-s",
-        type=positive_float,
-        metavar="SECONDS",
+        type=time_limit,
+        metavar="SECONDS|auto",
         default=2.0,
-        help="planning-time budget in seconds (default: %(default)s)",
+        help="planning-time budget in seconds, or auto: half of the batch's step-time floor, clipped to "
+        "[0.5, 60] s (default: %(default)s)",
     )
     solver.add_argument(
         "--max-strategies-solved",

@@ -100,7 +100,7 @@ def describe_request_error(
     or, for a whole-model check, the first request field its message names. Field names in the
     message become flags: `--num-gpus 12: not a multiple of --gpus-per-node 8`.
     """
-    errors = exc.errors()
+    errors = _without_union_members(exc.errors())
     detail = errors[0]
     location = tuple(part for part in (*location_prefix, *detail["loc"]) if part != "options")
     raw_message = str(detail["msg"]).removeprefix("Value error, ")
@@ -117,6 +117,22 @@ def describe_request_error(
     if flag is None:
         return f"{format_location_or_request(location)}{text}{more}"
     return f"{flag[0]} {flag[1]}: {_without_lead(text, field, flag)}{more}"
+
+
+# the tag pydantic puts in an error's location for the union member that refused the value
+UNION_MEMBER_TAG = re.compile(r"constrained-\w+|literal\[.*\]|function-[a-z]+\[.*\]")
+
+
+def _without_union_members(errors: list[Any]) -> list[Any]:
+    """One error per field: a value refused by each member of a union (`time_limit_s`: a number
+    in range, or 'auto') is reported by the first member, without the member's tag in its location."""
+    kept: dict[tuple, Any] = {}
+    for error in errors:
+        location = tuple(
+            part for part in error["loc"] if not (isinstance(part, str) and UNION_MEMBER_TAG.fullmatch(part))
+        )
+        kept.setdefault(location, {**error, "loc": location})
+    return list(kept.values())
 
 
 @contextmanager

@@ -62,13 +62,14 @@ def run_plan(args: argparse.Namespace) -> int:
     pool = read_pool(args.strategy_pool) if args.strategy_pool else None
     request = plan_request(args, lengths, solver_options(args, strategy_pool=pool), previous)
     profile = cluster_profile(args)
-    progress = Progress.for_command(args.progress, args.time_limit_s + (PROGRESS_MIN_S if names else 0.0))
+    budget_s = _budget_s(request, profile)
+    progress = Progress.for_command(args.progress, (budget_s or 0.0) + (PROGRESS_MIN_S if names else 0.0))
     outcomes: list[BaselineOutcome] = []
     with naming_flags(args):
         plan = (
             _baseline_plan(args.baseline, request, profile, progress)
             if args.baseline
-            else _hydraplan_plan(request, profile, progress)
+            else _hydraplan_plan(request, profile, progress, budget_s)
         )
     if not args.baseline:
         outcomes = compare_baselines(names, request, profile, plan, progress)
@@ -91,13 +92,36 @@ def run_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _hydraplan_plan(request: PlanRequest, profile: CostProfile, progress: Progress) -> Plan:
+def _budget_s(request: PlanRequest, profile: CostProfile) -> float | None:
+    """The seconds the planner will spend: the time limit, or `auto` resolved for the batch (None
+    when the batch cannot be planned: `solve` then says why)."""
+    from hydraplan.planner.errors import PlanningError
+    from hydraplan.planner.solve import planning_budget_s
+
+    limit = request.options.time_limit_s
+    if not isinstance(limit, str):
+        return float(limit)
+    try:
+        return planning_budget_s(request, profile)
+    except PlanningError:
+        return None
+
+
+def _budget_text(time_limit_s: float | str, budget_s: float | None) -> str:
+    """`budget 2.0 s`; `budget auto (0.9 s)`, auto resolved for the batch, or `budget auto` when
+    it could not be (the plan's `solver.time_limit_s` says it either way)."""
+    if not isinstance(time_limit_s, str):
+        return f"budget {time_limit_s:.1f} s"
+    return f"budget {time_limit_s}" + ("" if budget_s is None else f" ({budget_s:.1f} s)")
+
+
+def _hydraplan_plan(request: PlanRequest, profile: CostProfile, progress: Progress, budget_s: float | None) -> Plan:
     from hydraplan.planner.solve import solve
 
     tokens = sum(request.lengths)
     with progress.step(
         f"planning {len(request.lengths):,} sequences ({tokens:,} tokens) on {request.num_gpus} GPUs, "
-        f"budget {request.options.time_limit_s:.1f} s"
+        + _budget_text(request.options.time_limit_s, budget_s)
     ):
         return solve(request, profile)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hydraplan.api.cli.args import non_negative_int, positive_float, positive_int
+from hydraplan.api.cli.args import non_negative_int, positive_int, time_limit
 from hydraplan.api.cli.run_planning import (
     DocumentLengths,
     LocalPlanner,
@@ -65,7 +65,11 @@ def add_online_arguments(parser: argparse.ArgumentParser) -> None:
         help="longest synthetic sequence; lengths are log-uniform in [1, TOKENS] (default: 512)",
     )
     group.add_argument(
-        "--plan-time-limit-s", type=positive_float, default=0.5, help="planning budget per step (default: 0.5)"
+        "--plan-time-limit-s",
+        type=time_limit,
+        default=0.5,
+        metavar="SECONDS|auto",
+        help="planning budget per step, or auto: half of the step-time floor, in [0.5, 60] s (default: 0.5)",
     )
     group.add_argument(
         "--oversize",

@@ -23,39 +23,13 @@ from hydraplan.api.files import InputError
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
 MATPLOTLIB_MISSING = "the figures need matplotlib: pip install 'hydraplan[whatif]'"
 EXECUTORS = ("local", "ray", "inline")
-NONE_WORDS = ("none", "null")
 
 
 # ---------------------------------------------------------------------------------------------
-# Flags -> spec values (parsed here, so a bad value is one line naming the flag)
+# Flags -> spec values: the axes' comma lists as typed (`SweepSpec` parses them as it parses a
+# spec file's, so `32k`, `1M` and `64,,128` mean the same in both); the rest parsed here, so a bad
+# value is one line naming the flag
 # ---------------------------------------------------------------------------------------------
-
-
-def _names(flag: str, text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def _integers(flag: str, text: str | None, allow_none: bool = False) -> list[int | None] | None:
-    names = _names(flag, text)
-    if names is None:
-        return None
-    values: list[int | None] = []
-    for name in names:
-        if allow_none and name.lower() in NONE_WORDS:
-            values.append(None)
-            continue
-        multiplier = 1
-        lowered = name.lower().replace("_", "")
-        for suffix, factor in (("k", 1024), ("m", 1_000_000)):
-            if lowered.endswith(suffix):
-                lowered, multiplier = lowered[:-1], factor
-        try:
-            values.append(int(lowered) * multiplier)
-        except ValueError:
-            raise InputError(f"{flag} {name!r}: not an integer" + (" (or none)" if allow_none else "")) from None
-    return values
 
 
 def _number(flag: str, text: str) -> float:
@@ -68,11 +42,18 @@ def _number(flag: str, text: str) -> float:
     return value
 
 
-def _compare(text: str | None) -> list[str] | None:
+def _time_limit(text: str) -> float | str:
+    """`--time-limit-s`: seconds, or auto (a share of each step, as for `hydraplan plan`)."""
+    from hydraplan.api.cli.args import AUTO_TIME_LIMIT
+
+    return AUTO_TIME_LIMIT if text.strip().lower() == AUTO_TIME_LIMIT else _number("--time-limit-s", text)
+
+
+def _compare(text: str | None) -> str | list[str] | None:
     """`--compare all`, `none`, or a comma list of baselines."""
     if text is None or text == "all":
         return None  # the spec's default: every baseline
-    return [] if text == "none" else _names("--compare", text)
+    return [] if text == "none" else text
 
 
 def parse_prices(text: str | None) -> dict[str, float] | None:
@@ -81,8 +62,14 @@ def parse_prices(text: str | None) -> dict[str, float] | None:
         return None
     if "=" not in text:
         return {"*": _number("--price-per-gpu-hour", text.strip())}
+    from hydraplan.api.whatif.spec import comma_list
+
     prices = {}
-    for part in _names("--price-per-gpu-hour", text) or []:
+    try:
+        parts = comma_list(text)
+    except ValueError as exc:
+        raise InputError(f"--price-per-gpu-hour {exc}") from None
+    for part in parts:
         name, separator, value = part.partition("=")
         if not separator or not name.strip():
             raise InputError(f"--price-per-gpu-hour {part!r}: expected GPU=PRICE, e.g. h100-sxm-80gb=2.5")
@@ -93,19 +80,19 @@ def parse_prices(text: str | None) -> dict[str, float] | None:
 def flag_values(args: argparse.Namespace) -> dict[str, Any]:
     """The spec keys set on the command line (None: not given)."""
     return {
-        "models": _names("--model", args.model),
-        "gpus": _names("--gpu", args.gpu),
-        "num_gpus": _integers("--num-gpus", args.num_gpus),
-        "gpus_per_node": _integers("--gpus-per-node", args.gpus_per_node),
-        "context_caps": _integers("--context-cap", args.context_cap, allow_none=True),
-        "datasets": _names("--dataset", args.dataset),
-        "tokens_per_step": _integers("--tokens-per-step", args.tokens_per_step),
-        "cost_sources": _names("--cost-source", args.cost_source),
-        "planners": _names("--planner", args.planner),
+        "models": args.model,
+        "gpus": args.gpu,
+        "num_gpus": args.num_gpus,
+        "gpus_per_node": args.gpus_per_node,
+        "context_caps": args.context_cap,
+        "datasets": args.dataset,
+        "tokens_per_step": args.tokens_per_step,
+        "cost_sources": args.cost_source,
+        "planners": args.planner,
         "compare": _compare(args.compare),
         "seeds": args.seeds,
         "seed": args.seed,
-        "time_limit_s": None if args.time_limit_s is None else _number("--time-limit-s", args.time_limit_s),
+        "time_limit_s": None if args.time_limit_s is None else _time_limit(args.time_limit_s),
         "max_schemes": args.max_schemes,
         "max_strategies_solved": args.max_strategies_solved,
         "oversize": args.oversize,
@@ -244,7 +231,9 @@ def add_whatif_arguments(parser: argparse.ArgumentParser) -> None:
     steps = parser.add_argument_group("steps and solver")
     steps.add_argument("--seeds", type=positive_int, metavar="N", help="seeded steps per configuration (default: 3)")
     steps.add_argument("--seed", type=int, metavar="N", help="seed of the first step (default: 0)")
-    steps.add_argument("--time-limit-s", metavar="SECONDS", help="planner budget per step (default: 0.5)")
+    steps.add_argument(
+        "--time-limit-s", metavar="SECONDS|auto", help="planner budget per step, or auto (default: 0.5)"
+    )
     steps.add_argument(
         "--max-schemes", type=positive_int, metavar="K", help="most distinct schemes per strategy (default: 3)"
     )

@@ -23,6 +23,7 @@ from hydraplan.api.service.store import Store
 from hydraplan.cost_models.analytic import AnalyticOptions, build_profile
 from hydraplan.cost_models.catalog import load_gpus, load_models
 from hydraplan.cost_models.profile_io import ProfileError, load_profile
+from hydraplan.planner.budget import AUTO, AUTO_MAX_S
 from hydraplan.planner.cache import WeightedLru
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, Plan, PlanRequest, SolverOptions, TrainingRecipe
@@ -33,6 +34,13 @@ Cancel = Callable[[], bool]
 # Wall time of every planner call of the current request, for its Server-Timing header. The route
 # binds a fresh list; solver threads run in a copy of the request's context and append to it.
 _solve_timings: ContextVar[list[float] | None] = ContextVar("hydraplan_solve_timings", default=None)
+
+
+def longest_budget_s(options: SolverOptions) -> float:
+    """The most seconds a solve of `options` may take: its time limit; `auto`'s ceiling, whatever
+    the batch (`planner.budget`), since the limits are checked before the cost source resolves."""
+    limit = options.time_limit_s
+    return AUTO_MAX_S if limit == AUTO else float(limit)
 
 
 def start_solve_timing() -> list[float]:
@@ -158,9 +166,11 @@ class Planning:
                 f"num_gpus {num_gpus} exceeds this server's limit of {settings.max_num_gpus}",
                 ("body", "num_gpus"),
             )
-        if synchronous and options.time_limit_s > settings.max_sync_time_limit_s:
+        if synchronous and longest_budget_s(options) > settings.max_sync_time_limit_s:
+            given = options.time_limit_s
+            value = f"{given} (up to {AUTO_MAX_S:g} s)" if given == AUTO else f"{given:g}"
             raise unprocessable(
-                f"options.time_limit_s {options.time_limit_s:g} exceeds this server's limit of "
+                f"options.time_limit_s {value} exceeds this server's limit of "
                 f"{settings.max_sync_time_limit_s:g} s for synchronous plans; use POST /v1/jobs",
                 ("body", "options", "time_limit_s"),
             )

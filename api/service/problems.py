@@ -8,6 +8,7 @@ validation errors list every failing field in `errors`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
@@ -160,16 +161,27 @@ def problem_from_exception(exc: Exception, instance: str) -> Problem:
     return make_problem(500, "internal error; see the server log", instance)
 
 
+# the tag pydantic puts in an error's location for the union member that refused the value
+UNION_MEMBER_TAG = re.compile(r"constrained-\w+|literal\[.*\]|function-[a-z]+\[.*\]")
+
+
 def field_errors(raw_errors: Sequence[Any]) -> list[FieldError]:
-    """pydantic error dicts without their (possibly huge) inputs."""
-    return [
-        FieldError(
-            loc=[part if isinstance(part, int) else str(part) for part in error.get("loc", ())],
-            msg=str(error.get("msg", "")).removeprefix("Value error, "),
-            type=str(error.get("type", "value_error")),
+    """pydantic error dicts without their (possibly huge) inputs, one per field: a value every
+    member of a union refused (`time_limit_s` 0: not a number > 0, not 'auto') is reported by the
+    first member, without the member's tag (`constrained-float`) in its location."""
+    errors: dict[tuple[int | str, ...], FieldError] = {}
+    for error in raw_errors:
+        loc = tuple(part if isinstance(part, int) else str(part) for part in error.get("loc", ()))
+        field_loc = tuple(part for part in loc if not (isinstance(part, str) and UNION_MEMBER_TAG.fullmatch(part)))
+        errors.setdefault(
+            field_loc,
+            FieldError(
+                loc=list(field_loc),
+                msg=str(error.get("msg", "")).removeprefix("Value error, "),
+                type=str(error.get("type", "value_error")),
+            ),
         )
-        for error in raw_errors
-    ]
+    return list(errors.values())
 
 
 def describe_errors(errors: Sequence[FieldError]) -> str:

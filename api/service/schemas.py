@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from hydraplan.api.service.problems import Problem
 from hydraplan.api.whatif.schemas import WhatifRow
 from hydraplan.planner import limits
+from hydraplan.planner.budget import AUTO
 from hydraplan.planner.schemas import (
     CostProfile,
     GpuSpec,
@@ -25,6 +26,7 @@ from hydraplan.planner.schemas import (
     SchemeModel,
     SolverOptions,
     StrategyText,
+    TimeLimit,
     TokenCount,
     TrainingRecipe,
     previous_strategy_fits,
@@ -317,6 +319,18 @@ class ProfileCreated(ApiModel):
     gpu: str | None
 
 
+class SessionOptions(SolverOptions):
+    """The solver options of a session's plans: those of `SolverOptions`, but the time limit is
+    'auto' unless given, since a session plans step k+1 while step k trains."""
+
+    time_limit_s: TimeLimit = Field(
+        AUTO,
+        description="Planning-time budget of each plan in seconds, or 'auto' (the default here): half of the "
+        "step time's floor (the area bound of the batch over every scheme), clipped to [0.5, 60] s; each plan "
+        "says what it ran under (solver.time_limit_s).",
+    )
+
+
 class SessionBody(SourceMixin, ApiModel):
     """POST /v1/sessions: what stays fixed for a training job (cluster, costs, options)."""
 
@@ -331,7 +345,7 @@ class SessionBody(SourceMixin, ApiModel):
     recipe: RecipeRef = None
     profile: InlineProfile = None
     profile_id: ProfileId = None
-    options: SolverOptions = Field(default_factory=SolverOptions)
+    options: SessionOptions = Field(default_factory=SessionOptions)
     baselines: Baselines = []
 
     @model_validator(mode="after")

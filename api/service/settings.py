@@ -37,7 +37,7 @@ class Settings(BaseModel):
     max_body_bytes: int = Field(16 * MIB, ge=1024, description="Largest request body (413).")
     max_num_gpus: int = Field(16_384, ge=1, description="Largest cluster a request may name (422).")
     max_sync_time_limit_s: float = Field(
-        60.0, gt=0, description="Largest options.time_limit_s of a synchronous plan (422)."
+        60.0, gt=0, description="Largest options.time_limit_s of a synchronous plan (422); 'auto' counts as 60 s."
     )
     max_concurrent_solves: int = Field(
         default_factory=lambda: max(1, os.cpu_count() or 1),

@@ -1,8 +1,10 @@
 """A sweep's axes, from flags or a YAML/TOML/JSON spec file, checked and expanded into configurations.
 
 Every axis is a list; the sweep is their cartesian product. A spec file holds the same keys as
-`SweepSpec` (a scalar is a one-value axis); flags given on the command line replace the file's
-values. Everything a user can get wrong is refused here, before any work, with one line naming
+`SweepSpec` and takes the values the flags take, through the same parser (`axis_values`): a string
+is a comma list as on the command line (`16,32,64`; `64,,128` is refused), a count may be written
+`32k` or `1M`, and any other scalar is a one-value axis. Flags given on the command line replace
+the file's values. Everything a user can get wrong is refused here, before any work, with one line naming
 the flag or the spec key and the value: an unknown name, an empty axis, a cluster that is not a
 whole number of nodes, a sweep over the stated limit, a GPU type without a price.
 """
@@ -12,12 +14,13 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from hydraplan.api.files import InputError, read_profile, read_text
 from hydraplan.api.whatif.measures import ANY_GPU, price_of
@@ -31,10 +34,12 @@ from hydraplan.api.whatif.schemas import (
     Frozen,
     is_hydraplan,
 )
-from hydraplan.planner.schemas import GpuSpec, ModelSpec, OversizePolicy, SolverBackend, SolverOptions
+from hydraplan.planner.schemas import GpuSpec, ModelSpec, OversizePolicy, SolverBackend, SolverOptions, TimeLimit
 
 DEFAULT_MAX_CONFIGURATIONS = 100
 LENGTHS_PREFIX, BATCH_PREFIX, PROFILE_PREFIX = "lengths:", "batch:", "profile:"
+NONE_WORDS = ("none", "null")
+COUNT_SUFFIXES = {"k": 1024, "m": 1_000_000}  # 32k = 32768 tokens, 1M = 1,000,000
 
 # spec key -> the flag that sets it (messages name the flag, or the key inside a spec file)
 FLAGS = {
@@ -62,6 +67,49 @@ FLAGS = {
 }
 AXES = ("models", "gpus", "num_gpus", "gpus_per_node", "context_caps", "datasets", "tokens_per_step")
 AXES += ("cost_sources", "planners")
+COUNT_AXES = ("num_gpus", "gpus_per_node", "context_caps", "tokens_per_step")
+
+
+# ---------------------------------------------------------------------------------------------
+# Values as a flag or a spec file writes them: one parser for both
+# ---------------------------------------------------------------------------------------------
+
+
+def comma_list(text: str) -> list[str]:
+    """The values of a comma list (`16,32,64`), stripped; none for a blank one. A value left empty
+    (`64,,128`, `64,`) is refused: `'64,,128': an empty value between commas`."""
+    parts = [part.strip() for part in text.split(",")]
+    if not any(parts):
+        return []
+    if not all(parts):
+        raise ValueError(f"{text!r}: an empty value between commas")
+    return parts
+
+
+def parse_count(text: str, allow_none: bool = False) -> int | None:
+    """A count as typed: `32768`, `32_768`, `32k` (x 1024), `1M` (x 1,000,000); `none` or `null`
+    where `allow_none` (a context cap: never split)."""
+    lowered = text.strip().lower().replace("_", "")
+    if allow_none and lowered in NONE_WORDS:
+        return None
+    multiplier = COUNT_SUFFIXES.get(lowered[-1:], 1)
+    digits = lowered[:-1] if multiplier != 1 else lowered
+    if not re.fullmatch(r"[+-]?[0-9]+", digits):
+        raise ValueError(f"{text!r}: not an integer" + (" (or none)" if allow_none else ""))
+    return int(digits) * multiplier
+
+
+def axis_values(key: str, value: Any) -> list[Any]:
+    """An axis as a flag or a spec file gives it: a comma list string, a list, or one value; the
+    strings of a count axis parsed by `parse_count` (`32k`, `1M`, `none`)."""
+    if isinstance(value, str):
+        values = comma_list(value)
+    else:
+        values = list(value) if isinstance(value, list | tuple) else [value]
+    if key in COUNT_AXES:
+        allow_none = key == "context_caps"
+        return [parse_count(item, allow_none) if isinstance(item, str) else item for item in values]
+    return values
 
 
 def _all_baselines() -> list[str]:
@@ -85,7 +133,9 @@ class SweepSpec(Frozen):
     compare: list[str] = Field(default_factory=_all_baselines, description="Baselines for the speedup columns.")
     seeds: int = Field(3, ge=1, le=1000, description="Steps (seeds) per configuration.")
     seed: int = Field(0, ge=0, le=2**31 - 1000, description="Seed of the first step.")
-    time_limit_s: float = Field(0.5, gt=0, le=600, description="Planner budget per step.")
+    time_limit_s: TimeLimit = Field(
+        0.5, description="Planner budget per step, in seconds or 'auto' (a share of the step, as SolverOptions)."
+    )
     max_schemes: int = Field(3, ge=1, le=8)
     max_strategies_solved: int = Field(SolverOptions().max_strategies_solved, ge=1, le=100_000)
     oversize: OversizePolicy = OversizePolicy.ERROR
@@ -99,8 +149,8 @@ class SweepSpec(Frozen):
 
     @field_validator(*AXES, "compare", mode="before")
     @classmethod
-    def _scalar_is_one_value(cls, value: Any) -> Any:
-        return value if isinstance(value, list | tuple) else [value]
+    def _as_the_flags_write_it(cls, value: Any, info: ValidationInfo) -> Any:
+        return axis_values(info.field_name, value)
 
     @field_validator("price_per_gpu_hour", mode="before")
     @classmethod
@@ -165,7 +215,8 @@ def build_spec(
         key = location[0] if location else ""
         label = where(key) if key in FLAGS else (f"{file_label}: {key}" if file_label else key)
         index = "".join(f"[{part}]" for part in location[1:])
-        raise InputError(f"{label}{index}: {message}") from None
+        separator = " " if message.startswith("'") else ": "  # `--num-gpus '64,,128': ...`
+        raise InputError(f"{label}{index}{separator}{message}") from None
     for axis in (*AXES, "compare"):
         values = getattr(spec, axis)
         if not values and axis != "compare":

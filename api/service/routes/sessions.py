@@ -24,7 +24,8 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"], dependencies=TOKEN_
     summary="Start a planning session",
     description=(
         "Validates and stores the cluster, cost source and options of a training job. The session "
-        "expires after `idle_timeout_s` without a request."
+        "expires after `idle_timeout_s` without a request. Its plans' time limit is `auto` unless "
+        "`options.time_limit_s` is given: a share of each batch's step, planned while the step before trains."
     ),
 )
 async def create_session(body: SessionBody, services: ServicesDep, response: Response) -> SessionView:
