@@ -12,7 +12,19 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from hydraplan.planner import limits
 from hydraplan.planner.measurements import ProfileProvenance
@@ -348,8 +360,26 @@ class SolverBackend(StrEnum):
     PULP = "pulp"
 
 
+def _one_time_limit_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A bad budget is one error at its field (not one per branch of the union, located at the
+    branch): the number's error, or that it is neither a number nor 'auto'."""
+    try:
+        return handler(value)
+    except ValidationError as error:
+        if isinstance(value, str):
+            try:
+                float(value)
+            except ValueError:
+                raise PydanticCustomError("time_limit", "Input should be a number of seconds or 'auto'") from None
+        first = error.errors()[0]
+        raise PydanticCustomError(first["type"], first["msg"]) from None
+
+
 # a planning-time budget: seconds, or 'auto' (a share of the step, planner.budget)
-TimeLimit = Annotated[float, Field(gt=0, le=600, allow_inf_nan=False)] | Literal["auto"]
+TimeLimit = Annotated[
+    Annotated[float, Field(gt=0, le=600, allow_inf_nan=False)] | Literal["auto"],
+    WrapValidator(_one_time_limit_error),
+]
 
 
 class SolverOptions(Frozen):
