@@ -22,6 +22,7 @@ from hydraplan.api.files import InputError
 
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
 MATPLOTLIB_MISSING = "the figures need matplotlib: pip install 'hydraplan[whatif]'"
+JINJA2_MISSING = "the HTML report needs jinja2: pip install 'hydraplan[whatif]'"
 EXECUTORS = ("local", "ray", "inline")
 NONE_WORDS = ("none", "null")
 
@@ -134,6 +135,8 @@ def run_whatif(args: argparse.Namespace) -> int:
 
     if not args.no_plots and importlib.util.find_spec("matplotlib") is None:
         raise InputError(f"{MATPLOTLIB_MISSING} (or add --no-plots)")
+    if importlib.util.find_spec("jinja2") is None:  # refused before the sweep, not after it
+        raise InputError(JINJA2_MISSING)
     file_values = read_spec_file(args.spec) if args.spec else {}
     spec, where = build_spec(file_values, flag_values(args), args.spec)
     configurations = expand(spec, where, args.max_configurations, args.yes)
