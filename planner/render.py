@@ -1,11 +1,14 @@
-"""Readable text renderings of a `Plan` and of a `CostProfile` (pure: strings in, strings out)."""
+"""Readable text renderings of a `Plan` and of a strategy pool (pure: strings in, strings out).
+
+The scheme table of a `CostProfile` (`hydraplan schemes`) is drawn with `rich` in
+`api.render.schemes`: the planner imports no table library.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Literal
 
-from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.schemas import CostProfile, PipelinePlan, Plan, StrategyPoolFile
 from hydraplan.planner.scheme import ParallelScheme
 
@@ -29,31 +32,6 @@ def render_plan(plan: Plan, pipelines: Literal["auto", "grouped", "all"] = "auto
     if plan.baselines:
         sections.append(_baseline_table(plan))
     return "\n\n".join(sections) + "\n"
-
-
-def render_schemes(profile: CostProfile) -> str:
-    """A table of the profile's schemes: coefficients in seconds, capacity and GPUs per pipeline."""
-    costs = ProfileCostModel(profile)
-    schemes = sorted(costs.schemes(), key=lambda scheme: (scheme.num_gpus, scheme))
-    rows = []
-    for scheme in schemes:
-        coefficients = costs.coefficients(scheme)
-        rows.append(
-            [
-                str(scheme),
-                str(scheme.num_gpus),
-                f"{coefficients.a:.3e}",
-                f"{coefficients.b:.3e}",
-                f"{coefficients.c:.3e}",
-                f"{coefficients.fwd_fraction:.2f}",
-                f"{coefficients.capacity_tokens:,}",
-            ]
-        )
-    headers = ["scheme", "GPUs", "a (s/tok^2)", "b (s/tok)", "c (s)", "fwd", "capacity tokens"]
-    header = (
-        f"cost profile: {profile.source}, {_model_on_gpu(profile)}, {profile.num_layers} layers, {len(schemes)} schemes"
-    )
-    return header + "\n\n" + _table(headers, rows, right_from=1) + "\n"
 
 
 def render_pool(pool: StrategyPoolFile, num_candidates: int) -> str:
@@ -96,7 +74,8 @@ def format_ranks(ranks: Sequence[int]) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _model_on_gpu(profile: CostProfile) -> str:
+def model_on_gpu(profile: CostProfile) -> str:
+    """`llama3-8b on h100-sxm-80gb` (or `unnamed model` / `unnamed GPU`)."""
     model = profile.model or "unnamed model"
     gpu = profile.gpu or "unnamed GPU"
     return f"{model} on {gpu}"
@@ -119,7 +98,7 @@ def _plan_header(plan: Plan) -> str:
     solver = plan.solver
     facts = [
         ("plan", f"{plan.plan_id} ({plan.schema_version})"),
-        ("model", f"{_model_on_gpu(plan.cost_profile)} ({plan.cost_profile.source} profile)"),
+        ("model", f"{model_on_gpu(plan.cost_profile)} ({plan.cost_profile.source} profile)"),
         ("cluster", f"{plan.num_gpus} GPUs, {plan.gpus_per_node} per node"),
         ("strategy", plan.strategy),
         ("status", str(plan.status)),

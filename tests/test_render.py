@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hydraplan.planner.render import format_ranks, render_plan, render_pool, render_schemes
+from hydraplan.api.render.schemes import render_schemes
+from hydraplan.planner.render import format_ranks, render_plan, render_pool
 from hydraplan.planner.schemas import (
     BaselineResult,
     CostProfile,
