@@ -18,8 +18,9 @@ def test_step_head_names_the_plan_and_its_prediction() -> None:
 def test_summary_compares_the_mean_step_times() -> None:
     assert summary_line([0.5, 1.5], [2.0, 4.0]) == (
         "hydraplan: run: 2 step(s), mean step time predicted 1 s, measured 3 s "
-        "(slowest pipeline's critical path + gradient sync; x3)"
+        "(3x the prediction; measured: slowest pipeline's critical path + gradient sync)"
     )
+    assert "(1,620x the prediction;" in summary_line([0.0005], [0.81])  # a GPU plan run on CPU ranks
 
 
 def test_one_line_per_step_from_the_launchers_beats() -> None:

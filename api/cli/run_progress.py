@@ -33,9 +33,11 @@ def summary_line(predicted_s: Sequence[float], measured_s: Sequence[float]) -> s
     """The mean step time the plans predicted against the measured one (`runtime.step_timing`)."""
     predicted = sum(predicted_s) / len(predicted_s)
     measured = sum(measured_s) / len(measured_s)
+    ratio = measured / predicted if predicted > 0 else float("inf")
+    times = f"{ratio:,.0f}x" if ratio >= 100 else f"{ratio:.3g}x"
     return (
         f"{PROG}: run: {len(measured_s)} step(s), mean step time predicted {predicted:.3g} s, measured "
-        f"{measured:.3g} s (slowest pipeline's critical path + gradient sync; x{measured / predicted:.3g})"
+        f"{measured:.3g} s ({times} the prediction; measured: slowest pipeline's critical path + gradient sync)"
     )
 
 
