@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hydraplan.api.cli.args import add_catalog_file_option, add_json_option, add_progress_option, positive_int
-from hydraplan.api.cli.progress import PROG
+from hydraplan.api.cli.progress import PROG, stderr_is_terminal
 from hydraplan.api.files import InputError
 
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
@@ -170,12 +170,7 @@ def run_whatif(args: argparse.Namespace) -> int:
 
 
 def _progress_enabled(requested: bool | None) -> bool:
-    if requested is not None:
-        return requested
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
+    return stderr_is_terminal() if requested is None else requested
 
 
 def _print(publication: Any, as_json: bool) -> None:
