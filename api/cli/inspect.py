@@ -68,7 +68,7 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
 def run_show(args: argparse.Namespace) -> int:
     """Print the summary of a saved plan; draw its timeline (and other plans') with --timeline."""
     from hydraplan.api.cli.timeline import timeline_format, write_timeline
-    from hydraplan.planner.render import render_plan
+    from hydraplan.api.render.plan_text import render_plan
 
     timeline_format(args.timeline)
     plan = read_plan(args.plan)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from hydraplan.api.render.plan_text import model_on_gpu
 from hydraplan.api.render.tables import print_table, table_text
 from hydraplan.planner.cost import ProfileCostModel
-from hydraplan.planner.render import model_on_gpu
 from hydraplan.planner.schemas import CostProfile
 
 HEADERS = ["scheme", "GPUs", "a (s/tok^2)", "b (s/tok)", "c (s)", "fwd", "capacity tokens"]

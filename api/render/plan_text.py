@@ -1,7 +1,7 @@
 """Readable text renderings of a `Plan` and of a strategy pool (pure: strings in, strings out).
 
-The scheme table of a `CostProfile` (`hydraplan schemes`) is drawn with `rich` in
-`api.render.schemes`: the planner imports no table library.
+The tables are drawn by `api.render.tables` (rich, plain text). This lived in `planner/` until the
+tables came from a library: the planner imports only numpy, pydantic and its solvers.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from hydraplan.api.render.tables import table_text
 from hydraplan.planner.schemas import CostProfile, PipelinePlan, Plan, StrategyPoolFile
 from hydraplan.planner.scheme import ParallelScheme
 
@@ -39,7 +40,7 @@ def render_pool(pool: StrategyPoolFile, num_candidates: int) -> str:
     rows = [
         [member.strategy, f"{member.share:.0%}", f"{member.mean_step_time_s * 1e3:,.1f}"] for member in pool.members
     ]
-    table = _table(["strategy", "batches served", "mean step (ms)"], rows, right_from=1)
+    table = table_text(["strategy", "batches served", "mean step (ms)"], rows, right_from=1)
     lines = [
         f"strategy pool of {len(pool.members)} from {num_candidates} candidates over {pool.num_batches} "
         f"{pool.dataset or ''} batches".replace("  ", " "),
@@ -187,7 +188,7 @@ def _pipeline_table(pipelines: Sequence[PipelinePlan]) -> str:
                 _ms(pipeline.time_s),
             ]
         )
-    return _table(headers, rows, right_from=3)
+    return table_text(headers, rows, right_from=3)
 
 
 def _grouped_pipeline_table(pipelines: Sequence[PipelinePlan]) -> str:
@@ -216,7 +217,7 @@ def _grouped_pipeline_table(pipelines: Sequence[PipelinePlan]) -> str:
                 _span(min(times), max(times), _ms) + marker,
             ]
         )
-    return _table(headers, rows, right_from=3) + "\n(one row per scheme: sums, and the range over its pipelines)"
+    return table_text(headers, rows, right_from=3) + "\n(one row per scheme: sums, and the range over its pipelines)"
 
 
 def _span(low, high, show) -> str:
@@ -232,19 +233,4 @@ def _baseline_table(plan: Plan) -> str:
         else [baseline.name, f"could not plan: {baseline.error}", "-", "-"]
         for baseline in plan.baselines
     ]
-    return _table(headers, rows, right_from=2)
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right_from: int) -> str:
-    """Fixed-width columns; columns at index >= `right_from` are right-aligned (numbers)."""
-    widths = [max(len(row[column]) for row in [headers, *rows]) for column in range(len(headers))]
-
-    def line(cells: Sequence[str]) -> str:
-        aligned = [
-            cell.rjust(width) if column >= right_from else cell.ljust(width)
-            for column, (cell, width) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "  ".join(aligned).rstrip()
-
-    rule = "  ".join("-" * width for width in widths)
-    return "\n".join([line(headers), rule, *(line(row) for row in rows)])
+    return table_text(headers, rows, right_from=2)
