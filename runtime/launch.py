@@ -7,7 +7,9 @@ naming the rank and its exception (the other ranks are stopped); a rank that die
 names its exit code; nothing waits past `timeout_s`. With `stall_timeout_s`, the ranks' progress
 beats (`runtime.watchdog.beat`) are watched too: when no rank has beaten for that long, every rank
 is stopped and `RankStalledError` names the ranks furthest behind (a hang is found within
-`stall_timeout_s` even when `timeout_s` covers a long run).
+`stall_timeout_s` even when `timeout_s` covers a long run). `on_progress(step, phase)` is called
+in the parent, while it waits, each time the rank furthest behind moves on (`hydraplan run`'s
+step lines).
 
 `fn` must be picklable (a module-level function): ranks are started with `spawn`, which is safe
 with torch's thread pools where `fork` is not. Return values travel pickled by value (tensors
@@ -118,12 +120,15 @@ def run_ranks(
     timeout_s: float = 120.0,
     num_threads: int | None = 1,
     stall_timeout_s: float | None = None,
+    on_progress: Callable[[int, str], None] | None = None,
 ) -> list[Any]:
     """`[fn(0, nproc, *args), ..., fn(nproc - 1, nproc, *args)]`, each run in its own rank process.
 
     `num_threads` sets torch's intra-op threads per rank (1 by default: ranks share the cores);
     None leaves torch's default. `stall_timeout_s`: stop when no rank has beaten for this long
-    (None: only `timeout_s`). Raises `RankFailedError`, `RankStalledError` or `RankTimeoutError`.
+    (None: only `timeout_s`). `on_progress(step, phase)`: called in this process whenever the
+    rank furthest behind beats a new (step, phase) (`runtime.watchdog.furthest_behind`).
+    Raises `RankFailedError`, `RankStalledError` or `RankTimeoutError`.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: one of {', '.join(BACKENDS)}")
@@ -133,7 +138,7 @@ def run_ranks(
     results = context.Queue()
     port = free_port()
     progress = None
-    if stall_timeout_s is not None:
+    if stall_timeout_s is not None or on_progress is not None:
         from hydraplan.runtime.watchdog import SLOTS_PER_RANK
 
         progress = context.Array("d", SLOTS_PER_RANK * nproc)
@@ -149,7 +154,7 @@ def run_ranks(
     for process in processes:
         process.start()
     try:
-        values = _collect(processes, results, timeout_s, progress, stall_timeout_s)
+        values = _collect(processes, results, timeout_s, progress, stall_timeout_s, on_progress)
     except BaseException:
         _stop(processes, wait_s=0.0)  # the others may be blocked in a collective with the failed rank
         raise
@@ -158,12 +163,19 @@ def run_ranks(
 
 
 def _collect(
-    processes: list, results, timeout_s: float, progress=None, stall_timeout_s: float | None = None
+    processes: list,
+    results,
+    timeout_s: float,
+    progress=None,
+    stall_timeout_s: float | None = None,
+    on_progress: Callable[[int, str], None] | None = None,
 ) -> list[Any]:
     """Wait for every rank's report; raise on a failure, a silent death, a stall or the deadline."""
     deadline = time.monotonic() + timeout_s
     values: dict[int, Any] = {}
+    watch = _ProgressWatch(progress, len(processes), on_progress)
     while len(values) < len(processes):
+        watch.poll()
         try:
             report = results.get(timeout=0.1)
         except queue.Empty:
@@ -178,7 +190,26 @@ def _collect(
         if not ok:
             raise _first_failure(report, results, processes, values)
         values[rank] = pickle.loads(payload)
+    watch.poll()
     return [values[rank] for rank in range(len(processes))]
+
+
+class _ProgressWatch:
+    """Calls `on_progress` when the rank furthest behind reaches a new (step, phase)."""
+
+    def __init__(self, shared, nproc: int, on_progress: Callable[[int, str], None] | None) -> None:
+        self.shared, self.nproc, self.on_progress = shared, nproc, on_progress
+        self.last: tuple[int, str] | None = None
+
+    def poll(self) -> None:
+        if self.on_progress is None or self.shared is None:
+            return
+        from hydraplan.runtime.watchdog import furthest_behind
+
+        position = furthest_behind(self.shared, self.nproc)
+        if position is not None and position != self.last:
+            self.last = position
+            self.on_progress(*position)
 
 
 def _first_failure(

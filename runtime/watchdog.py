@@ -34,6 +34,7 @@ __all__ = [
     "attach",
     "beat",
     "describe_stall",
+    "furthest_behind",
     "hold",
     "last_beat",
     "stalled_for_s",
@@ -107,6 +108,15 @@ def stalled_for_s(shared, ranks: list[int], now: float) -> float | None:
     slots = _slots(shared, max(ranks) + 1) if ranks else []
     times = [slots[rank][0] for rank in ranks if slots[rank][0] > 0]
     return now - max(times) if times else None
+
+
+def furthest_behind(shared, nproc: int) -> tuple[int, str] | None:
+    """(step, phase) of the rank furthest behind; None while some rank has not beaten yet."""
+    slots = _slots(shared, nproc)
+    if any(at == 0 for at, _, _ in slots):
+        return None
+    step, phase = min((step, phase) for _, step, phase in slots)
+    return step, PHASES[phase]
 
 
 def describe_stall(shared, ranks: list[int], stalled_s: float) -> tuple[list[int], str]:

@@ -13,9 +13,9 @@ import pytest
 from test_cli import TINY, assert_one_line_error, run, write
 
 from hydraplan.api.cli.progress import Progress
+from hydraplan.api.render.plan_text import render_plan
 from hydraplan.planner.baselines import BASELINES
 from hydraplan.planner.errors import PlanningError
-from hydraplan.planner.render import render_plan
 from hydraplan.planner.schemas import PlanRequest
 from hydraplan.planner.solve import solve
 

@@ -49,8 +49,8 @@ def wheel_of(dist: Path) -> Path:
     return wheel
 
 
-# Modules and data files, the web page's included (api/service/web/).
-SHIPPED_SUFFIXES = {".py", ".json", ".txt", ".md", ".html", ".js", ".css"}
+# Modules and data files, the web page's included (api/service/web/), the what-if report's template.
+SHIPPED_SUFFIXES = {".py", ".json", ".txt", ".md", ".html", ".js", ".css", ".j2"}
 
 
 def test_the_wheel_installs_only_the_hydraplan_namespace(dist: Path) -> None:

@@ -1,10 +1,11 @@
-"""Text renderings of plans and profiles (planner/render.py)."""
+"""Text renderings of plans and profiles (api/render/plan_text.py, api/render/schemes.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from hydraplan.planner.render import format_ranks, render_plan, render_pool, render_schemes
+from hydraplan.api.render.plan_text import format_ranks, render_plan, render_pool
+from hydraplan.api.render.schemes import render_schemes
 from hydraplan.planner.schemas import (
     BaselineResult,
     CostProfile,

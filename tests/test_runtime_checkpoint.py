@@ -314,8 +314,10 @@ def test_cli_refuses_a_checkpoint_of_another_run(ranks, workspace, tmp_path, cap
 def test_cli_continues_from_the_checkpoint_step_and_data_cursor(ranks, workspace, tmp_path, monkeypatch, capsys):
     specs = []
 
-    def fake_run_ranks(fn, nproc, *, backend, args, timeout_s, stall_timeout_s):
+    def fake_run_ranks(fn, nproc, *, backend, args, timeout_s, stall_timeout_s, on_progress):
         specs.append(args[0])
+        for beat in [(2, "start"), (2, "compute"), (3, "done")] if on_progress else []:  # the rank furthest behind
+            on_progress(*beat)
         return reports_of(ranks, "load_b")  # a run whose steps start at 2 (after a --load)
 
     monkeypatch.setattr(launch, "run_ranks", fake_run_ranks)
@@ -323,8 +325,10 @@ def test_cli_continues_from_the_checkpoint_step_and_data_cursor(ranks, workspace
     argv = ["run", "--plan", write(tmp_path, "next.json", plan(B, tuple(lengths), "rt-bytes"))]
     argv += ["--models-file", str(workspace / "models.json"), "--dtype", "float64"]
     argv += ["--data", str(workspace / "tokens"), "--load", str(workspace / "data-ckpt"), "--save", str(tmp_path / "c")]
+    assert main([*argv, "--progress"]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("hydraplan: run step 1/1 (plan ")  # the step after --load is 1/1
     assert main(argv) == 0, capsys.readouterr().err
-    spec = specs[0]
+    spec = specs[-1]
     assert (spec.first_step, spec.data_start, spec.load_dir) == (2, 6, str(workspace / "data-ckpt"))
     assert spec.save_dir == str(tmp_path / "c") and spec.data_path == str(workspace / "tokens")
     out = capsys.readouterr().out

@@ -361,6 +361,25 @@ def test_progress_shows_done_total_rate_and_time_left() -> None:
     assert "4/4 rows" in stream.getvalue().splitlines()[-1] and "done in" in stream.getvalue()
 
 
+def test_progress_on_a_terminal_redraws_one_cleared_line() -> None:
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    progress = SweepProgress(3, 1, enabled=True, stream=stream)
+    progress.start()
+    progress.advance(), progress.advance()
+    progress.finish()
+    drawn = stream.getvalue()
+    redraws = drawn.split("\r")[1:]
+    assert redraws and all(part.startswith("\x1b[2K") for part in redraws)  # each redraw clears the line first
+    assert "hydraplan: whatif" in redraws[-1] and "3/3" in redraws[-1] and "done in" in redraws[-1]
+    assert drawn.removesuffix("\x1b[?25h").endswith("\n")  # the finished bar keeps its own line
+
+
 def test_a_target_is_answered_per_model_when_models_vary_too() -> None:
     rows = made_rows()
     bigger = [

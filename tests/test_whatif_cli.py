@@ -222,6 +222,19 @@ def test_missing_matplotlib_is_refused_before_any_work(
     assert message == "the figures need matplotlib: pip install 'hydraplan[whatif]' (or add --no-plots)"
 
 
+def test_missing_jinja2_is_refused_before_any_work(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "jinja2" else real_find_spec(name, *a)
+    )
+    message = refused(capsys, tmp_path, "--model", "tiny", "--num-gpus", "8", "--no-plots")
+    assert message == "the HTML report needs jinja2: pip install 'hydraplan[whatif]'"
+
+
 def test_yes_runs_a_sweep_over_the_limit(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     argv = [*TINY_FLAGS, "--seeds", "1", "--workers", "1", "--no-plots", "--max-configurations", "1", "--yes"]
     code, out, err = run(capsys, *argv, "--out", str(tmp_path / "study"), "--json")

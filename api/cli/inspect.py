@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from hydraplan.api.cli.args import (
@@ -21,6 +20,7 @@ from hydraplan.api.cli.args import (
 from hydraplan.api.cli.inputs import analytic_profile, cluster_profile
 from hydraplan.api.cli.progress import PROG
 from hydraplan.api.files import read_gpus, read_models, read_plan, read_profile
+from hydraplan.api.render.tables import print_table
 
 EXIT_OK, EXIT_INVALID_PLAN = 0, 1
 
@@ -68,7 +68,7 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
 def run_show(args: argparse.Namespace) -> int:
     """Print the summary of a saved plan; draw its timeline (and other plans') with --timeline."""
     from hydraplan.api.cli.timeline import timeline_format, write_timeline
-    from hydraplan.planner.render import render_plan
+    from hydraplan.api.render.plan_text import render_plan
 
     timeline_format(args.timeline)
     plan = read_plan(args.plan)
@@ -79,7 +79,8 @@ def run_show(args: argparse.Namespace) -> int:
             [label, other.strategy, f"{other.step_time_s * 1e3:,.3f}", f"{other.step_time_s / plan.step_time_s:.2f}x"]
             for label, other in others
         ]
-        print("\n" + table(["compared plan", "strategy", "step time (ms)", "speedup of this plan"], rows))
+        print()
+        print_table(["compared plan", "strategy", "step time (ms)", "speedup of this plan"], rows)
     if args.timeline:
         drawn = [(Path(args.plan).stem, plan), *others]
         print(write_timeline(args.timeline, drawn, args.pipelines, [True] + [False] * len(others)), file=sys.stderr)
@@ -111,9 +112,9 @@ def add_show_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_schemes(args: argparse.Namespace) -> int:
     """The table of runnable schemes and their costs."""
-    from hydraplan.planner.render import render_schemes
+    from hydraplan.api.render.schemes import print_schemes
 
-    print(render_schemes(cluster_profile(args)), end="")
+    print_schemes(cluster_profile(args))
     return EXIT_OK
 
 
@@ -253,7 +254,8 @@ def run_models(args: argparse.Namespace) -> int:
         ]
         for model in models
     ]
-    print(f"{len(models)} models\n\n{table(headers, rows)}")
+    print(f"{len(models)} models\n")
+    print_table(headers, rows)
     return EXIT_OK
 
 
@@ -280,7 +282,8 @@ def run_gpus(args: argparse.Namespace) -> int:
         ]
         for gpu in gpus
     ]
-    print(f"{len(gpus)} GPUs (bandwidths per GPU, one direction)\n\n{table(headers, rows)}")
+    print(f"{len(gpus)} GPUs (bandwidths per GPU, one direction)\n")
+    print_table(headers, rows)
     return EXIT_OK
 
 
@@ -298,20 +301,6 @@ def add_gpus_arguments(parser: argparse.ArgumentParser) -> None:
     add_catalog_file_option(parser, "GPU")
     add_json_option(parser, "print the entries as a JSON list instead of the table")
     parser.set_defaults(handler=run_gpus)
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Fixed-width columns: the first left-aligned (names), the others right-aligned (numbers)."""
-    widths = [max(len(row[column]) for row in [headers, *rows]) for column in range(len(headers))]
-
-    def line(cells: Sequence[str]) -> str:
-        aligned = [
-            cell.ljust(width) if column == 0 else cell.rjust(width)
-            for column, (cell, width) in enumerate(zip(cells, widths))
-        ]
-        return "  ".join(aligned).rstrip()
-
-    return "\n".join([line(headers), "  ".join("-" * width for width in widths), *(line(row) for row in rows)])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -181,7 +181,7 @@ def baseline_failure_reason(name: str, exc: Exception) -> str:
 
 def print_plan(plan: Plan, failed: list[BaselineOutcome], as_json: bool, pipelines: str = "auto") -> None:
     """The plan as JSON (failed baselines then go to standard error) or as the summary."""
-    from hydraplan.planner.render import render_plan
+    from hydraplan.api.render.plan_text import render_plan
 
     if as_json:
         print(plan.model_dump_json(indent=2))
@@ -248,8 +248,8 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 def run_strategies(args: argparse.Namespace) -> int:
     """Propose a pool of strategies for batches drawn from a dataset."""
     from hydraplan.api.datasets import sample_batch
+    from hydraplan.api.render.plan_text import render_pool
     from hydraplan.planner.pools import propose_pool
-    from hydraplan.planner.render import render_pool
 
     template = plan_request(args, [1], solver_options(args))
     profile = cluster_profile(args)

@@ -7,8 +7,10 @@ The plan is read and refused here before any rank starts (the checker, the rank 
 `--nproc`, the model the runtime must build): one line, exit 2. The ranks run
 `hydraplan.runtime.worker.run_worker` (spawned by `runtime.launch.run_ranks`; the same worker runs
 under torchrun). A rank that fails or a run past `--timeout-s` prints one line naming the rank and
-exits 1; so does a `--check` whose differences exceed the tolerances. torch and the runtime are
-imported only inside the command function: the rest of the CLI never needs them.
+exits 1; so does a `--check` whose differences exceed the tolerances. While the ranks run, each
+step prints one progress line on standard error and the run ends with the plans' predicted step
+time against the measured one (`api.cli.run_progress`; by default on a terminal only). torch and
+the runtime are imported only inside the command function: the rest of the CLI never needs them.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import json
 import sys
 from pathlib import Path
 
-from hydraplan.api.cli.args import non_negative_int, positive_float, positive_int
-from hydraplan.api.cli.progress import PROG
+from hydraplan.api.cli.args import add_progress_option, non_negative_int, positive_float, positive_int
+from hydraplan.api.cli.progress import PROG, PROGRESS_MIN_S, Progress
 from hydraplan.api.cli.run_online import add_online_arguments, add_server_argument
 from hydraplan.api.files import read_plan
 
@@ -57,7 +59,7 @@ def run_run(args: argparse.Namespace) -> int:
         **_training_fields(args),
         **run_io,
     )
-    reports = _launch(args, spec, nproc)
+    reports = _launch(args, spec, nproc, step_plans)
     if reports is None:
         return EXIT_RUN_FAILED
     return _finish(args, plans, spec, reports)
@@ -105,7 +107,7 @@ def _run_online(args: argparse.Namespace) -> int:
             **online.spec_fields(),
             **run_io,
         )
-        reports = _launch(args, spec, args.nproc)
+        reports = _launch(args, spec, args.nproc, None)
     finally:
         online.close()
     if reports is None:
@@ -119,11 +121,13 @@ def _run_online(args: argparse.Namespace) -> int:
     return _finish(args, [Plan.model_validate_json(text) for text in texts], spec, reports)
 
 
-def _launch(args: argparse.Namespace, spec, nproc: int) -> list[dict] | None:
-    """Every rank's report, or None after one line naming the failed or stalled rank."""
+def _launch(args: argparse.Namespace, spec, nproc: int, step_plans: list | None) -> list[dict] | None:
+    """Every rank's report, or None after one line naming the failed or stalled rank. `step_plans`:
+    each step's plan for the progress lines (None: rank 0 plans online)."""
     from hydraplan.runtime.launch import RankFailedError, RankStalledError, RankTimeoutError, run_ranks
     from hydraplan.runtime.worker import run_worker
 
+    progress = _step_progress(args, spec, step_plans)
     try:
         return run_ranks(
             run_worker,
@@ -132,10 +136,38 @@ def _launch(args: argparse.Namespace, spec, nproc: int) -> list[dict] | None:
             args=(spec,),
             timeout_s=args.timeout_s,
             stall_timeout_s=args.stall_timeout_s,
+            on_progress=progress,
         )
     except (RankFailedError, RankStalledError, RankTimeoutError) as exc:
+        if progress is not None:
+            progress.fail()
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return None
+
+
+def _progress_enabled(args: argparse.Namespace) -> bool:
+    # starting torch on every rank alone takes longer than PROGRESS_MIN_S
+    return Progress.for_command(args.progress, PROGRESS_MIN_S).enabled
+
+
+def _step_progress(args: argparse.Namespace, spec, step_plans: list | None):
+    """The launcher's `on_progress` hook writing one line per step, or None without progress."""
+    if not _progress_enabled(args):
+        return None
+    from hydraplan.api.cli.run_progress import StepProgress, stderr_writer
+
+    return StepProgress(step_plans, spec.steps, spec.first_step, stderr_writer())
+
+
+def _print_predicted_vs_measured(plans: list, reports: list[dict]) -> None:
+    """On stderr with the progress lines: the plans' mean step time against the measured one."""
+    from hydraplan.api.cli.run_progress import stderr_writer, summary_line
+    from hydraplan.runtime.step_timing import step_timing
+
+    num_steps = len(reports[0]["steps"])
+    predicted = [plans[min(index, len(plans) - 1)].step_time_s for index in range(num_steps)]
+    measured = [step_timing(reports, index).step_s for index in range(num_steps)]
+    stderr_writer()(summary_line(predicted, measured) + "\n")
 
 
 def _finish(args: argparse.Namespace, plans: list, spec, reports: list[dict]) -> int:
@@ -144,6 +176,8 @@ def _finish(args: argparse.Namespace, plans: list, spec, reports: list[dict]) ->
     check = _check(plan, spec, reports) if args.check else None
     _print_summary(plans, reports, check)
     _print_checkpoint(reports)
+    if _progress_enabled(args):
+        _print_predicted_vs_measured(plans, reports)
     if args.report:
         _write_report(args.report, spec, reports, check)
     if check is not None and not check["passed"]:
@@ -320,6 +354,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--models-file", metavar="FILE", help="extra model catalog (the plan names its model)")
     parser.add_argument("--report", metavar="FILE", help="write every rank's measurements (JSON)")
+    add_progress_option(parser)
     add_data_and_checkpoint_arguments(parser)
     add_online_arguments(parser)
     parser.set_defaults(handler=run_run)

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from hydraplan.api.cli.args import add_catalog_file_option, add_json_option, add_progress_option, positive_int
-from hydraplan.api.cli.progress import PROG
+from hydraplan.api.cli.progress import PROG, stderr_is_terminal
 from hydraplan.api.files import InputError
 
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
 MATPLOTLIB_MISSING = "the figures need matplotlib: pip install 'hydraplan[whatif]'"
+JINJA2_MISSING = "the HTML report needs jinja2: pip install 'hydraplan[whatif]'"
 EXECUTORS = ("local", "ray", "inline")
 
 
@@ -121,6 +122,8 @@ def run_whatif(args: argparse.Namespace) -> int:
 
     if not args.no_plots and importlib.util.find_spec("matplotlib") is None:
         raise InputError(f"{MATPLOTLIB_MISSING} (or add --no-plots)")
+    if importlib.util.find_spec("jinja2") is None:  # refused before the sweep, not after it
+        raise InputError(JINJA2_MISSING)
     file_values = read_spec_file(args.spec) if args.spec else {}
     spec, where = build_spec(file_values, flag_values(args), args.spec)
     configurations = expand(spec, where, args.max_configurations, args.yes)
@@ -154,12 +157,7 @@ def run_whatif(args: argparse.Namespace) -> int:
 
 
 def _progress_enabled(requested: bool | None) -> bool:
-    if requested is not None:
-        return requested
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
+    return stderr_is_terminal() if requested is None else requested
 
 
 def _print(publication: Any, as_json: bool) -> None:

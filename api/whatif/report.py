@@ -1,7 +1,8 @@
 """One self-contained HTML report of a sweep, answer first: a short summary (the questions
 answered, the fastest configuration, the speedups) and the throughput figure, then the other
 figures, the table, the memory study and what the cost source's error is known to be; the raw
-spec last, collapsed. Figures are PNG embedded as data URIs.
+spec last, collapsed. Figures are PNG embedded as data URIs. The page is templates/report.html.j2
+(Jinja2, autoescaped); this module computes what it shows.
 
 The page is sized for a laptop window: a bounded width, tables that scroll inside their own box
 (horizontally and, past a screenful, vertically) instead of widening or lengthening the page.
@@ -10,15 +11,16 @@ The page is sized for a laptop window: a bounded width, tables that scroll insid
 from __future__ import annotations
 
 import base64
-import html
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from hydraplan.api.whatif.questions import Answer, describe
 from hydraplan.api.whatif.results import SCALAR_COLUMNS, flat_row, memory_rows, table_columns
 from hydraplan.api.whatif.schemas import ANALYTIC, Configuration, RowStatus, WhatifRow
 
 REPORT_FILE = "report.html"
+TEMPLATE = "report.html.j2"  # in templates/, rendered by jinja2 (the whatif extra)
 KEY_FIGURE = "throughput"
 WIDE_FIGURES = {"speedup"}  # one panel per baseline: given the grid's full width
 # What benchmarks/RESULTS.md publishes about each cost source's error (tests/test_whatif.py checks
@@ -88,6 +90,20 @@ PERCENT_COLUMNS = {"mfu", "gap"}
 WRAPPED_COLUMNS = {"reason", "strategy", "strategy_mix", "step_times_s"}
 
 
+class Cell(NamedTuple):
+    """A table cell: its text and its CSS class (`t` text, `w` wrapped, None a number)."""
+
+    text: str
+    css: str | None
+
+
+class SummaryItem(NamedTuple):
+    """One line of the summary: a bold label, then the text."""
+
+    label: str
+    text: str
+
+
 def cost_source_statements(configurations: Sequence[Configuration]) -> list[str]:
     """One sentence per cost source of the sweep: what it is and what is published about its error."""
     statements: dict[str, str] = {}
@@ -136,12 +152,12 @@ def _format(column: str, value: object) -> str:
     return str(value)
 
 
-def _cell(column: str, value: object) -> str:
-    text = html.escape(_format(column, value))
+def _cell(column: str, value: object) -> Cell:
+    text = _format(column, value)
     if column in WRAPPED_COLUMNS:
-        return f'<td class="w">{text}</td>'
+        return Cell(text, "w")
     numeric = column in SCALAR_COLUMNS and not isinstance(value, str) or column.startswith("speedup_")
-    return f"<td>{text}</td>" if numeric else f'<td class="t">{text}</td>'
+    return Cell(text, None if numeric else "t")
 
 
 def _shared_columns(rows: Sequence[WhatifRow], columns: Sequence[str]) -> dict[str, str]:
@@ -158,29 +174,28 @@ def _shared_columns(rows: Sequence[WhatifRow], columns: Sequence[str]) -> dict[s
     return shared
 
 
-def _table(rows: Sequence[WhatifRow]) -> str:
+def _table(rows: Sequence[WhatifRow]) -> dict:
+    """The configurations table: the columns shown, one row of cells per configuration, and the
+    values every configuration shares (said once above the table)."""
     columns = table_columns(rows)
     shared = _shared_columns(rows, columns)
     shown = [column for column in columns if column not in shared]
-    head = "".join(f"<th>{html.escape(column_label(column))}</th>" for column in shown)
     body = []
     for row in rows:
         values = flat_row(row, shown)
-        css = ' class="failed"' if row.reason else ""
-        body.append(f"<tr{css}>" + "".join(_cell(column, values[column]) for column in shown) + "</tr>")
-    common = "; ".join(f"{column_label(column)} {html.escape(value)}" for column, value in shared.items() if value)
-    note = f'<p class="note">Every configuration: {common}.</p>' if common else ""
-    table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-    return f'{note}<div class="box" id="rows">{table}</div>'
+        body.append({"failed": bool(row.reason), "cells": [_cell(column, values[column]) for column in shown]})
+    common = "; ".join(f"{column_label(column)} {value}" for column, value in shared.items() if value)
+    return {"labels": [column_label(column) for column in shown], "rows": body, "common": common}
 
 
-def _memory_table(rows: Sequence[WhatifRow]) -> str:
-    """One row per scheme, one column per cluster: the longest sequence the scheme holds there."""
+def _memory_table(rows: Sequence[WhatifRow]) -> dict | None:
+    """One row per scheme, one column per cluster: the longest sequence the scheme holds there
+    (None: no cluster has a runnable scheme)."""
     capacities: dict[tuple, dict[str, int]] = {}
     for model, gpu, num_gpus, per_node, source, scheme, capacity in memory_rows(rows):
         capacities.setdefault((model, gpu, num_gpus, per_node, source), {})[scheme] = capacity
     if not capacities:
-        return "<p>No cluster has a runnable scheme.</p>"
+        return None
     clusters = list(capacities)
     varying = [position for position in (0, 3, 4) if len({cluster[position] for cluster in clusters}) > 1]
     labels = [
@@ -188,57 +203,51 @@ def _memory_table(rows: Sequence[WhatifRow]) -> str:
         for cluster in clusters
     ]
     schemes = list(dict.fromkeys(scheme for cluster in clusters for scheme in capacities[cluster]))
-    head = "<th>scheme</th>" + "".join(f"<th>{html.escape(label)}</th>" for label in labels)
-    body = "".join(
-        f'<tr><td class="t">{html.escape(scheme)}</td>'
-        + "".join(f"<td>{_memory_cell(capacities[cluster].get(scheme))}</td>" for cluster in clusters)
-        + "</tr>"
-        for scheme in schemes
-    )
-    return (
-        '<p class="note">The longest sequence (tokens) each scheme holds on each cluster; '
-        "- where the scheme does not run there.</p>"
-        f'<div class="box" id="memory"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
-    )
+    body = [(scheme, [_memory_cell(capacities[cluster].get(scheme)) for cluster in clusters]) for scheme in schemes]
+    return {"labels": labels, "rows": body}
 
 
 def _memory_cell(capacity: int | None) -> str:
     return "-" if capacity is None else f"{capacity:,}"
 
 
-def _summary(rows: Sequence[WhatifRow], answers: Sequence[Answer]) -> str:
+def _summary(rows: Sequence[WhatifRow], answers: Sequence[Answer]) -> dict:
     """The answer first: the questions asked, the fastest and cheapest configurations, speedups."""
     failed = sum(1 for row in rows if row.status == RowStatus.FAILED)
     ok = [row for row in rows if row.status == RowStatus.OK and row.tokens_per_s is not None]
-    items = [f"<li><b>{html.escape(a.question)}</b>: {html.escape(a.text)}</li>" for a in answers]
+    items = [SummaryItem(a.question, a.text) for a in answers]
     if ok:
         fastest = max(ok, key=lambda row: (row.tokens_per_s or 0.0, -row.index))
         items.append(
-            f"<li><b>fastest</b>: {html.escape(describe(fastest))}: {fastest.tokens_per_s:,.0f} tokens/s "
-            f"(step time {fastest.step_time_s:.4g} s)</li>"
+            SummaryItem(
+                "fastest",
+                f"{describe(fastest)}: {fastest.tokens_per_s:,.0f} tokens/s (step time {fastest.step_time_s:.4g} s)",
+            )
         )
         priced = [row for row in ok if row.cost_per_1m_tokens is not None]
         if priced:
             cheapest = min(priced, key=lambda row: (row.cost_per_1m_tokens or 0.0, row.index))
             items.append(
-                f"<li><b>cheapest per 1M tokens</b>: {html.escape(describe(cheapest))}: "
-                f"{cheapest.cost_per_1m_tokens:.4g} per 1M tokens</li>"
+                SummaryItem(
+                    "cheapest per 1M tokens", f"{describe(cheapest)}: {cheapest.cost_per_1m_tokens:.4g} per 1M tokens"
+                )
             )
     for baseline in sorted({name for row in ok for name in row.speedups}):
         speedups = [row.speedups[baseline] for row in ok if baseline in row.speedups]
         spread = f"{min(speedups):.3f}x" + (f" to {max(speedups):.3f}x" if max(speedups) > min(speedups) else "")
         items.append(
-            f"<li><b>speedup over {html.escape(baseline)}</b>: {spread} over {len(speedups)} configuration(s) "
-            "(each the geometric mean over its steps)</li>"
+            SummaryItem(
+                f"speedup over {baseline}",
+                f"{spread} over {len(speedups)} configuration(s) (each the geometric mean over its steps)",
+            )
         )
-    counts = f"{len(rows)} configuration(s), {failed} could not be planned."
-    return f'<p>{counts}</p><ul class="summary">{"".join(items)}</ul>'
+    return {"counts": f"{len(rows)} configuration(s), {failed} could not be planned.", "lines": items}
 
 
-def _image(path: Path) -> str:
+def _image(path: Path) -> dict:
+    """A PNG figure to embed as a data URI (`wide`: given the figure grid's full width)."""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    css = ' class="wide"' if path.stem in WIDE_FIGURES else ""
-    return f'<figure{css}><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}"></figure>'
+    return {"wide": path.stem in WIDE_FIGURES, "alt": path.stem, "data": data}
 
 
 def write_report(
@@ -252,29 +261,29 @@ def write_report(
     """Write report.html into `folder` (figures: the files to embed, PNG ones; spec_json: the
     sweep's spec, shown collapsed at the end)."""
     images = [path for path in figures if path.suffix == ".png"]
-    key = [path for path in images if path.stem == KEY_FIGURE]
-    others = [path for path in images if path.stem != KEY_FIGURE]
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-        f"<title>hydraplan what-if</title><style>{STYLE}</style></head><body>",
-        "<h1>hydraplan what-if study</h1>",
-        "<h2>Summary</h2>",
-        _summary(rows, answers),
-        *(_image(path) for path in key),
-    ]
-    if others:
-        parts += ["<h2>More figures</h2>", '<div class="figures">', *(_image(path) for path in others), "</div>"]
-    parts += [
-        "<h2>Configurations</h2>",
-        _table(rows),
-        "<h2>Memory study</h2>",
-        _memory_table(rows),
-        "<h2>Cost source and its error</h2>",
-        *(f"<p>{html.escape(statement)}</p>" for statement in cost_source_statements(configurations)),
-        f"<details><summary>Study spec (JSON)</summary><pre>{html.escape(spec_json)}</pre></details>",
-        "</body></html>",
-    ]
+    html = _template().render(
+        style=STYLE,
+        summary=_summary(rows, answers),
+        key_figures=[_image(path) for path in images if path.stem == KEY_FIGURE],
+        other_figures=[_image(path) for path in images if path.stem != KEY_FIGURE],
+        table=_table(rows),
+        memory=_memory_table(rows),
+        statements=cost_source_statements(configurations),
+        spec_json=spec_json,
+    )
     path = folder / REPORT_FILE
-    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    path.write_text(html, encoding="utf-8")
     return path
+
+
+def _template():
+    """templates/report.html.j2 (package data), autoescaped: every value filled in is text."""
+    import jinja2
+
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("hydraplan.api.whatif", "templates"),
+        autoescape=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    return environment.get_template(TEMPLATE)

@@ -1,11 +1,15 @@
-"""Readable text renderings of a `Plan` and of a `CostProfile` (pure: strings in, strings out)."""
+"""Readable text renderings of a `Plan` and of a strategy pool (pure: strings in, strings out).
+
+The tables are drawn by `api.render.tables` (rich, plain text). This lived in `planner/` until the
+tables came from a library: the planner imports only numpy, pydantic and its solvers.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Literal
 
-from hydraplan.planner.cost import ProfileCostModel
+from hydraplan.api.render.tables import table_text
 from hydraplan.planner.schemas import CostProfile, PipelinePlan, Plan, StrategyPoolFile
 from hydraplan.planner.scheme import ParallelScheme
 
@@ -31,37 +35,12 @@ def render_plan(plan: Plan, pipelines: Literal["auto", "grouped", "all"] = "auto
     return "\n\n".join(sections) + "\n"
 
 
-def render_schemes(profile: CostProfile) -> str:
-    """A table of the profile's schemes: coefficients in seconds, capacity and GPUs per pipeline."""
-    costs = ProfileCostModel(profile)
-    schemes = sorted(costs.schemes(), key=lambda scheme: (scheme.num_gpus, scheme))
-    rows = []
-    for scheme in schemes:
-        coefficients = costs.coefficients(scheme)
-        rows.append(
-            [
-                str(scheme),
-                str(scheme.num_gpus),
-                f"{coefficients.a:.3e}",
-                f"{coefficients.b:.3e}",
-                f"{coefficients.c:.3e}",
-                f"{coefficients.fwd_fraction:.2f}",
-                f"{coefficients.capacity_tokens:,}",
-            ]
-        )
-    headers = ["scheme", "GPUs", "a (s/tok^2)", "b (s/tok)", "c (s)", "fwd", "capacity tokens"]
-    header = (
-        f"cost profile: {profile.source}, {_model_on_gpu(profile)}, {profile.num_layers} layers, {len(schemes)} schemes"
-    )
-    return header + "\n\n" + _table(headers, rows, right_from=1) + "\n"
-
-
 def render_pool(pool: StrategyPoolFile, num_candidates: int) -> str:
     """A strategy pool: one row per member, then the expected step time against the alternatives."""
     rows = [
         [member.strategy, f"{member.share:.0%}", f"{member.mean_step_time_s * 1e3:,.1f}"] for member in pool.members
     ]
-    table = _table(["strategy", "batches served", "mean step (ms)"], rows, right_from=1)
+    table = table_text(["strategy", "batches served", "mean step (ms)"], rows, right_from=1)
     lines = [
         f"strategy pool of {len(pool.members)} from {num_candidates} candidates over {pool.num_batches} "
         f"{pool.dataset or ''} batches".replace("  ", " "),
@@ -96,7 +75,8 @@ def format_ranks(ranks: Sequence[int]) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _model_on_gpu(profile: CostProfile) -> str:
+def model_on_gpu(profile: CostProfile) -> str:
+    """`llama3-8b on h100-sxm-80gb` (or `unnamed model` / `unnamed GPU`)."""
     model = profile.model or "unnamed model"
     gpu = profile.gpu or "unnamed GPU"
     return f"{model} on {gpu}"
@@ -119,7 +99,7 @@ def _plan_header(plan: Plan) -> str:
     solver = plan.solver
     facts = [
         ("plan", f"{plan.plan_id} ({plan.schema_version})"),
-        ("model", f"{_model_on_gpu(plan.cost_profile)} ({plan.cost_profile.source} profile)"),
+        ("model", f"{model_on_gpu(plan.cost_profile)} ({plan.cost_profile.source} profile)"),
         ("cluster", f"{plan.num_gpus} GPUs, {plan.gpus_per_node} per node"),
         ("strategy", plan.strategy),
         ("status", str(plan.status)),
@@ -208,7 +188,7 @@ def _pipeline_table(pipelines: Sequence[PipelinePlan]) -> str:
                 _ms(pipeline.time_s),
             ]
         )
-    return _table(headers, rows, right_from=3)
+    return table_text(headers, rows, right_from=3)
 
 
 def _grouped_pipeline_table(pipelines: Sequence[PipelinePlan]) -> str:
@@ -237,7 +217,7 @@ def _grouped_pipeline_table(pipelines: Sequence[PipelinePlan]) -> str:
                 _span(min(times), max(times), _ms) + marker,
             ]
         )
-    return _table(headers, rows, right_from=3) + "\n(one row per scheme: sums, and the range over its pipelines)"
+    return table_text(headers, rows, right_from=3) + "\n(one row per scheme: sums, and the range over its pipelines)"
 
 
 def _span(low, high, show) -> str:
@@ -253,19 +233,4 @@ def _baseline_table(plan: Plan) -> str:
         else [baseline.name, f"could not plan: {baseline.error}", "-", "-"]
         for baseline in plan.baselines
     ]
-    return _table(headers, rows, right_from=2)
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right_from: int) -> str:
-    """Fixed-width columns; columns at index >= `right_from` are right-aligned (numbers)."""
-    widths = [max(len(row[column]) for row in [headers, *rows]) for column in range(len(headers))]
-
-    def line(cells: Sequence[str]) -> str:
-        aligned = [
-            cell.rjust(width) if column >= right_from else cell.ljust(width)
-            for column, (cell, width) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "  ".join(aligned).rstrip()
-
-    rule = "  ".join("-" * width for width in widths)
-    return "\n".join([line(headers), rule, *(line(row) for row in rows)])
+    return table_text(headers, rows, right_from=2)
