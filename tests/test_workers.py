@@ -62,3 +62,17 @@ def test_the_worker_makes_the_baselines_plans(pool, monkeypatch) -> None:
     with pytest.raises(AssertionError, match="made in this process"):
         solve(request, profile)
     assert solve(request, profile, executor=pool).solver.winner == "flexsp"
+
+
+def test_the_command_line_plans_the_same_with_one_and_two_workers() -> None:
+    """`hydraplan plan --workers 1` and `--workers 2` (a forked worker makes the baselines' plans)
+    print the same plan JSON, byte for byte; a budget the work limits never reach."""
+    import subprocess
+    import sys
+
+    outputs = []
+    for workers in ("1", "2"):
+        argv = [sys.executable, "-m", "hydraplan.api.cli", "plan", "--num-tokens", "200000", "--num-gpus", "32"]
+        argv += ["--time-limit-s", "60", "--workers", workers, "--json"]
+        outputs.append(subprocess.run(argv, check=True, capture_output=True, timeout=300).stdout)
+    assert outputs[0] == outputs[1] and b'"plan_id"' in outputs[0]

@@ -7,8 +7,11 @@ with its reason, and hydraplan's plan and the other baselines are printed as usu
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,7 +72,7 @@ def run_plan(args: argparse.Namespace) -> int:
         plan = (
             _baseline_plan(args.baseline, request, profile, progress)
             if args.baseline
-            else _hydraplan_plan(request, profile, progress, budget_s)
+            else _hydraplan_plan(request, profile, progress, budget_s, _workers(args.workers))
         )
     if not args.baseline:
         outcomes = compare_baselines(names, request, profile, plan, progress)
@@ -115,7 +118,19 @@ def _budget_text(time_limit_s: float | str, budget_s: float | None) -> str:
     return f"budget {time_limit_s}" + ("" if budget_s is None else f" ({budget_s:.1f} s)")
 
 
-def _hydraplan_plan(request: PlanRequest, profile: CostProfile, progress: Progress, budget_s: float | None) -> Plan:
+def _workers(requested: int | None) -> int:
+    """`--workers`, or the cores this process may use; 1 where processes cannot be forked (the
+    worker inherits the loaded planner instead of importing it again)."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    if requested:
+        return requested
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _hydraplan_plan(
+    request: PlanRequest, profile: CostProfile, progress: Progress, budget_s: float | None, workers: int = 1
+) -> Plan:
     from hydraplan.planner.solve import solve
 
     tokens = sum(request.lengths)
@@ -123,7 +138,12 @@ def _hydraplan_plan(request: PlanRequest, profile: CostProfile, progress: Progre
         f"planning {len(request.lengths):,} sequences ({tokens:,} tokens) on {request.num_gpus} GPUs, "
         + _budget_text(request.options.time_limit_s, budget_s)
     ):
-        return solve(request, profile)
+        if workers == 1:
+            return solve(request, profile)
+        # the only work a second process can take over today is the baselines' plans (one task)
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=min(workers - 1, 1), mp_context=context) as executor:
+            return solve(request, profile, executor=executor)
 
 
 def _baseline_plan(name: str, request: PlanRequest, profile: CostProfile, progress: Progress) -> Plan:
@@ -218,6 +238,13 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         "--strategy-pool",
         metavar="FILE",
         help="plan only with these strategies: a pool written by `hydraplan strategies --out`, or one per line",
+    )
+    solver.add_argument(
+        "--workers",
+        type=positive_int,
+        metavar="N",
+        help="processes that plan together (the baselines' own plans are made in a second one while the "
+        "search runs); the plan is the same for any N (default: the cores this process may use)",
     )
     output = parser.add_argument_group("output")
     output.add_argument("--out", metavar="FILE", help="also write the plan JSON to FILE")
