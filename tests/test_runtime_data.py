@@ -200,7 +200,7 @@ def test_online_planning_reads_each_steps_batch_from_the_documents(corpus, capsy
         lengths(2)
     specs = []
 
-    def fake_run_ranks(fn, nproc, *, backend, args, timeout_s, stall_timeout_s):
+    def fake_run_ranks(fn, nproc, *, backend, args, timeout_s, stall_timeout_s, on_progress=None):
         specs.append(args[0])
         return None  # as a failed launch: what the CLI gets is not under test here, the spec it launched is
 

@@ -288,7 +288,7 @@ def write_plan(tmp_path, plan) -> str:
 def test_cli_run_check_and_report(ranks, models_file, tmp_path, monkeypatch, capsys):
     calls = []
 
-    def fake_run_ranks(fn, nproc, *, backend, args, timeout_s, stall_timeout_s):
+    def fake_run_ranks(fn, nproc, *, backend, args, timeout_s, stall_timeout_s, on_progress=None):
         calls.append((fn, nproc, backend, args[0], stall_timeout_s))
         return reports_of(ranks, "tp_pp")
 
@@ -409,7 +409,7 @@ def test_cli_run_online_through_the_server(ranks, models_file, service, tmp_path
 
     given = []
 
-    def fake_run_ranks(fn, nproc, *, backend, args, timeout_s, stall_timeout_s):
+    def fake_run_ranks(fn, nproc, *, backend, args, timeout_s, stall_timeout_s, on_progress=None):
         given.append(args[0])
         session_view = httpx.get(
             f"{service.url}/v1/sessions/{args[0].planner.session_id}", headers={"Authorization": f"Bearer {TOKEN}"}
