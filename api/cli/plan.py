@@ -7,6 +7,7 @@ with its reason, and hydraplan's plan and the other baselines are printed as usu
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing
 import os
 import sys
@@ -131,13 +132,18 @@ def _workers(requested: int | None) -> int:
 def _hydraplan_plan(
     request: PlanRequest, profile: CostProfile, progress: Progress, budget_s: float | None, workers: int = 1
 ) -> Plan:
-    from hydraplan.planner.solve import solve
+    from hydraplan.planner.solve import load_backend, solve
 
     tokens = sum(request.lengths)
     with progress.step(
         f"planning {len(request.lengths):,} sequences ({tokens:,} tokens) on {request.num_gpus} GPUs, "
         + _budget_text(request.options.time_limit_s, budget_s)
     ):
+        # the solver libraries and compiled kernels loaded, what the process holds is long-lived:
+        # frozen, the cyclic collector no longer walks it during the search (~0.1 s of CPU per plan
+        # at 8B / 64 and 70B / 256 H100, benchmarks/RESULTS.md `search_profile`)
+        load_backend(request.options.solver)
+        gc.freeze()
         if workers == 1:
             return solve(request, profile)
         # the only work a second process can take over today is the baselines' plans (one task)

@@ -10,6 +10,7 @@ side.
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import metadata
@@ -74,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # before the first request: a first plan then pays none of it (a few seconds when Numba's
         # on-disk cache is cold)
         await asyncio.to_thread(load_backend, SolverBackend.AUTO)
+        gc.freeze()  # what is loaded now lives as long as the worker: the collector skips it
         yield
         services.close()
 
