@@ -319,6 +319,8 @@ def test_a_value_the_flag_refuses_is_one_line(
 @pytest.mark.parametrize(
     ("argv", "expected"), [(["plan", "--no-such-flag"], "unrecognized arguments: --no-such-flag"), ([], "required")]
 )
-def test_other_usage_errors_are_one_line_too(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
+def test_other_usage_errors_are_one_line_too(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
     code, _, err = run(capsys, *argv)
     assert expected in assert_one_line_error(code, err)
