@@ -87,6 +87,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=3, help="batches per setting (default: %(default)s)")
     parser.add_argument("--burners", type=int, default=1, help="competing CPU-bound processes (default: 1)")
     parser.add_argument("--quick", action="store_true", help="one seed of the first setting, written nowhere")
+    parser.add_argument("--section", default="determinism", help="results section and file name (default: %(default)s)")
     parser.add_argument("--worker", nargs=3, metavar=("SETTING", "SEED", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -141,7 +142,7 @@ def main() -> int:
     )
     print(body)
     if not args.quick:
-        write_result("determinism", command_line(), body, f"{table}\n\n{summary}")
+        write_result(args.section, command_line(), body, f"{table}\n\n{summary}")
     return 0 if all(p.identical for p in uncut) else 1
 
 
