@@ -140,16 +140,19 @@ def _hydraplan_plan(
         + _budget_text(request.options.time_limit_s, budget_s)
     ):
         # the solver libraries and compiled kernels loaded, what the process holds is long-lived:
-        # frozen, the cyclic collector no longer walks it during the search (~0.1 s of CPU per plan
-        # at 8B / 64 and 70B / 256 H100, benchmarks/RESULTS.md `search_profile`)
+        # frozen, the cyclic collector does not walk it during the search (~0.1 s of CPU less per
+        # plan at 8B / 64 and 70B / 256 H100, measured side by side)
         load_backend(request.options.solver)
         gc.freeze()
-        if workers == 1:
-            return solve(request, profile)
-        # the only work a second process can take over today is the baselines' plans (one task)
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=min(workers - 1, 1), mp_context=context) as executor:
-            return solve(request, profile, executor=executor)
+        try:
+            if workers == 1:
+                return solve(request, profile)
+            # the only work a second process can take over today is the baselines' plans (one task)
+            context = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=min(workers - 1, 1), mp_context=context) as executor:
+                return solve(request, profile, executor=executor)
+        finally:
+            gc.unfreeze()  # collectable again afterwards (main() may run many times in one process)
 
 
 def _baseline_plan(name: str, request: PlanRequest, profile: CostProfile, progress: Progress) -> Plan:
