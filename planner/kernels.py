@@ -2,9 +2,12 @@
 
 Profiled at 70B / 256 H100 (cProfile, 2 s default): 0.9 s of the search's 1.6 s of CPU went to
 `packing.balance_to_targets` (a heap per item in Python), the rest mostly to greedy dispatch and
-the 1F1B recurrence. Each loop here computes exactly what its Python original computed: the same
-floating-point operations in the same order, the same tie-breaks, so plans do not change, only
-their cost (tests/test_kernels.py compares each kernel with a plain-Python reference).
+the 1F1B recurrence. The search's loops (packing, dispatch, the 1F1B schedule) and the baselines'
+compute exactly what their Python originals computed: the same floating-point operations in the
+same order, the same tie-breaks, so plans do not change, only their cost. The two bound sums
+(`set_bounds_depth_first`, `weighted_min_totals`) add rows in order where numpy's matrix product
+chose its own order: equal to ~1e-15, far inside the checker's 1e-6 tolerance on the bound.
+tests/test_kernels.py compares each kernel with a plain-Python (or numpy) reference.
 
 The kernels take and return numpy arrays and plain numbers only. `warm_up()` compiles (or loads
 from Numba's on-disk cache) every kernel once per process; `planner.solve.load_backend` calls it
