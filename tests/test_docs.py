@@ -15,42 +15,14 @@ import shlex
 from pathlib import Path
 
 import pytest
+from markdown_links import FENCED, LINK, broken_links, without_code_blocks
 
-from benchmarks.report import anchor
 from hydraplan.api.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = [README, *sorted(DOCS.glob("*.md"))]
-LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-FENCED = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
-
-
-def without_code_blocks(text: str) -> str:
-    return FENCED.sub("", text)
-
-
-def headings(path: Path) -> set[str]:
-    """The anchors of every markdown heading of `path` (outside code blocks)."""
-    text = without_code_blocks(path.read_text(encoding="utf-8"))
-    return {anchor(line.lstrip("#")) for line in text.splitlines() if re.match(r"#{1,6} ", line)}
-
-
-def broken_links(path: Path) -> list[str]:
-    """The relative links of markdown file `path` that do not resolve to a file or folder of the
-    tree, or to a heading of the markdown file they name."""
-    broken = []
-    for target in LINK.findall(without_code_blocks(path.read_text(encoding="utf-8"))):
-        if re.match(r"[a-z]+:", target):  # http(s), mailto: not checked here
-            continue
-        file_part, _, fragment = target.partition("#")
-        linked = (path.parent / file_part).resolve() if file_part else path
-        if not linked.exists():
-            broken.append(f"{target} (no file {linked})")
-        elif fragment and linked.suffix == ".md" and fragment not in headings(linked):
-            broken.append(f"{target} (no heading #{fragment} in {linked.name})")
-    return broken
 
 
 def shown_commands(path: Path) -> list[str]:
@@ -95,7 +67,7 @@ def test_the_readme_and_every_docs_page_exist() -> None:
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
 def test_every_relative_link_resolves(page: Path) -> None:
     assert LINK.search(page.read_text(encoding="utf-8")), f"{page.name} links nowhere"
-    assert broken_links(page) == []
+    assert broken_links(page, folders=True) == []
 
 
 def test_a_broken_link_is_found(tmp_path: Path) -> None:
@@ -106,7 +78,7 @@ def test_a_broken_link_is_found(tmp_path: Path) -> None:
         "[no file](missing.md) [no heading](other.md#nowhere) [no local heading](#there)\n"
         "```\n[in a code block](not-checked.md)\n```\n"
     )
-    assert broken_links(page) == [
+    assert broken_links(page, folders=True) == [
         f"missing.md (no file {tmp_path / 'missing.md'})",
         "other.md#nowhere (no heading #nowhere in other.md)",
         "#there (no heading #there in page.md)",

@@ -8,11 +8,11 @@ import re
 from pathlib import Path
 
 import pytest
+from markdown_links import LINK, broken_links
 
 from benchmarks.report import anchor, pivot_table, results_file, write_result
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
 def marked(text: str, name: str) -> str:
@@ -20,27 +20,6 @@ def marked(text: str, name: str) -> str:
     found = re.findall(rf"<!-- {re.escape(name)}:start -->\n(.*?)<!-- {re.escape(name)}:end -->", text, re.S)
     assert len(found) == 1, f"{len(found)} sections {name}"
     return found[0]
-
-
-def headings(path: Path) -> set[str]:
-    """The anchors of every markdown heading of `path` (outside code blocks)."""
-    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
-    return {anchor(line.lstrip("#")) for line in text.splitlines() if re.match(r"#{1,6} ", line)}
-
-
-def broken_links(path: Path) -> list[str]:
-    """The links of markdown file `path` that do not resolve to a file (and heading) of the tree."""
-    broken = []
-    for target in LINK.findall(path.read_text()):
-        if re.match(r"[a-z]+:", target):  # http(s), mailto: not checked here
-            continue
-        file_part, _, fragment = target.partition("#")
-        linked = (path.parent / file_part).resolve() if file_part else path
-        if not linked.is_file():
-            broken.append(f"{target} (no file {linked})")
-        elif fragment and linked.suffix == ".md" and fragment not in headings(linked):
-            broken.append(f"{target} (no heading #{fragment} in {linked.name})")
-    return broken
 
 
 def summary_link(section: str, results: Path) -> Path:
