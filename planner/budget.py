@@ -39,3 +39,8 @@ def auto_budget_s(lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int) ->
     if not math.isfinite(floor_s):  # nothing holds an item: the search says so at once
         return AUTO_MIN_S
     return round(float(min(AUTO_MAX_S, max(AUTO_MIN_S, AUTO_STEP_SHARE * floor_s))), 3)
+
+
+def resolved_budget_s(time_limit_s: float | str, lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int) -> float:
+    """A time limit in seconds: as given, or `auto` resolved for these items."""
+    return auto_budget_s(lengths, cost, num_gpus) if time_limit_s == AUTO else float(time_limit_s)

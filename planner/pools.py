@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hydraplan.planner.budget import AUTO, auto_budget_s
+from hydraplan.planner.budget import resolved_budget_s
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.items import prepare_items
@@ -96,9 +96,7 @@ def _candidates(item_lengths, cost: ProfileCostModel, template: PlanRequest, clo
     )
     found: dict[Strategy, None] = {}
     for index, lengths in enumerate(item_lengths):
-        limit_s = (
-            auto_budget_s(lengths, cost, template.num_gpus) if options.time_limit_s == AUTO else options.time_limit_s
-        )
+        limit_s = resolved_budget_s(options.time_limit_s, lengths, cost, template.num_gpus)
         budget_s = max(0.05, min(limit_s, clock() / (len(item_lengths) - index)))
         batch_clock = _budget_clock(budget_s)
         result = search(lengths, cost, template.num_gpus, settings, batch_clock, budget_s)

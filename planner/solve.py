@@ -10,7 +10,7 @@ import numpy as np
 
 from hydraplan.planner.bounds import BoundTables
 from hydraplan.planner.bubble_floor import tabulated_floors
-from hydraplan.planner.budget import AUTO, auto_budget_s
+from hydraplan.planner.budget import resolved_budget_s
 from hydraplan.planner.build import build_plan, identified
 from hydraplan.planner.candidate import Candidate
 from hydraplan.planner.check import check_plan
@@ -68,7 +68,7 @@ def solve(
     pool = _parse_pool(options.strategy_pool)
     if pool is not None:
         _validate_pool(pool, request, cost)
-    items = _prepare_items(request, cost, sorted({s for p in pool for s in p.schemes}) if pool else None)
+    items = _pool_items(request, cost, pool)
     budget_s = _budget_s(request, items, cost)
     settings, clock = _settings(request, budget_s, pool, cancel, started, len(items))
     peers = _peers(request, profile, cost, items, settings, pool is not None, executor)
@@ -137,15 +137,18 @@ def planning_budget_s(request: PlanRequest, profile: CostProfile) -> float:
     the batch (what the plan will record in `solver.time_limit_s`); a few ms, for a caller that
     says it before planning. Raises `PlanningError` where `solve` would refuse the batch's items."""
     cost = ProfileCostModel(profile)
-    pool = _parse_pool(request.options.strategy_pool)
-    items = _prepare_items(request, cost, sorted({s for p in pool for s in p.schemes}) if pool else None)
+    items = _pool_items(request, cost, _parse_pool(request.options.strategy_pool))
     return _budget_s(request, items, cost)
 
 
 def _budget_s(request: PlanRequest, items: Items, cost: ProfileCostModel) -> float:
     """The request's time limit in seconds: as given, or `auto`'s share of the step (`planner.budget`)."""
-    limit = request.options.time_limit_s
-    return auto_budget_s(items.lengths, cost, request.num_gpus) if limit == AUTO else float(limit)
+    return resolved_budget_s(request.options.time_limit_s, items.lengths, cost, request.num_gpus)
+
+
+def _pool_items(request: PlanRequest, cost: ProfileCostModel, pool: tuple[Strategy, ...] | None) -> Items:
+    """The request's items, oversize sequences handled against the pool's schemes (all without one)."""
+    return _prepare_items(request, cost, sorted({s for p in pool for s in p.schemes}) if pool else None)
 
 
 def _settings(
