@@ -78,11 +78,7 @@ class PeerChoice:
     candidate: Candidate | None
     num_schemes: int
     num_strategies: int
-    num_solved: int = -1  # -1: every strategy of its pool
-
-    def __post_init__(self) -> None:
-        if self.num_solved < 0:
-            object.__setattr__(self, "num_solved", self.num_strategies)
+    num_solved: int
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,7 +185,7 @@ def flexsp(request: PlanRequest, profile: CostProfile) -> Plan:
     if not coefs:
         raise PlanningError(f"flexsp: no scheme of the profile with pp == 1 fits {request.num_gpus} GPUs")
     items = _items_for("flexsp", request, coefs)
-    choice = flexsp_choice(items.lengths, cost, request.num_gpus, request.options.max_schemes)
+    choice = flexsp_choice(items.lengths, cost, coefs, request.num_gpus, request.options.max_schemes)
     if choice.candidate is None:
         raise PlanningError(
             f"flexsp: no strategy of sequence-parallel groups {_names(coefs)} on "
@@ -199,11 +195,13 @@ def flexsp(request: PlanRequest, profile: CostProfile) -> Plan:
     return _plan("flexsp", request, profile, cost, items, choice)
 
 
-def flexsp_choice(lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int, max_schemes: int) -> PeerChoice:
-    """FlexSP's best strategy of its pool, by simulated step time (see module docstring)."""
-    coefs = flexsp_schemes(cost, num_gpus, int(lengths.max()))
+def flexsp_choice(
+    lengths: np.ndarray, cost: ProfileCostModel, coefs: list[SchemeCoefficients], num_gpus: int, max_schemes: int
+) -> PeerChoice:
+    """FlexSP's best strategy over its schemes `coefs` (`flexsp_schemes`), by simulated step time
+    (see module docstring)."""
     if not coefs:
-        return PeerChoice(None, 0, 0)
+        return PeerChoice(None, 0, 0, 0)
     pool = strategy_pool(lengths, coefs, cost, num_gpus, max_schemes, FLEXSP_POOL_SIZE)
     pool = with_homogeneous(pool, coefs, num_gpus)
     best: Candidate | None = None
@@ -211,7 +209,7 @@ def flexsp_choice(lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int, ma
         candidate = _greedy_candidate(strategy, lengths, cost)
         if candidate is not None and (best is None or candidate.step_time_s < best.step_time_s):
             best = candidate
-    return PeerChoice(best, len(coefs), len(pool))
+    return PeerChoice(best, len(coefs), len(pool), len(pool))
 
 
 def _greedy_candidate(strategy: Strategy, lengths: np.ndarray, cost: ProfileCostModel) -> Candidate | None:
@@ -238,7 +236,8 @@ def hydraulis(request: PlanRequest, profile: CostProfile) -> Plan:
     if not coefs:
         raise PlanningError(f"hydraulis: no scheme of the profile with cp == 1 fits {request.num_gpus} GPUs")
     items = _items_for("hydraulis", request, coefs)
-    choice = hydraulis_choice(items.lengths, cost, request.num_gpus, request.options.max_schemes, request.options.seed)
+    options = request.options
+    choice = hydraulis_choice(items.lengths, cost, coefs, request.num_gpus, options.max_schemes, options.seed)
     if choice.candidate is None:
         raise PlanningError(
             f"hydraulis: no TP x PP strategy over {_names(coefs)} on {request.num_gpus} GPUs can "
@@ -253,13 +252,17 @@ def _hydraulis_schemes(cost: ProfileCostModel, num_gpus: int) -> list[SchemeCoef
 
 
 def hydraulis_choice(
-    lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int, max_schemes: int, seed: int
+    lengths: np.ndarray,
+    cost: ProfileCostModel,
+    coefs: list[SchemeCoefficients],
+    num_gpus: int,
+    max_schemes: int,
+    seed: int,
 ) -> PeerChoice:
-    """Hydraulis's best strategy of its pool by its own estimate, with the exact 1F1B times of
-    what it chose (see module docstring)."""
-    coefs = _hydraulis_schemes(cost, num_gpus)
+    """Hydraulis's best strategy over its schemes `coefs` (`_hydraulis_schemes`) by its own
+    estimate, with the exact 1F1B times of what it chose (see module docstring)."""
     if not coefs or lengths.max() > max(coef.capacity_tokens for coef in coefs):
-        return PeerChoice(None, len(coefs), 0)
+        return PeerChoice(None, len(coefs), 0, 0)
     # dispatch costs ~30 us per sequence and strategy: big batches get fewer strategies
     size = min(HYDRAULIS_POOL_SIZE, max(HYDRAULIS_MIN_POOL_SIZE, HYDRAULIS_DISPATCH_BUDGET // len(lengths)))
     pool = strategy_pool(lengths, coefs, cost, num_gpus, max_schemes, size)
@@ -271,7 +274,7 @@ def hydraulis_choice(
         choice = _hydraulis_choice(strategy, lengths, cost, shuffles)
         if choice is not None and (best is None or choice[0] < best[0]):
             best = choice
-    return PeerChoice(_simulated(best, cost) if best is not None else None, len(coefs), len(pool))
+    return PeerChoice(_simulated(best, cost) if best is not None else None, len(coefs), len(pool), len(pool))
 
 
 HydraulisChoice = tuple[float, Strategy, tuple[SchemeCoefficients, ...], list[tuple[list[np.ndarray], list[float]]]]
@@ -473,7 +476,7 @@ def _best_homogeneous(
     if not homogeneous:
         raise PlanningError(f"{name}: no scheme of the profile divides {request.num_gpus} GPUs evenly")
     items = _items_for(name, request, homogeneous)
-    choice = _best_homogeneous_choice(items.lengths, cost, request.num_gpus, build)
+    choice = _best_homogeneous_choice(items.lengths, cost, homogeneous, request.num_gpus, build)
     if choice.candidate is None:
         raise PlanningError(f"{name}: no homogeneous strategy can hold the batch (too few sequences or capacity)")
     return _plan(name, request, profile, cost, items, choice)
@@ -486,37 +489,29 @@ def _dividing(cost: ProfileCostModel, num_gpus: int) -> list[SchemeCoefficients]
 def _best_homogeneous_choice(
     lengths: np.ndarray,
     cost: ProfileCostModel,
+    homogeneous: list[SchemeCoefficients],
     num_gpus: int,
     build: Callable[[np.ndarray, SchemeCoefficients, int, ProfileCostModel], Candidate | None],
 ) -> PeerChoice:
-    homogeneous = _dividing(cost, num_gpus)
+    """The best of `build`'s plans of the items on each scheme of `homogeneous` (`_dividing`)."""
     candidates = [build(lengths, coef, num_gpus, cost) for coef in homogeneous]
     feasible = [candidate for candidate in candidates if candidate is not None]
     best = min(feasible, key=lambda candidate: (candidate.step_time_s, str(candidate.strategy)), default=None)
     return PeerChoice(best, len(homogeneous), len(homogeneous), len(feasible))
 
 
-def megatron_choice(lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int) -> PeerChoice:
-    """Megatron-LM's best homogeneous arrival-order plan of these items."""
-    return _best_homogeneous_choice(lengths, cost, num_gpus, _megatron_candidate)
-
-
-def wlb_choice(lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int) -> PeerChoice:
-    """WLB-LLM's best homogeneous workload-balanced plan of these items."""
-    return _best_homogeneous_choice(lengths, cost, num_gpus, _wlb_candidate)
-
-
 def peer_choice(name: str, lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int, max_schemes: int, seed: int):
-    """What baseline `name` chooses for exactly these items (no sequence cut differently):
-    its candidate (None when it cannot hold them) and its search statistics."""
-    if name == "megatron":
-        return megatron_choice(lengths, cost, num_gpus)
-    if name == "wlb":
-        return wlb_choice(lengths, cost, num_gpus)
+    """What baseline `name` chooses for exactly these items (no sequence cut differently): its
+    candidate (None when it cannot hold them) and its search statistics. The schemes are chosen
+    as the baseline's own plan chooses them, from the items."""
+    if name in ("megatron", "wlb"):
+        build = _megatron_candidate if name == "megatron" else _wlb_candidate
+        return _best_homogeneous_choice(lengths, cost, _dividing(cost, num_gpus), num_gpus, build)
     if name == "flexsp":
-        return flexsp_choice(lengths, cost, num_gpus, max_schemes)
+        coefs = flexsp_schemes(cost, num_gpus, int(lengths.max()))
+        return flexsp_choice(lengths, cost, coefs, num_gpus, max_schemes)
     if name == "hydraulis":
-        return hydraulis_choice(lengths, cost, num_gpus, max_schemes, seed)
+        return hydraulis_choice(lengths, cost, _hydraulis_schemes(cost, num_gpus), num_gpus, max_schemes, seed)
     raise PlanningError(f"unknown baseline {name!r}; valid: {', '.join(sorted(BASELINES))}")
 
 
