@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from synthetic import synthetic_profile, wikipedia_like_batch
 
+from benchmarks.quality import same_batch
 from hydraplan.cost_models.analytic import build_profile
 from hydraplan.cost_models.catalog import get_gpu, get_model
 from hydraplan.planner.baselines import BASELINES, run_baseline
@@ -23,18 +24,6 @@ PROFILES = {
     "tiny-8": (build_profile(get_model("tiny"), get_gpu("h100-sxm-80gb"), 8, 8), 8),
     "8b-32": (build_profile(get_model("llama3-8b"), get_gpu("h100-sxm-80gb"), 32, 8), 32),
 }
-
-
-def trained_lengths(plan: Plan) -> list[int]:
-    return sorted(length for p in plan.pipelines for batch in p.micro_batches for length in batch.lengths)
-
-
-def same_batch(plan: Plan, baseline: Plan) -> bool:
-    """Both train the same items (sequences cut, or kept, the same way): only then are their
-    objectives comparable."""
-    return plan.dropped_sequence_ids == baseline.dropped_sequence_ids and trained_lengths(plan) == trained_lengths(
-        baseline
-    )
 
 
 def behind(plan: Plan, request: PlanRequest, profile) -> list[str]:
