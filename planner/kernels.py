@@ -16,6 +16,7 @@ so that the first plan of a process is not charged for compiling.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numba
@@ -403,9 +404,10 @@ def group_by_owner(owner: np.ndarray, num_owners: int) -> list[list[int]]:
     return [flat[start:end] for start, end in zip([0, *ends[:-1]], ends)]
 
 
+@functools.cache
 def warm_up() -> None:
     """Compile (or load from the on-disk cache) every kernel for the argument types the planner
-    passes: a second call costs nothing."""
+    passes, once per process (`planner.solve.load_backend` calls it before every plan)."""
     lengths = np.array([3.0, 2.0, 1.0])
     balance_bins(lengths, lengths * 2.0, np.zeros(2), 4.0)
     next_fit_starts(lengths, 4.0)
