@@ -1,16 +1,16 @@
-"""Planning with a worker process beside the search: wall time alone and with one worker.
+"""Planning with worker processes beside the search: wall time with 1, 2, ... processes.
 
     python benchmarks/workers.py                         # 8B / 64, 70B / 256, 8B / 1,024 H100
-    python benchmarks/workers.py --repeats 5 --settings 70b-256xh100
+    python benchmarks/workers.py --repeats 5 --settings 70b-256xh100 --workers 1 2 3
 
-For each setting's seed-0 batch, `planner.solve.solve` runs alternately without an executor and
-with a one-process fork pool (created before the timing, as `hydraplan plan --workers 2` does),
-`--repeats` times each, side by side so both see the same machine. The clock stands still
-(`benchmarks.quality.clock_standing_still`): both make the plan an uncut run makes, and the
-table checks that they are the same plan. Reported: median wall time of each and their ratio.
-What a worker can take over today is the baselines' plans (`planner.portfolio`); the expected
-speed-up is therefore at most 1 / (1 - their share of the solve), on a machine with a core free
-for the worker.
+For each setting's seed-0 batch, `planner.solve.solve` runs with each process count in turn, side
+by side, `--repeats` times each: 1 is the search alone; N > 1 adds a fork pool of N - 1 workers
+(created before the timing, as `hydraplan plan --workers N` does), which make the baselines' own
+plans (`planner.portfolio`) and solve the search's next strategies ahead of it
+(`planner.speculation`). The clock stands still (`benchmarks.quality.clock_standing_still`): every
+run makes the plan an uncut run makes, and the table checks that they are the same plan.
+Reported: median wall time of each count, the speed-up over one process, and the share of the
+search's strategy solves a worker delivered.
 
 The results go to the `workers` section of benchmarks/RESULTS.md (`--results` for another file).
 """
@@ -32,46 +32,79 @@ from benchmarks.common import SETTINGS, batch_lengths, make_request, median, pro
 from benchmarks.quality import clock_standing_still  # noqa: E402
 from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_result  # noqa: E402
 from hydraplan.planner.solve import solve  # noqa: E402
+from hydraplan.planner.speculation import SpeculativeSolver  # noqa: E402
 
 DEFAULT_SETTINGS = ("8b-64xh100", "70b-256xh100", "8b-1024xh100")
 
 
-def measure(name: str, repeats: int, executor: ProcessPoolExecutor) -> list[str]:
+def measure(name: str, repeats: int, pools: dict[int, ProcessPoolExecutor | None]) -> list[str]:
     setting = SETTINGS[name]
     lengths = batch_lengths(setting.datasets[0], setting.num_tokens, 0, setting.context_cap)
     profile = profile_for(setting.model, setting.gpu, setting.num_gpus)
     request = make_request(lengths, setting.num_gpus, "auto", setting.time_limit_s, 0)
-    walls: dict[str, list[float]] = {"alone": [], "worker": []}
-    plans = {}
+    walls: dict[int, list[float]] = {count: [] for count in pools}
+    plans: dict[int, str] = {}
+    taken: dict[int, list[tuple[int, int]]] = {count: [] for count in pools}
+    close = SpeculativeSolver.close
     with clock_standing_still(True):
-        solve(request, profile, executor=executor)  # caches here and in the worker
+        for count, pool in pools.items():  # caches here and in the workers
+            solve(request, profile, executor=pool, executor_workers=count - 1)
         for _ in range(repeats):
-            for mode in walls:
-                started = time.perf_counter()
-                plans[mode] = solve(request, profile, executor=executor if mode == "worker" else None)
-                walls[mode].append(time.perf_counter() - started)
-    same = plans["alone"].model_dump_json() == plans["worker"].model_dump_json()
-    alone, helped = median(walls["alone"]), median(walls["worker"])
-    return [name, f"{alone:.2f}", f"{helped:.2f}", f"{alone / helped:.2f}x", "yes" if same else "NO"]
+            for count, pool in pools.items():
+
+                def counted(solver, count=count):
+                    taken[count].append((solver.hits, solver.local))
+                    close(solver)
+
+                SpeculativeSolver.close = counted
+                try:
+                    started = time.perf_counter()
+                    plans[count] = solve(request, profile, executor=pool, executor_workers=count - 1).model_dump_json()
+                    walls[count].append(time.perf_counter() - started)
+                finally:
+                    SpeculativeSolver.close = close
+    same = len(set(plans.values())) == 1
+    one = median(walls[1]) if 1 in walls else None
+    row = [name]
+    for count in pools:
+        wall = median(walls[count])
+        row.append(f"{wall:.2f}" + ("" if one is None or count == 1 else f" ({one / wall:.2f}x)"))
+    for count in pools:
+        if count > 1:
+            hits = sum(h for h, _ in taken[count])
+            row.append(f"{hits}/{hits + sum(n for _, n in taken[count])}")
+    return [*row, "yes" if same else "NO"]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--settings", nargs="+", default=list(DEFAULT_SETTINGS), choices=sorted(SETTINGS))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="process counts to compare")
     parser.add_argument("--results", type=Path, default=RESULTS_PATH)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
+    counts = sorted(set(args.workers))
+    context = multiprocessing.get_context("fork")
+    pools = {
+        count: ProcessPoolExecutor(max_workers=count - 1, mp_context=context) if count > 1 else None for count in counts
+    }
     rows = []
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork")) as executor:
+    try:
         for name in args.settings:
-            rows.append(measure(name, args.repeats, executor))
+            rows.append(measure(name, args.repeats, pools))
             print(" | ".join(rows[-1]), file=sys.stderr)
-    headers = ["setting", "alone s (median)", "with a worker s (median)", "speed-up", "same plan"]
+    finally:
+        for pool in pools.values():
+            if pool is not None:
+                pool.shutdown()
+    headers = ["setting", *(f"{count} process{'es' if count > 1 else ''} s (median)" for count in counts)]
+    headers += [f"solves from workers, {count} processes" for count in counts if count > 1]
+    headers.append("same plan")
     table = markdown_table(headers, rows)
     print(table)
     if not args.no_write:
-        body = f"{args.repeats} repeats of each, alternating; the clock standing still.\n\n{table}"
+        body = f"{args.repeats} repeats of each count, side by side; the clock standing still.\n\n{table}"
         write_result("workers", command_line(), body, table, path=args.results)
     return 0
 

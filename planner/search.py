@@ -63,6 +63,7 @@ from hydraplan.planner.milp import solve_milp
 from hydraplan.planner.packing import PackedPipeline, best_order, pack_pipeline
 from hydraplan.planner.refine import polish_packings, refine
 from hydraplan.planner.schemas import SolverBackend
+from hydraplan.planner.speculation import SpeculativeSolver
 from hydraplan.planner.strategies import Strategy, placement_key
 from hydraplan.planner.switching import pipeline_blocks, switch_cost_s
 
@@ -75,6 +76,7 @@ NUM_POLISHED = 4
 NUM_POLISHED_BRIEF = 2  # under budgets below THOROUGH_MIN_BUDGET_S (e.g. a service's 0.1 s)
 NUM_RUNNERS_UP = 8
 NUM_HOMOGENEOUS_FIRST = 4  # homogeneous strategies solved before the search proper
+QUEUE_HEAD = 8  # queued strategies a speculative solver may start ahead of the search
 # auto's MILP polish only where the model builds fast (~30 us per variable, outside the MILP's own
 # time limit): larger batches rely on LP + refinement
 AUTO_MILP_MAX_VARIABLES = 4_000
@@ -389,6 +391,7 @@ def search(
     clock: Clock,
     time_limit_s: float,
     peers: Callable[[], Sequence[Candidate]] = tuple,
+    speculative: SpeculativeSolver | None = None,
 ) -> SearchResult | None:
     """Best plan found and a valid lower bound on the objective; None when nothing can hold the items.
 
@@ -397,6 +400,10 @@ def search(
     candidates when the search proper ends, always (whatever the clock says), and are polished
     like the search's own, so the result is never worse than any of them. Joining at that fixed
     point keeps the plan the same whether they were computed here or in parallel.
+
+    A `speculative` solver (`planner.speculation`) solves the head of the queue ahead in worker
+    processes; the search takes a result from it only where it would have solved that strategy
+    itself, so the plan is the same with or without it.
 
     Alternates: expand scheme sets (in bound order) whose bound beats the incumbent and the best
     queued estimate, then solve the queued strategy with the best estimate, skipping any whose
@@ -424,7 +431,8 @@ def search(
     def first_solution(strategy: Strategy) -> Candidate | None:
         nonlocal slowest_solve_s
         before = clock.remaining_s()
-        candidate = _first_solution(strategy, lengths, cost, settings, clock)
+        screen = speculative.solve if speculative is not None else None
+        candidate = _first_solution(strategy, lengths, cost, settings, clock, screen)
         slowest_solve_s = max(slowest_solve_s, before - clock.remaining_s())
         return candidate
 
@@ -436,7 +444,7 @@ def search(
     # without them the global bound falls back to a much looser floor
     seeding_reserve_s = time_limit_s * SEEDING_SHARE if settings.pool is None else 0.0
     solved, done = _initial_incumbents(
-        frontier, pinned, first_solution, settings, lambda: search_time_up(seeding_reserve_s)
+        frontier, pinned, first_solution, settings, lambda: search_time_up(seeding_reserve_s), speculative
     )
     if settings.pool is None:
         incumbent_s = solved[0].objective_s if solved else math.inf
@@ -472,12 +480,16 @@ def search(
         if solved and search_time_up():
             break
         entry = frontier.strategies[heapq.heappop(queue)[3]]
+        if speculative is not None:
+            speculative.prefetch(_queue_head(queue, frontier, incumbent_s, done))
         attempts += 1
         enumerated_at_solve = len(frontier.strategies)
         candidate = first_solution(entry.strategy)
         if candidate is not None:
             solved.append(candidate)
             solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
+    if speculative is not None:
+        speculative.close()
     solved = sorted([*solved, *peers()], key=lambda c: (c.objective_s, str(c.strategy)))
     if not solved:
         return None
@@ -502,6 +514,7 @@ def _initial_incumbents(
     first_solution: Callable[[Strategy], Candidate | None],
     settings: SearchSettings,
     time_up: Callable[[], bool],
+    speculative: SpeculativeSolver | None = None,
 ) -> tuple[list[Candidate], set[Strategy]]:
     """Solve the previous strategy and the most promising homogeneous ones (see module docstring)
     until `time_up()` once one is solved. Returns the solved candidates, best first, and the
@@ -515,6 +528,8 @@ def _initial_incumbents(
             first.insert(0, settings.previous)  # staying costs no re-sharding: a natural incumbent
     solved: list[Candidate] = []
     tried: set[Strategy] = set()
+    if speculative is not None:
+        speculative.prefetch(list(dict.fromkeys(first))[1:])  # the first is solved here at once
     for strategy in dict.fromkeys(first):
         if solved and time_up():
             break
@@ -523,6 +538,15 @@ def _initial_incumbents(
         solved += [candidate] if candidate is not None else []
     solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
     return solved, tried
+
+
+def _queue_head(queue: list, frontier: Frontier, incumbent_s: float, done: set[Strategy]) -> list[Strategy]:
+    """The strategies the search would solve next if the incumbent stayed as it is, best first:
+    the least entries of the queue's heap (the n least of a heap lie in its first 2^n - 1
+    places) that can still beat the incumbent."""
+    head = heapq.nsmallest(QUEUE_HEAD, queue[: (1 << QUEUE_HEAD) - 1])
+    strategies = [frontier.strategies[index] for *_, index in head]
+    return [entry.strategy for entry in strategies if entry.bound_s < incumbent_s and entry.strategy not in done]
 
 
 def _homogeneous(coefs: Sequence[SchemeCoefficients], num_gpus: int) -> list[Strategy]:
@@ -757,9 +781,15 @@ def _pack_bound_batch(
     return promising
 
 
-def _first_solution(strategy, lengths, cost, settings: SearchSettings, clock: Clock) -> Candidate | None:
-    """Screen a strategy: greedy, or the exact joint MILP when the instance is tiny."""
-    candidate = solve_strategy(strategy, lengths, cost, settings.previous)
+def _first_solution(
+    strategy, lengths, cost, settings: SearchSettings, clock: Clock, screen: Callable | None = None
+) -> Candidate | None:
+    """Screen a strategy: greedy (`screen(strategy)`, by default `solve_strategy` here), or the
+    exact joint MILP when the instance is tiny."""
+    if screen is None:
+        candidate = solve_strategy(strategy, lengths, cost, settings.previous)
+    else:
+        candidate = screen(strategy)
     if settings.backend in (SolverBackend.CPSAT, SolverBackend.PULP) and len(lengths) <= 12:
         exact = milp_candidate(settings.backend.value, strategy, lengths, cost, settings, clock, candidate)
         if exact is not None and (candidate is None or exact.objective_s < candidate.objective_s):

@@ -21,7 +21,8 @@ from hydraplan.planner.kernels import warm_up
 from hydraplan.planner.portfolio import peer_candidates, peer_task
 from hydraplan.planner.schemas import BaselineResult, CostProfile, Plan, PlanRequest, SolverBackend, SolverStats
 from hydraplan.planner.scheme import ParallelScheme
-from hydraplan.planner.search import Clock, SearchSettings, WorkLimits, search, solve_fixed
+from hydraplan.planner.search import Clock, SearchSettings, WorkLimits, search, solve_fixed, solve_strategy
+from hydraplan.planner.speculation import SpeculativeSolver
 from hydraplan.planner.strategies import Strategy, parse_strategy
 from hydraplan.planner.switching import require_switch_pricing
 
@@ -46,11 +47,14 @@ def solve(
     cancel: Callable[[], bool] | None = None,
     previous_plan: Plan | None = None,
     executor: Executor | None = None,
+    executor_workers: int = 1,
 ) -> Plan:
     """Plan one global batch; raises `PlanningError` when the request cannot be planned.
 
-    With an `executor` (e.g. a process pool, `api.cli.workers`), the shipped baselines' own plans
-    of the batch are made there while the search runs here; the plan is the same as without one.
+    With an `executor` of `executor_workers` processes (e.g. the fork pool of `hydraplan plan
+    --workers N`), the shipped baselines' own plans of the batch are made there while the search
+    runs here, and the strategies the search will likely solve next are solved there ahead of it
+    (`planner.speculation`); the plan is the same as without one.
 
     The search stops at `options.time_limit_s` (`auto`: a share of the step, `planner.budget`),
     or when `cancel()` returns True, with its best incumbent. The shipped baselines' own plans of
@@ -72,7 +76,12 @@ def solve(
     budget_s = _budget_s(request, items, cost)
     settings, clock = _settings(request, budget_s, pool, cancel, started, len(items))
     peers = _peers(request, profile, cost, items, settings, pool is not None, executor)
-    result = search(items.lengths, cost, request.num_gpus, settings, clock, budget_s, peers)
+    speculative = None
+    if executor is not None:
+        speculative = SpeculativeSolver(
+            executor, executor_workers, profile, items.lengths, cost, settings.previous, solve_strategy
+        )
+    result = search(items.lengths, cost, request.num_gpus, settings, clock, budget_s, peers, speculative)
     if result is None:
         space = (
             f"no strategy of the pool ({len(pool)} strategies)"

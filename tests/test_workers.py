@@ -1,5 +1,6 @@
-"""Planning with a worker process (`solve(executor=...)`): the baselines' plans are made there
-while the search runs here, and the plan is the same, byte for byte, as without one."""
+"""Planning with worker processes (`solve(executor=...)`): the baselines' plans are made there
+and the search's next strategies are solved there ahead of it, and the plan is the same, byte for
+byte, as without them, with one or two workers."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hydraplan.cost_models.analytic import build_profile
 from hydraplan.cost_models.catalog import get_gpu, get_model
 from hydraplan.planner.schemas import PlanRequest, SolverOptions
 from hydraplan.planner.solve import solve
+from hydraplan.planner.speculation import SpeculativeSolver
 
 # the clock must not decide anything here: a budget far above what the work limits take
 OPTIONS = {"time_limit_s": 60.0, "oversize": "split"}
@@ -24,6 +26,26 @@ def pool():
         yield executor
 
 
+@pytest.fixture(scope="module")
+def pool2():
+    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("fork")) as executor:
+        yield executor
+
+
+@pytest.fixture
+def speculation_counts(monkeypatch):
+    """(worker results taken, solves made here) of each speculative solver, when it closes."""
+    counts: list[tuple[int, int]] = []
+    close = SpeculativeSolver.close
+
+    def spy(self):
+        counts.append((self.hits, self.local))
+        close(self)
+
+    monkeypatch.setattr(SpeculativeSolver, "close", spy)
+    return counts
+
+
 @pytest.mark.parametrize(
     ("model", "num_gpus", "num_tokens", "seed", "previous"),
     [
@@ -32,7 +54,9 @@ def pool():
         ("llama3-8b", 32, 150_000, 2, "4x<2,1,4>"),
     ],
 )
-def test_the_same_plan_with_a_worker(pool, model, num_gpus, num_tokens, seed, previous) -> None:
+def test_the_same_plan_with_one_and_two_workers(
+    pool, pool2, speculation_counts, model, num_gpus, num_tokens, seed, previous
+) -> None:
     profile = build_profile(get_model(model), get_gpu("h100-sxm-80gb"), num_gpus, 8)
     request = PlanRequest(
         lengths=wikipedia_like_batch(num_tokens, seed=seed),
@@ -41,9 +65,12 @@ def test_the_same_plan_with_a_worker(pool, model, num_gpus, num_tokens, seed, pr
         previous_strategy=previous,
     )
     alone = solve(request, profile)
-    helped = solve(request, profile, executor=pool)
-    assert not alone.solver.cut_by_clock and not helped.solver.cut_by_clock
-    assert helped.model_dump_json() == alone.model_dump_json()
+    for executor, workers in ((pool, 1), (pool2, 2)):
+        helped = solve(request, profile, executor=executor, executor_workers=workers)
+        assert not alone.solver.cut_by_clock and not helped.solver.cut_by_clock
+        assert helped.model_dump_json() == alone.model_dump_json()
+    # the workers did solve strategies the search then used (else this compared nothing)
+    assert len(speculation_counts) == 2 and all(hits > 0 for hits, _ in speculation_counts)
 
 
 def test_the_worker_makes_the_baselines_plans(pool, monkeypatch) -> None:
@@ -65,14 +92,15 @@ def test_the_worker_makes_the_baselines_plans(pool, monkeypatch) -> None:
 
 
 def test_the_command_line_plans_the_same_with_one_and_two_workers() -> None:
-    """`hydraplan plan --workers 1` and `--workers 2` (a forked worker makes the baselines' plans)
-    print the same plan JSON, byte for byte; a budget the work limits never reach."""
+    """`hydraplan plan --workers 1`, `2` and `3` (forked workers make the baselines' plans and
+    solve strategies ahead) print the same plan JSON, byte for byte; a budget the work limits
+    never reach."""
     import subprocess
     import sys
 
     outputs = []
-    for workers in ("1", "2"):
+    for workers in ("1", "2", "3"):
         argv = [sys.executable, "-m", "hydraplan.api.cli", "plan", "--num-tokens", "200000", "--num-gpus", "32"]
         argv += ["--time-limit-s", "60", "--workers", workers, "--json"]
         outputs.append(subprocess.run(argv, check=True, capture_output=True, timeout=300).stdout)
-    assert outputs[0] == outputs[1] and b'"plan_id"' in outputs[0]
+    assert outputs[0] == outputs[1] == outputs[2] and b'"plan_id"' in outputs[0]

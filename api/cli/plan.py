@@ -147,10 +147,11 @@ def _hydraplan_plan(
         try:
             if workers == 1:
                 return solve(request, profile)
-            # the only work a second process can take over today is the baselines' plans (one task)
+            # this process runs the search; the others make the baselines' plans and solve the
+            # search's next strategies ahead of it (forked: they inherit the loaded planner)
             context = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(max_workers=min(workers - 1, 1), mp_context=context) as executor:
-                return solve(request, profile, executor=executor)
+            with ProcessPoolExecutor(max_workers=workers - 1, mp_context=context) as executor:
+                return solve(request, profile, executor=executor, executor_workers=workers - 1)
         finally:
             gc.unfreeze()  # collectable again afterwards (main() may run many times in one process)
 
