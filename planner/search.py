@@ -123,10 +123,18 @@ WORK_REFERENCE_BUDGET_S = 2.0
 # 64 A100 planned 5.412 s instead of 5.544 s with a bound of 5.163 s instead of 5.084 s (gap 4.6%,
 # was 8.3%) in 1.6 s of CPU
 MAX_WORK_SCALE = 5.0
-# expansions beyond MAX_EXPANSIONS (a budget above the reference) only while fewer strategies than
-# this, times the work scale, are enumerated: at 1,024 GPUs a set holds ~1,200 strategies, and the
-# default expansions already take ~2 s of CPU there
-ENUMERATED_PER_SCALE = 5_000
+# up to this many expansions beyond MAX_EXPANSIONS, each only while the strategies enumerated times
+# the distinct lengths (what bounding and estimating them costs) stay below ENUMERATED_ROWS_PER_SCALE
+# (both times the work scale). At the default budget, seed 0, the clock standing still: 32B / 64
+# A100 (~190 lengths, 148 strategies after 100 expansions) then expands up to ~500 sets (Wikipedia
+# 5.590 -> 5.412 s, SFT mix 5.526 -> 5.085 s, +0.3 s of CPU); 70B / 256 H100 (~2,500 lengths) and
+# 8B / 64 H100 Wikipedia (4,316 strategies over ~900 lengths) and 1,024 H100 expand none more
+MAX_EXTRA_EXPANSIONS = 400
+ENUMERATED_ROWS_PER_SCALE = 200_000
+# ... and fewer strategies than this (times the work scale): each costs ~0.2 ms to bound and estimate
+# over any number of lengths (8B / 64 H100 LongAlign batches, 44 lengths, enumerated 7,445 strategies
+# in 0.5 s of CPU more without it)
+ENUMERATED_PER_SCALE = 1_000
 # an LP polish re-dispatches and re-packs the whole batch: 1.3-1.9x one greedy screen, measured
 # at 1,024 and 4,096 GPUs; the first polish starts only if the time left covers this many screens
 POLISH_PER_SCREEN = 2.0
@@ -140,7 +148,11 @@ class WorkLimits:
     does not (so what makes it deterministic). The defaults fit the default 2 s budget."""
 
     max_expansions: int = MAX_EXPANSIONS
-    max_enumerated: int = ENUMERATED_PER_SCALE  # strategies, for expansions beyond MAX_EXPANSIONS
+    # expansions beyond `max_expansions`, each only while the strategies enumerated times the
+    # distinct lengths stay below `max_enumerated_rows`
+    max_extra_expansions: int = MAX_EXTRA_EXPANSIONS
+    max_enumerated_rows: int = ENUMERATED_ROWS_PER_SCALE
+    max_enumerated: int = ENUMERATED_PER_SCALE
     refine_rounds: int = REFINE_ROUNDS
     refine_rounds_each: int = REFINE_ROUNDS_EACH
     packing_evaluations: int = PACKING_SEARCH_EVALUATIONS
@@ -368,6 +380,10 @@ class Frontier:
             [Strategy(tuple(zip(canonical, [counts[index] for index in order]))) for counts in vectors], set_bound_s
         )
 
+    def enumerated_rows(self) -> int:
+        """Strategies enumerated times the distinct lengths: what bounding them has cost."""
+        return len(self.strategies) * len(self.tables.lengths)
+
     def next_set_bound_s(self) -> float:
         return self.sets[0][0] if self.sets else math.inf
 
@@ -467,7 +483,8 @@ def search(
     enumerated_at_solve = len(frontier.strategies)
     while True:
         incumbent_s = frontier.incumbent_s = solved[0].objective_s if solved else math.inf
-        while frontier.sets and frontier.next_set_bound_s() < incumbent_s and expansions < settings.work.max_expansions:
+        most_expansions = settings.work.max_expansions + settings.work.max_extra_expansions
+        while frontier.sets and frontier.next_set_bound_s() < incumbent_s and expansions < most_expansions:
             if solved and clock.stop(reserve_s=polish_reserve_s):
                 break  # even below MIN_EXPANSIONS: the time limit is hard
             if expansions >= MIN_EXPANSIONS and clock.stop(reserve_s=expansion_reserve_s):
@@ -476,8 +493,11 @@ def search(
                 break
             if len(frontier.strategies) - enumerated_at_solve >= STRATEGIES_PER_SOLVE:
                 break  # at scale (a thousand strategies a set) solves must not wait for every expansion
-            if expansions >= MAX_EXPANSIONS and len(frontier.strategies) >= settings.work.max_enumerated:
-                break
+            if expansions >= settings.work.max_expansions and (
+                frontier.enumerated_rows() >= settings.work.max_enumerated_rows
+                or len(frontier.strategies) >= settings.work.max_enumerated
+            ):
+                break  # cheap expansions go on (few strategies over few lengths), costly ones stop
             frontier.expand_next()
             expansions += 1
         for entry in frontier.strategies[queued:]:

@@ -7,6 +7,8 @@ import dataclasses
 import numpy as np
 from synthetic import synthetic_profile, wikipedia_like_batch
 
+from hydraplan.cost_models.analytic import build_profile
+from hydraplan.cost_models.catalog import get_gpu, get_model
 from hydraplan.planner import search
 from hydraplan.planner.schemas import PlanRequest, SolverOptions
 from hydraplan.planner.solve import solve
@@ -62,28 +64,31 @@ def test_the_work_limits_follow_the_budget_up_to_a_cap() -> None:
     )
 
 
-def test_a_longer_budget_expands_more_sets_but_not_past_the_enumeration_cap(monkeypatch) -> None:
-    """Above the reference budget, expansions beyond MAX_EXPANSIONS go on only while fewer
-    strategies than `max_enumerated` are enumerated; the clock decides nothing here."""
-    profile = synthetic_profile(max_gpus=64)
-    lengths = wikipedia_like_batch(300_000, seed=5)
+def test_expansions_past_the_default_count_go_on_only_while_cheap(monkeypatch) -> None:
+    """Beyond `max_expansions`, up to `max_extra_expansions` more sets are expanded, each only
+    while the strategies enumerated times the distinct lengths stay below `max_enumerated_rows`
+    (both grow with the budget); the clock decides nothing here."""
+    profile = build_profile(get_model("llama-32b"), get_gpu("a100-80gb"), 64, 8)
+    lengths = wikipedia_like_batch(150_000, seed=5)  # ~150 sequences: cheap expansions
+    scaled = search.WorkLimits.for_budget
 
-    def enumerated(time_limit_s: float) -> tuple[int, bool]:
-        options = SolverOptions(solver="greedy", time_limit_s=time_limit_s)
-        plan = solve(PlanRequest(lengths=lengths, num_gpus=64, gpus_per_node=8, options=options), profile)
-        return plan.solver.num_strategies, plan.solver.cut_by_clock
+    def enumerated(time_limit_s: float, **limits) -> int:
+        with monkeypatch.context() as patch:
+            patch.setattr(search, "STRATEGIES_PER_SOLVE", 10**9)  # expansions stop at their own limits only
+            patch.setattr(
+                search.WorkLimits,
+                "for_budget",
+                classmethod(lambda cls, budget_s: dataclasses.replace(scaled(budget_s), **limits)),
+            )
+            options = SolverOptions(solver="greedy", time_limit_s=time_limit_s)
+            plan = solve(PlanRequest(lengths=lengths, num_gpus=64, gpus_per_node=8, options=options), profile)
+        assert not plan.solver.cut_by_clock
+        return plan.solver.num_strategies
 
-    with monkeypatch.context() as patch:
-        patch.setattr(search, "STRATEGIES_PER_SOLVE", 10**9)  # expansions stop at their own limits only
-        reference, cut = enumerated(search.WORK_REFERENCE_BUDGET_S * 30)
-        assert not cut
-        patch.setattr(search, "MAX_WORK_SCALE", 1.0)
-        default, cut = enumerated(search.WORK_REFERENCE_BUDGET_S * 30)
-        assert not cut
-    assert reference > default  # the longer budget's extra expansions enumerated more
-    scaled = search.WorkLimits.for_budget  # the cap binds at once past MAX_EXPANSIONS:
-    capped_limits = classmethod(lambda cls, budget_s: dataclasses.replace(scaled(budget_s), max_enumerated=1))
-    monkeypatch.setattr(search.WorkLimits, "for_budget", capped_limits)
-    monkeypatch.setattr(search, "STRATEGIES_PER_SOLVE", 10**9)
-    capped, cut = enumerated(search.WORK_REFERENCE_BUDGET_S * 30)
-    assert not cut and capped == default
+    default_count = enumerated(search.WORK_REFERENCE_BUDGET_S, max_extra_expansions=0)
+    rows_capped = enumerated(search.WORK_REFERENCE_BUDGET_S, max_enumerated_rows=1)
+    extra = enumerated(search.WORK_REFERENCE_BUDGET_S)
+    longer = enumerated(search.WORK_REFERENCE_BUDGET_S * search.MAX_WORK_SCALE)
+    assert rows_capped == default_count  # the cap binds at once past the default count
+    assert extra > default_count  # cheap extra expansions enumerated more strategies
+    assert longer >= extra
