@@ -45,7 +45,7 @@ import dataclasses
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -304,6 +304,15 @@ class Bounded:
     strategy: Strategy
 
 
+@dataclass(frozen=True)
+class Expansion:
+    """A scheme set's strategies, bounded (`Frontier.expansion`); `huge`: too many to list, the
+    set's bound stands for those left out."""
+
+    entries: list[Bounded]
+    huge: bool
+
+
 class Frontier:
     """Scheme sets waiting to be expanded (by area bound) and enumerated strategies with their
     bounds and estimates."""
@@ -330,13 +339,23 @@ class Frontier:
         heapq.heapify(self.sets)
 
     def push_strategies(self, strategies: Sequence[Strategy], floor_s: float = -math.inf) -> None:
-        """Bound and estimate new strategies, grouped by scheme set for vectorised bounds; `floor_s`
-        is a bound known to hold for all of them (their scheme set's)."""
+        """Bound and estimate new strategies (see `bounded`); `floor_s` is a bound known to hold
+        for all of them (their scheme set's)."""
+        fresh = [strategy for strategy in dict.fromkeys(strategies) if strategy not in self._seen]
+        self._seen.update(fresh)
+        self.strategies.extend(self.bounded(fresh, floor_s, self.incumbent_s))
+
+    def mark_seen(self, strategies: Iterable[Strategy]) -> None:
+        """Count these strategies as enumerated (a copy of a frontier in a worker process)."""
+        self._seen.update(strategies)
+
+    def bounded(self, strategies: Sequence[Strategy], floor_s: float, incumbent_s: float) -> list[Bounded]:
+        """The strategies with their bounds and estimates, grouped by scheme set for vectorised
+        bounds, in their order within each group; a function of its arguments and the tables."""
         by_schemes: dict[tuple, list[Strategy]] = {}
         for strategy in strategies:
-            if strategy not in self._seen:
-                self._seen.add(strategy)
-                by_schemes.setdefault(tuple(strategy.schemes), []).append(strategy)
+            by_schemes.setdefault(tuple(strategy.schemes), []).append(strategy)
+        entries = []
         for schemes, group in by_schemes.items():
             columns = [self.column_of[scheme] for scheme in schemes]
             counts = np.array([[count for _, count in strategy.counts] for strategy in group])
@@ -347,12 +366,12 @@ class Frontier:
                 int(count): self.cost.grad_sync_for_replicas_s(int(count), schemes) for count in np.unique(replicas)
             }
             syncs = np.array([sync_of[count] for count in replicas.tolist()])
-            dual, bounds = self.tables.count_bounds(columns, counts, cutoff_s=self.incumbent_s - syncs)
+            dual, bounds = self.tables.count_bounds(columns, counts, cutoff_s=incumbent_s - syncs)
             # estimates only rank strategies: the fluid division by length intervals, with bubbles
             # priced in (`planner.fluid`; the grid dual, never above it, starts its search), for the
             # strategies that can still beat the incumbent; the others are never solved (the
             # incumbent only falls), and their bound stands in
-            live = np.flatnonzero(bounds + syncs < self.incumbent_s)
+            live = np.flatnonzero(bounds + syncs < incumbent_s)
             fluid = bounds.copy()
             if live.size:
                 inflation = _bubble_inflation(self.tables, columns, bounds)
@@ -362,23 +381,44 @@ class Frontier:
                 group, bounds.tolist(), estimates.tolist(), fluid.tolist(), syncs.tolist()
             ):
                 total = max(bound + sync, floor_s)
-                self.strategies.append(Bounded(max(estimate + sync, total), flat + sync, total, strategy))
+                entries.append(Bounded(max(estimate + sync, total), flat + sync, total, strategy))
+        return entries
 
-    def expand_next(self) -> None:
-        """Expand the set with the smallest bound into its strategies (all of them, or those
-        nearest the fluid optimum with the set's bound kept as a floor for the rest)."""
-        set_bound_s, _, columns = heapq.heappop(self.sets)
+    def expansion(self, columns: tuple[int, ...], set_bound_s: float, incumbent_s: float) -> Expansion:
+        """A set's strategies (all of them, or those nearest the fluid optimum when there are too
+        many to list, then `huge`) not enumerated yet, bounded under `incumbent_s`, the set's
+        bound kept as a floor. Changes nothing: `expand_next` applies it. A strategy belongs to one
+        set, so only the strategies pushed before the first expansion can have been seen."""
         combo = [self.tables.coefs[column].scheme for column in columns]
         vectors = capped_count_vectors(combo, self.num_gpus, MAX_STRATEGIES_PER_SET)
+        huge = vectors is None
         if vectors is None:
-            self.floor_s = min(self.floor_s, set_bound_s)
             vectors = near_ideal(self.tables.ideal_counts(columns, self.num_gpus), combo, self.num_gpus)
         # `Strategy.of` of each, without its checks: the schemes differ and every count is >= 1
         order = sorted(range(len(combo)), key=lambda index: placement_key(combo[index]))
         canonical = [combo[index] for index in order]
-        self.push_strategies(
-            [Strategy(tuple(zip(canonical, [counts[index] for index in order]))) for counts in vectors], set_bound_s
-        )
+        strategies = [Strategy(tuple(zip(canonical, [counts[index] for index in order]))) for counts in vectors]
+        fresh = [strategy for strategy in dict.fromkeys(strategies) if strategy not in self._seen]
+        return Expansion(self.bounded(fresh, set_bound_s, incumbent_s), huge)
+
+    def expand_next(self, speculative: SpeculativeSolver | None = None) -> None:
+        """Expand the set with the smallest bound into its strategies (`expansion`, or the same
+        computed ahead by a worker of `speculative`)."""
+        set_bound_s, _, columns = heapq.heappop(self.sets)
+        if speculative is not None:
+            done = speculative.expansion(self, columns, set_bound_s)
+        else:
+            done = self.expansion(columns, set_bound_s, self.incumbent_s)
+        if done.huge:
+            self.floor_s = min(self.floor_s, set_bound_s)
+        self._seen.update(entry.strategy for entry in done.entries)
+        self.strategies.extend(done.entries)
+
+    def next_sets(self, most: int, below_s: float) -> list[tuple[tuple[int, ...], float]]:
+        """The (columns, bound) of the next sets `expand_next` would expand, up to `most`, while
+        their bound is below `below_s` (the n least of a heap lie in its first 2^n - 1 places)."""
+        head = heapq.nsmallest(most, self.sets[: (1 << most) - 1])
+        return [(columns, bound_s) for bound_s, _, columns in head if bound_s < below_s]
 
     def enumerated_rows(self) -> int:
         """Strategies enumerated times the distinct lengths: what bounding them has cost."""
@@ -481,6 +521,8 @@ def search(
     queued = 0
     expansions = 0
     enumerated_at_solve = len(frontier.strategies)
+    if speculative is not None:
+        speculative.bind_frontier(frontier)
     while True:
         incumbent_s = frontier.incumbent_s = solved[0].objective_s if solved else math.inf
         most_expansions = settings.work.max_expansions + settings.work.max_extra_expansions
@@ -498,7 +540,9 @@ def search(
                 or len(frontier.strategies) >= settings.work.max_enumerated
             ):
                 break  # cheap expansions go on (few strategies over few lengths), costly ones stop
-            frontier.expand_next()
+            if speculative is not None:  # the sets this loop will likely expand next, in workers
+                speculative.prefetch_expansions(frontier.next_sets(QUEUE_HEAD, incumbent_s), incumbent_s)
+            frontier.expand_next(speculative)
             expansions += 1
         for entry in frontier.strategies[queued:]:
             heapq.heappush(queue, (round(entry.estimate_s, 3), entry.fluid_estimate_s, str(entry.strategy), queued))

@@ -104,3 +104,29 @@ def test_the_worker_task_solves_exactly_what_the_search_would(setting) -> None:
             assert there.objective_s == here.objective_s
             assert [a.tolist() for a in there.assignment] == [a.tolist() for a in here.assignment]
     assert solved >= 3
+
+
+def test_the_worker_expands_a_set_exactly_as_the_frontier_does(setting) -> None:
+    """`expand_task` (a worker's frontier, rebuilt from the blobs) against `Frontier.expansion`
+    here: the same strategies in the same order with the same bounds and estimates, under a
+    finite incumbent and none, and without the strategies enumerated before the first expansion."""
+    from hydraplan.planner.bounds import BoundTables
+    from hydraplan.planner.search import Frontier, runnable_schemes
+    from hydraplan.planner.speculation import expand_task
+
+    profile, lengths, cost = setting
+    coefs = runnable_schemes(cost, 16)
+    frontier = Frontier(BoundTables.build(lengths, coefs), cost, 16)
+    pinned = strategies(2)[1]  # a strategy of the set of <1,1,1> and <2,1,1>, enumerated before
+    frontier.push_strategies([pinned])
+    solver = SpeculativeSolver(HeldExecutor(), 1, profile, lengths, cost, None, solve_strategy)
+    solver.bind_frontier(frontier)
+    columns = tuple(sorted(frontier.column_of[ParallelScheme(tp, 1, 1)] for tp in (1, 2)))
+    compared = 0
+    for incumbent_s in (float("inf"), frontier.strategies[0].bound_s * 1.5):
+        here = frontier.expansion(columns, 0.0, incumbent_s)
+        there = expand_task(solver._key, solver._blob, solver._frontier_blob, columns, 0.0, incumbent_s)
+        assert there == here
+        assert pinned not in [entry.strategy for entry in here.entries]
+        compared += len(here.entries)
+    assert compared >= 4
