@@ -253,8 +253,8 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=positive_int,
         metavar="N",
-        help="processes that plan together (the baselines' own plans are made in a second one while the "
-        "search runs); the plan is the same for any N (default: the cores this process may use)",
+        help="processes that plan together (the others make the baselines' own plans and solve and expand "
+        "ahead of the search); the plan is the same for any N (default: the cores this process may use)",
     )
     output = parser.add_argument_group("output")
     output.add_argument("--out", metavar="FILE", help="also write the plan JSON to FILE")
