@@ -58,6 +58,7 @@ def test_the_work_limits_follow_the_budget_up_to_a_cap() -> None:
     scaled = search.WorkLimits.for_budget(search.WORK_REFERENCE_BUDGET_S * search.MAX_WORK_SCALE)
     assert scaled.max_expansions == defaults.max_expansions * search.MAX_WORK_SCALE
     assert scaled.refine_rounds == defaults.refine_rounds * search.MAX_WORK_SCALE
+    assert scaled.polished == defaults.polished * search.MAX_WORK_SCALE  # more strategies polished too
     assert search.WorkLimits.for_budget(600.0) == scaled  # no further
     assert (
         search.WorkLimits.for_budget(search.WORK_REFERENCE_BUDGET_S / 2).max_expansions == defaults.max_expansions // 2
