@@ -73,8 +73,12 @@ def test_expansions_past_the_default_count_go_on_only_while_cheap(monkeypatch) -
     lengths = wikipedia_like_batch(150_000, seed=5)  # ~150 sequences: cheap expansions
     scaled = search.WorkLimits.for_budget
 
-    def enumerated(time_limit_s: float, **limits) -> int:
+    def enumerated(work_scale: float, **limits) -> int:
+        """Strategies enumerated under the work limits of this scale; a budget the clock never
+        reaches (the work scale is what a budget of work_scale x 2 s would give)."""
+        time_limit_s = 60.0
         with monkeypatch.context() as patch:
+            patch.setattr(search, "MAX_WORK_SCALE", work_scale)
             patch.setattr(search, "STRATEGIES_PER_SOLVE", 10**9)  # expansions stop at their own limits only
             patch.setattr(
                 search.WorkLimits,
@@ -86,10 +90,10 @@ def test_expansions_past_the_default_count_go_on_only_while_cheap(monkeypatch) -
         assert not plan.solver.cut_by_clock
         return plan.solver.num_strategies
 
-    default_count = enumerated(search.WORK_REFERENCE_BUDGET_S, max_extra_expansions=0)
-    rows_capped = enumerated(search.WORK_REFERENCE_BUDGET_S, max_enumerated_rows=1)
-    extra = enumerated(search.WORK_REFERENCE_BUDGET_S)
-    longer = enumerated(search.WORK_REFERENCE_BUDGET_S * search.MAX_WORK_SCALE)
+    default_count = enumerated(1.0, max_extra_expansions=0)
+    rows_capped = enumerated(1.0, max_enumerated_rows=1)
+    extra = enumerated(1.0)
+    longer = enumerated(search.MAX_WORK_SCALE)
     assert rows_capped == default_count  # the cap binds at once past the default count
     assert extra > default_count  # cheap extra expansions enumerated more strategies
     assert longer >= extra
