@@ -568,12 +568,12 @@ def search(
         if candidate is not None:
             solved.append(candidate)
             solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
-    if speculative is not None:
-        speculative.close()
     solved = sorted([*solved, *peers()], key=lambda c: (c.objective_s, str(c.strategy)))
     if not solved:
         return None
-    best = _polish(solved, lengths, cost, settings, clock, POLISH_PER_SCREEN * slowest_solve_s)
+    best = _polish(solved, lengths, cost, settings, clock, POLISH_PER_SCREEN * slowest_solve_s, speculative)
+    if speculative is not None:
+        speculative.close()
     if settings.thorough and settings.backend != SolverBackend.GREEDY:
         # what is left beyond the bounds' reserve goes to the packing of the slowest pipelines
         def enough() -> bool:
@@ -878,21 +878,34 @@ def _first_solution(
 
 
 def _polish(
-    solved: list[Candidate], lengths, cost, settings: SearchSettings, clock: Clock, expected_s: float = 0.0
+    solved: list[Candidate],
+    lengths,
+    cost,
+    settings: SearchSettings,
+    clock: Clock,
+    expected_s: float = 0.0,
+    speculative: SpeculativeSolver | None = None,
 ) -> Candidate:
     """Apply the backend's dispatch to the best strategies found, each followed by joint
-    refinement. A polish starts only if the time left covers `expected_s` (what screening one
-    strategy took) or, after the first, what the last polish took."""
+    refinement (`polish_candidate`; with `speculative`, those after the first in workers ahead).
+    A polish starts only if the time left covers `expected_s` (what screening one strategy took)
+    or, after the first, what the last polish took."""
     best = solved[0]
     if settings.backend == SolverBackend.GREEDY:
         return best
-    for candidate in solved[: settings.work.polished if settings.thorough else NUM_POLISHED_BRIEF]:
+    chosen = solved[: settings.work.polished if settings.thorough else NUM_POLISHED_BRIEF]
+    # the MILP backends' polish is capped by the wall clock, as a worker's would be by its own
+    ahead = speculative is not None and settings.backend in (SolverBackend.LP, SolverBackend.AUTO)
+    if ahead:
+        speculative.prefetch_polishes(list(enumerate(chosen))[1:], settings, clock)
+    for index, candidate in enumerate(chosen):
         if clock.stop(reserve_s=expected_s):
             break
         before = clock.remaining_s()
-        # a few refinement rounds each: which strategy is best often shows only after them
-        polished = dataclasses.replace(_polish_one(candidate, lengths, cost, settings, clock), origin=candidate.origin)
-        improved = refine(polished, lengths, settings.work.refine_rounds_each if settings.thorough else 0, clock.stop)
+        if ahead:
+            improved = speculative.polish(index, candidate, settings, clock)
+        else:
+            improved = polish_candidate(candidate, lengths, cost, settings, clock)
         expected_s = before - clock.remaining_s()
         if improved.objective_s < best.objective_s:
             best = improved
@@ -906,6 +919,13 @@ def _polish(
                 dataclasses.replace(polished, origin=best.origin), lengths, settings.work.refine_rounds, clock.stop
             )
     return best
+
+
+def polish_candidate(candidate: Candidate, lengths, cost, settings: SearchSettings, clock: Clock) -> Candidate:
+    """One of the best strategies polished: the backend's dispatch, then a few refinement rounds
+    (which strategy is best often shows only after them)."""
+    polished = dataclasses.replace(_polish_one(candidate, lengths, cost, settings, clock), origin=candidate.origin)
+    return refine(polished, lengths, settings.work.refine_rounds_each if settings.thorough else 0, clock.stop)
 
 
 def _polish_one(candidate: Candidate, lengths, cost, settings: SearchSettings, clock: Clock) -> Candidate:

@@ -1,17 +1,21 @@
-"""Strategy solves and scheme-set expansions ahead of the search, in worker processes, without
-changing its plan.
+"""Strategy solves, scheme-set expansions and polishes ahead of the search, in worker processes,
+without changing its plan.
 
 The search (`planner.search`) solves one queued strategy at a time: the one with the best
 estimate, then it updates the incumbent, expands scheme sets and looks at the queue again. Each
 solve (greedy dispatch and packing, `search.solve_strategy`) is a pure function of the strategy,
 the items, the cost profile and the previous strategy; each expansion (`Frontier.expansion`: a
-set's strategies with their bounds and estimates) one of the set, the tables and the incumbent.
-Both can be computed anywhere, early: while the incumbent stands, the sets are expanded in the
-order of their heap, which only shrinks during the search proper.
+set's strategies with their bounds and estimates) one of the set, the tables and the incumbent;
+each polish of the best strategies found (LP re-dispatch and refinement, `search.polish_candidate`)
+one of the candidate, up to the deadline that may cut it (then the search is marked cut, as it
+would be). All can be computed anywhere, early: while the incumbent stands, the sets are expanded
+in the order of their heap, which only shrinks during the search proper; the candidates to polish
+are known when the search proper ends.
 
 `SpeculativeSolver` keeps the workers of an executor busy with what the search is most likely to
 ask for next (the head of its strategy queue, `prefetch`; the next sets of its heap under the
-current incumbent, `prefetch_expansions`); when the search asks for one (`solve`, `expansion`), a
+current incumbent, `prefetch_expansions`; all but the first candidate to polish,
+`prefetch_polishes`); when the search asks for one (`solve`, `expansion`, `polish`), a
 task a worker has started is awaited (it began earlier than one started here now would) for at
 most half what the last such task took here, and one still waiting in the executor's queue is
 cancelled and computed here at once. What the search solves and expands, in which order, and every
@@ -42,7 +46,7 @@ from hydraplan.planner.schemas import CostProfile
 from hydraplan.planner.strategies import Strategy
 
 if TYPE_CHECKING:
-    from hydraplan.planner.search import Expansion, Frontier
+    from hydraplan.planner.search import Clock, Expansion, Frontier, SearchSettings
 
 # solves waiting or running in the workers at most, per worker: enough to keep one busy while
 # the search looks at its queue, few enough that a queue reordered by a new incumbent wastes little
@@ -76,6 +80,19 @@ def solve_task(key: str, blob: bytes, strategy: Strategy) -> Candidate | None:
 
     _, lengths, cost, previous = _state(key, blob)
     return solve_strategy(strategy, lengths, cost, previous)
+
+
+def polish_task(
+    key: str, blob: bytes, candidate: Candidate, settings: SearchSettings, deadline: float
+) -> tuple[Candidate, bool]:
+    """One candidate's polish in a worker (`search.polish_candidate`), under the search's
+    deadline (`time.perf_counter` is the system's monotonic clock, shared by its processes);
+    with whether that deadline cut it."""
+    from hydraplan.planner.search import Clock, polish_candidate
+
+    _, lengths, cost, _ = _state(key, blob)
+    clock = Clock(remaining_s=lambda: deadline - time.perf_counter(), cancelled=lambda: False)
+    return polish_candidate(candidate, lengths, cost, settings, clock), clock.cut
 
 
 def expand_task(
@@ -147,6 +164,20 @@ class SpeculativeSolver:
             for columns, bound_s in sets
         )
 
+    def prefetch_polishes(
+        self, chosen: Iterable[tuple[int, Candidate]], settings: SearchSettings, clock: Clock
+    ) -> None:
+        """Start polishes of these (index, candidate) among the strategies the search polishes,
+        under its clock's deadline, while slots are free."""
+        deadline = time.perf_counter() + clock.remaining_s()
+        self._submit(
+            (
+                ("polish", index, str(candidate.strategy), candidate.objective_s),
+                (polish_task, self._key, self._blob, candidate, settings, deadline),
+            )
+            for index, candidate in chosen
+        )
+
     def _submit(self, tasks: Iterable[tuple[object, tuple]]) -> None:
         self._futures = {key: f for key, f in self._futures.items() if not f.cancelled()}
         in_flight = sum(1 for future in self._futures.values() if not future.done())
@@ -186,6 +217,21 @@ class SpeculativeSolver:
         if taken:
             return candidate
         return self._timed_locally("solve", lambda: self._local(strategy, self._lengths, self._cost, self._previous))
+
+    def polish(self, index: int, candidate: Candidate, settings: SearchSettings, clock: Clock) -> Candidate:
+        """The candidate's polish (`search.polish_candidate`): a worker's, or computed here. A
+        worker's that its deadline cut marks the search as cut, as one cut here would."""
+        from hydraplan.planner.search import polish_candidate
+
+        taken, result = self._taken(("polish", index, str(candidate.strategy), candidate.objective_s), "polish")
+        if taken:
+            polished, cut = result
+            if cut:
+                clock.note_cut()
+            return polished
+        return self._timed_locally(
+            "polish", lambda: polish_candidate(candidate, self._lengths, self._cost, settings, clock)
+        )
 
     def expansion(self, frontier: Frontier, columns: tuple[int, ...], set_bound_s: float) -> Expansion:
         """The set's expansion under the frontier's incumbent: a worker's, or computed here."""
