@@ -34,7 +34,7 @@ QUICK_S = 1.5  # "within 1 s", with slack for a loaded 2-core CI machine
 LEASE_TTL_S = 1.0
 
 
-def start_server(redis_url: str, prefix: str, **settings: Any) -> Server:
+def start_server(redis_url: str, prefix: str, workers: int = 1, **settings: Any) -> Server:
     """A server with this module's token, store and short leases, under the root path."""
     environment = {
         "HYDRAPLAN_API_TOKEN": TOKEN,
@@ -44,7 +44,7 @@ def start_server(redis_url: str, prefix: str, **settings: Any) -> Server:
         "HYDRAPLAN_MAX_CONCURRENT_SOLVES": "2",
         **{f"HYDRAPLAN_{name.upper()}": str(value) for name, value in settings.items()},
     }
-    return start_uvicorn(environment, root_path=ROOT_PATH, token=TOKEN)
+    return start_uvicorn(environment, root_path=ROOT_PATH, token=TOKEN, workers=workers)
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +57,15 @@ def redis_server() -> Iterator[tuple[str, subprocess.Popen]]:
 @pytest.fixture(scope="module")
 def server(redis_server: tuple[str, subprocess.Popen]) -> Iterator[Server]:
     running = start_server(redis_server[0], "attacks:", max_profiles=3, max_sessions=4)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def two_workers(redis_server: tuple[str, subprocess.Popen]) -> Iterator[Server]:
+    """A server of two uvicorn workers under the supervisor that kills a worker which does not
+    answer its health ping within 5 s (issue 29): its worker PIDs must never change."""
+    running = start_server(redis_server[0], "attacks-2:", workers=2)
     yield running
     running.stop()
 
@@ -309,3 +318,25 @@ try:
 except httpx.HTTPError:
     pass
 """
+
+
+# -- issue 29: round two, against two workers ---------------------------------------------------
+
+
+def test_check_refuses_a_huge_previous_strategy_as_plans_does(two_workers: Server) -> None:
+    """The checker places the previous strategy's pipelines rank by rank: a count of 10^7 is
+    refused from the text, with the bounds POST /v1/plans applies, in well under a second."""
+    client = two_workers.client()
+    workers = two_workers.worker_pids()
+    plan = small_plan(client)
+    for strategy, named in (
+        ("10000000x<1,1,1>", "10000000x<1,1,1>"),
+        (" + ".join(["65536x<1,1,1>"] * 60), "3932160 GPUs"),
+        ("9x<1,1,1>", "9 GPUs"),
+    ):
+        body = {"plan": {**plan, "previous_strategy": strategy}}
+        response, elapsed_s = timed(client, "POST", "/v1/plans/check", json=body)
+        assert_quick_problem(response, elapsed_s, 422, "plan.previous_strategy", named)
+        refused, plans_s = timed(client, "POST", "/v1/plans", json=plan_body(previous_strategy=strategy))
+        assert_quick_problem(refused, plans_s, 422, "previous_strategy")
+    assert two_workers.worker_pids() == workers

@@ -189,6 +189,15 @@ class CheckBody(SourceMixin, ApiModel):
         check_source(self, required=False)
         return self
 
+    @model_validator(mode="after")
+    def _previous_strategy_fits(self) -> CheckBody:
+        """The plan's previous strategy is held to the bounds POST /v1/plans applies to one
+        (`check_strategy_fits`, linear in the text) before the checker places its pipelines."""
+        plan = self.plan
+        if plan.previous_strategy is not None:
+            check_strategy_fits(plan.previous_strategy, plan.num_gpus, plan.gpus_per_node, "plan.previous_strategy")
+        return self
+
 
 class CheckResult(ApiModel):
     """The checker's verdict; an invalid plan is a 200 with `valid: false`."""
