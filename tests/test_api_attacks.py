@@ -7,6 +7,7 @@ memory stays flat, and faults (SIGTERM, SIGKILL, a Redis outage) leave no job or
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -339,4 +340,66 @@ def test_check_refuses_a_huge_previous_strategy_as_plans_does(two_workers: Serve
         assert_quick_problem(response, elapsed_s, 422, "plan.previous_strategy", named)
         refused, plans_s = timed(client, "POST", "/v1/plans", json=plan_body(previous_strategy=strategy))
         assert_quick_problem(refused, plans_s, 422, "previous_strategy")
+    assert two_workers.worker_pids() == workers
+
+
+def stretched_plan(plan: dict, num_stages: int, num_micro_batches: int) -> dict:
+    """The plan with its first pipeline given `num_stages` stages (its profile gets the scheme)
+    and `num_micro_batches` copies of its first micro-batch: an invalid plan whose 1F1B schedule
+    the checker still simulates in full (2 x stages x micro-batches operations)."""
+    stretched = json.loads(json.dumps(plan))
+    pipeline = stretched["pipelines"][0]
+    pipeline["scheme"]["pp"] = num_stages
+    pipeline["micro_batches"] = pipeline["micro_batches"][:1] * num_micro_batches
+    profile = stretched["cost_profile"]
+    profile["num_layers"] = 4096
+    profile["schemes"].append({**profile["schemes"][0], "pp": num_stages})
+    return stretched
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User plus system CPU time the processes have used so far."""
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def test_the_largest_checks_leave_health_fast_and_workers_alive(two_workers: Server) -> None:
+    """Eight of the largest checks the server accepts at once: each costs a bounded CPU time,
+    /healthz keeps answering within QUICK_S, no 5xx but 503, and no worker is killed (issue 29)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = two_workers.client()
+    workers = two_workers.worker_pids()
+    plan = small_plan(client)
+    others = sum(2 * pipeline["scheme"]["pp"] * len(pipeline["micro_batches"]) for pipeline in plan["pipelines"][1:])
+    num_micro_batches = (200_000 - others) // 2000  # 1000 stages: the default limit's largest check
+    too_many = stretched_plan(plan, 1000, num_micro_batches + 1)
+    response, elapsed_s = timed(client, "POST", "/v1/plans/check", json={"plan": too_many})
+    operations = others + 2000 * (num_micro_batches + 1)
+    assert_quick_problem(response, elapsed_s, 422, f"{operations} 1F1B operations", "limit of 200000")
+    largest = {"plan": stretched_plan(plan, 1000, num_micro_batches)}
+    started_cpu_s = cpu_seconds(workers)
+
+    def check(_: int) -> int:
+        with two_workers.client() as checker:
+            return checker.post("/v1/plans/check", json=largest, timeout=120).status_code
+
+    health_s = []
+    with ThreadPoolExecutor(8) as pool:
+        statuses = pool.map(check, range(8))
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            response, elapsed_s = timed(client, "GET", "/healthz")
+            assert response.status_code == 200
+            health_s.append(elapsed_s)
+            time.sleep(0.05)
+        statuses = list(statuses)
+    assert set(statuses) <= {200, 503} and 200 in statuses, statuses
+    assert max(health_s) < QUICK_S, f"/healthz took up to {max(health_s):.2f} s"
+    used_cpu_s = cpu_seconds(workers) - started_cpu_s
+    assert used_cpu_s < 3.0 * statuses.count(200) + 2, f"{used_cpu_s:.1f} s of CPU for {statuses.count(200)} checks"
     assert two_workers.worker_pids() == workers

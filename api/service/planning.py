@@ -23,6 +23,7 @@ from hydraplan.api.service.store import Store
 from hydraplan.cost_models.analytic import AnalyticOptions, build_profile
 from hydraplan.cost_models.catalog import load_gpus, load_models
 from hydraplan.cost_models.profile_io import ProfileError, load_profile
+from hydraplan.planner import limits
 from hydraplan.planner.budget import AUTO, AUTO_MAX_S
 from hydraplan.planner.cache import WeightedLru
 from hydraplan.planner.cost import ProfileCostModel
@@ -175,6 +176,19 @@ class Planning:
                 ("body", "options", "time_limit_s"),
             )
 
+    def check_schedule_size(self, plans: Sequence[Plan]) -> None:
+        """422 when simulating `plans` would take more than `max_check_operations` 1F1B
+        operations: the checker's and the timeline's reference simulation is pure Python (a few
+        microseconds per operation), so this bounds one request's CPU time to about a second."""
+        operations = sum(schedule_operations(plan) for plan in plans)
+        limit = self.settings.max_check_operations
+        if operations > limit:
+            raise unprocessable(
+                f"plan: {operations} 1F1B operations (2 x stages x micro-batches over its pipelines"
+                f"{' and the compared plans' if len(plans) > 1 else ''}) exceed this server's limit of {limit}",
+                ("body", "plan"),
+            )
+
     def check_baselines(self, names: Sequence[str]) -> None:
         from hydraplan.planner.baselines import BASELINES
 
@@ -230,6 +244,13 @@ class Planning:
         assert strategy is not None
         parts = [(_scheme(part, index), part.num_pipelines) for index, part in enumerate(strategy)]
         return evaluate_strategy(request, profile, parts)
+
+
+def schedule_operations(plan: Plan) -> int:
+    """1F1B operations of a plan's pipelines (the work of simulating its schedule)."""
+    return sum(
+        limits.schedule_operations(pipeline.scheme.pp, len(pipeline.micro_batches)) for pipeline in plan.pipelines
+    )
 
 
 def pipeline_estimates(plan: Plan) -> list[PipelineEstimate]:

@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hydraplan.planner import limits
+
 ENV_PREFIX = "HYDRAPLAN_"
 MIB = 1 << 20
 
@@ -36,6 +38,13 @@ class Settings(BaseModel):
     max_sequences: int = Field(200_000, ge=1, description="Most sequences per request (413).")
     max_body_bytes: int = Field(16 * MIB, ge=1024, description="Largest request body (413).")
     max_num_gpus: int = Field(16_384, ge=1, description="Largest cluster a request may name (422).")
+    max_check_operations: int = Field(
+        200_000,
+        ge=1,
+        le=limits.MAX_SCHEDULE_OPERATIONS,
+        description="Most 1F1B operations (2 x stages x micro-batches, over every plan of the body) that one "
+        "/v1/plans/check or /v1/plans/timeline simulates (422): about 1.5 s of one core's time.",
+    )
     max_sync_time_limit_s: float = Field(
         60.0, gt=0, description="Largest options.time_limit_s of a synchronous plan (422); 'auto' counts as 60 s."
     )

@@ -47,10 +47,12 @@ async def create_plan(body: PlanBody, services: ServicesDep) -> Response:
     description=(
         "Runs the independent plan checker. With `lengths` / `num_gpus` / `gpus_per_node` the "
         "plan must also answer that request; with a cost source its times are recomputed from "
-        "that profile instead of the plan's own. An invalid plan is a 200 with `valid: false`."
+        "that profile instead of the plan's own. An invalid plan is a 200 with `valid: false`. A plan "
+        "whose 1F1B schedule has more operations than the server simulates per request is a 422."
     ),
 )
 async def check(body: CheckBody, services: ServicesDep) -> CheckResult:
+    services.planning.check_schedule_size([body.plan])
     return await services.solver.run(_check, services, body)
 
 
