@@ -403,3 +403,73 @@ def test_the_largest_checks_leave_health_fast_and_workers_alive(two_workers: Ser
     used_cpu_s = cpu_seconds(workers) - started_cpu_s
     assert used_cpu_s < 3.0 * statuses.count(200) + 2, f"{used_cpu_s:.1f} s of CPU for {statuses.count(200)} checks"
     assert two_workers.worker_pids() == workers
+
+
+def timed_job_body(time_limit_s: float) -> dict:
+    """long_job_body's search, ended by its time limit: a plan job running `time_limit_s`."""
+    body = long_job_body()
+    body["request"]["options"]["time_limit_s"] = time_limit_s
+    return body
+
+
+def sweep_body(num_items: int, time_limit_s: float) -> dict:
+    """A sweep of `num_items` plans that each search for `time_limit_s`."""
+    options = {"time_limit_s": time_limit_s, "max_strategies_solved": 100000}
+    return {"kind": "sweep", "base": plan_body(options=options), "vary": {"num_gpus": [8] * num_items}}
+
+
+@pytest.mark.parametrize("pause_s", [3.0, 12.0])
+def test_a_redis_pause_loses_no_job_and_no_plan(redis_server: tuple[str, subprocess.Popen], pause_s: float) -> None:
+    """Redis stopped (SIGSTOP) for 3 s and for 12 s, longer than the 10 s leases, while a plan
+    job and a sweep run on two workers: reads answer 200 or 503, never another 5xx; no job is ever
+    seen failed; both end succeeded, the plan with its result, the sweep with every item; no
+    worker is replaced (issue 29 item 3)."""
+    redis_url, redis_process = redis_server
+    server = start_server(redis_url, f"pause-{time.monotonic_ns()}:", workers=2, lease_ttl_s=10)
+    try:
+        client = server.client()
+        workers = server.worker_pids()
+        plan_job = client.post("/v1/jobs", json=timed_job_body(pause_s + 6)).json()
+        sweep = client.post("/v1/jobs", json=sweep_body(6, (pause_s + 6) / 4)).json()
+        job_ids = [plan_job["job_id"], sweep["job_id"]]
+        wait_for(lambda: client.get(f"/v1/jobs/{job_ids[1]}").json()["progress"]["done"] >= 1, 60)
+        seen: list[tuple[int, str | None]] = []
+
+        def look() -> list[dict | None]:
+            views = []
+            for job_id in job_ids:
+                response = client.get(f"/v1/jobs/{job_id}", timeout=10)
+                view = response.json() if response.status_code == 200 else None
+                seen.append((response.status_code, view and view["status"]))
+                views.append(view)
+            return views
+
+        redis_process.send_signal(signal.SIGSTOP)
+        try:
+            resume_at = time.monotonic() + pause_s
+            while time.monotonic() < resume_at:
+                look()
+                assert client.get("/healthz").status_code == 200
+                time.sleep(0.2)
+        finally:
+            redis_process.send_signal(signal.SIGCONT)
+        finished = wait_for(
+            lambda: (
+                (views := look())
+                and all(view and view["status"] in ("succeeded", "failed") for view in views)
+                and views
+            ),
+            timeout_s=90,
+            interval_s=0.2,
+        )
+        assert {status for status, _ in seen} <= {200, 503}, sorted(set(seen))
+        assert "failed" not in {job_status for _, job_status in seen}, seen
+        plan_view, sweep_view = finished
+        assert plan_view["status"] == "succeeded" and plan_view["result"]["plan_id"], plan_view["status"]
+        assert sweep_view["status"] == "succeeded", sweep_view
+        assert sweep_view["progress"] == {"done": 6, "total": 6}
+        assert [item["index"] for item in sweep_view["items"]] == list(range(6))
+        assert all(item["plan"] is not None for item in sweep_view["items"])
+        assert server.worker_pids() == workers
+    finally:
+        server.stop()

@@ -4,8 +4,9 @@ A job's state (`JobView`, without its sweep items) lives in the store, so any wo
 answers GET for it; each finished sweep item is stored once under its own key, so a sweep's
 record stays small and is never rewritten with every result. The worker that accepted the job
 runs it and holds its lease (`api.service.leases`) while it is queued or running: a job whose
-lease has expired (its worker died, or lost the store past `store_retry_s`) is recorded `failed`
-with that reason by the next reader, within `lease_ttl_s`.
+lease is lost (its worker died, or lost the store past `store_retry_s`; missing for `lease_ttl_s`
+after it expired, see `leases.lease_lost`) is recorded `failed` with that reason by the next
+reader. Every store read and write of the job's loop rides out an outage of `store_retry_s`.
 
 DELETE sets a cancel flag under a separate key (so it never races with the runner's writes): a
 running solve reads it through its `cancel` callback and returns its best incumbent, a sweep stops
@@ -30,7 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hydraplan.api.service.leases import Heartbeat, with_retries
+from hydraplan.api.service.leases import Heartbeat, lease_lost, with_retries
 from hydraplan.api.service.metrics import Metrics
 from hydraplan.api.service.planning import Planning
 from hydraplan.api.service.problems import (
@@ -64,6 +65,7 @@ from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest
 
 logger = logging.getLogger("hydraplan.jobs")
 CANCEL_POLL_INTERVAL_S = 0.05
+CANCEL_RETRY_INTERVAL_S = 1.0  # between reads of a cancel flag while the store is unavailable
 JOBS_REGISTRY = "jobs"
 
 
@@ -92,7 +94,11 @@ def utc_now() -> datetime:
 
 
 class CancelFlag:
-    """`cancel()` callback over the store's cancel key, polled at most every 50 ms."""
+    """`cancel()` callback over the store's cancel key, polled at most every 50 ms.
+
+    It never raises: while the store is unavailable the flag keeps its last value (the solve goes
+    on) and is read again after `CANCEL_RETRY_INTERVAL_S`, so an outage costs the solver at most
+    one store timeout per interval instead of failing the job."""
 
     def __init__(self, store: Store, job_id: str, stopping: threading.Event) -> None:
         self._store = store
@@ -107,7 +113,11 @@ class CancelFlag:
         now = time.monotonic()
         if now >= self._next_check:
             self._next_check = now + CANCEL_POLL_INTERVAL_S
-            self._cancelled = self._store.get(self._key) is not None
+            try:
+                self._cancelled = self._store.get(self._key) is not None
+            except StoreUnavailable:
+                self._next_check = time.monotonic() + CANCEL_RETRY_INTERVAL_S
+                logger.warning("could not read %s (store unavailable); the job goes on", self._key)
         return self._cancelled
 
     def check_now(self) -> bool:
@@ -164,6 +174,7 @@ class JobRunner:
         self._lock = threading.Condition()
         self._queued: dict[str, JobView] = {}
         self._num_running = 0
+        self._latest: dict[str, JobView] = {}  # the last saved view of each running job
         self._stopping = threading.Event()  # set at shutdown: running solves stop early
         self._leases = Heartbeat(store, settings.lease_ttl_s, "hydraplan-job-leases")
 
@@ -209,7 +220,7 @@ class JobRunner:
     def get(self, job_id: str) -> JobView:
         """The job with its finished sweep items; a job whose worker is gone becomes `failed`."""
         view = self._read(job_id)
-        if not view.status.finished and self._store.get(lease_key(job_id)) is None:
+        if not view.status.finished and lease_lost(self._store, lease_key(job_id), self._settings.lease_ttl_s):
             view = self._read(job_id)  # it may have finished between the two reads
             if not view.status.finished:
                 view = self._abandon(view, JobStatus.FAILED, "its worker stopped (no heartbeat)")
@@ -272,6 +283,7 @@ class JobRunner:
             if self._queued.pop(view.job_id, None) is None:
                 return  # dropped at shutdown, already recorded as cancelled
             self._num_running += 1
+            self._latest[view.job_id] = view
         cancel = CancelFlag(self._store, view.job_id, stopping)
         try:
             if cancel.check_now():
@@ -284,6 +296,7 @@ class JobRunner:
                 view = self._run_sweep(view, items, cancel)
         except Exception as exc:  # a bug or a store failure: record it, keep the worker alive
             logger.exception("job %s failed", view.job_id)
+            view = self._latest.get(view.job_id, view)  # with the progress and items it stored
             try:
                 view = self._finish(view, JobStatus.FAILED, error=self._problem(view.job_id, exc))
             except StoreUnavailable:  # its lease expires: readers record it failed
@@ -291,13 +304,17 @@ class JobRunner:
         finally:
             self._leases.release(lease_key(view.job_id))
             with self._lock:
+                self._latest.pop(view.job_id, None)
                 self._num_running -= 1
                 self._lock.notify_all()
             self._metrics.jobs.labels(kind=view.kind, status=str(view.status)).inc()
 
     def _run_plan(self, view: JobView, body: PlanBody, cancel: CancelFlag) -> JobView:
+        planning = self._planning
         try:
-            plan = self._planning.plan(body, cancel=cancel, origin="job")
+            request = body.plan_request()
+            profile = self._profile(body)
+            plan = planning.solve(request, profile, body.baselines, body.previous_plan, cancel, origin="job")
         except (ProblemError, ValueError, ValidationError) as exc:
             return self._finish(view, JobStatus.FAILED, error=self._problem(view.job_id, exc))
         status = JobStatus.CANCELLED if cancel.check_now() else JobStatus.SUCCEEDED
@@ -336,7 +353,7 @@ class JobRunner:
             index,
             configuration,
             solve_step=solve_step,
-            profile_for=lambda _: self._planning.profile_for(body, body.num_gpus, body.gpus_per_node),
+            profile_for=lambda _: self._profile(body),
             refusals=(ProblemError, ValueError, ValidationError),
         )
         if outcome.error is not None:
@@ -347,6 +364,14 @@ class JobRunner:
         if oversize is not None:
             return SweepItem(**fields, status=JobStatus.FAILED, error=self._error(job_id, oversize))
         return item
+
+    def _profile(self, body: PlanBody) -> CostProfile:
+        """The body's cost profile; an uploaded one is read from the store, retried like a write."""
+        return with_retries(
+            lambda: self._planning.profile_for(body, body.num_gpus, body.gpus_per_node),
+            self._settings.store_retry_s,
+            "reading the cost profile",
+        )
 
     def _oversize(self, text: str) -> str | None:
         """Why a result cannot be stored (over `max_job_bytes`), or None."""
@@ -378,6 +403,9 @@ class JobRunner:
 
     def _save(self, view: JobView) -> JobView:
         self._write(job_key(view.job_id), view.model_dump_json())
+        with self._lock:
+            if view.job_id in self._latest:
+                self._latest[view.job_id] = view
         return view
 
     def _write(self, key: str, text: str) -> None:

@@ -79,7 +79,12 @@ class Settings(BaseModel):
     lease_ttl_s: float = Field(
         10.0, gt=0, description="A dead worker's session locks and running jobs are released after this long."
     )
-    store_retry_s: float = Field(5.0, ge=0, description="How long a job retries a store write before giving up.")
+    store_retry_s: float = Field(
+        30.0,
+        ge=0,
+        description="How long a job rides out a store outage: every read and write of its loop is retried "
+        "(exponential backoff up to 1 s) this long before the job gives up.",
+    )
     shutdown_grace_s: float = Field(
         10.0, ge=0, description="How long a graceful shutdown waits for running jobs to record their state."
     )
