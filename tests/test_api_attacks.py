@@ -473,3 +473,35 @@ def test_a_redis_pause_loses_no_job_and_no_plan(redis_server: tuple[str, subproc
         assert server.worker_pids() == workers
     finally:
         server.stop()
+
+
+def test_dataset_samples_are_admitted_and_capped(two_workers: Server) -> None:
+    """Twelve hostile samples at once (64M one-token pieces: 128 MB of JSON each before issue 29)
+    are refused before any draw; a draw that makes too many pieces is refused after it; the
+    largest allowed samples get 200 or 503; memory stays flat and no worker is killed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = two_workers.client()
+    workers = two_workers.worker_pids()
+    before = two_workers.rss_bytes()
+
+    def sample(query: str) -> tuple[httpx.Response, float]:
+        with two_workers.client() as sampler:
+            return timed(sampler, "GET", f"/v1/datasets/wikipedia/sample?{query}")
+
+    with ThreadPoolExecutor(12) as pool:
+        hostile = list(pool.map(sample, ["num_tokens=64000000&context_cap=1"] * 12))
+    for response, elapsed_s in hostile:
+        assert_quick_problem(response, elapsed_s, 413, "num_tokens 64000000", "context_cap 1", "64000000 sequences")
+    response, elapsed_s = sample("num_tokens=64000000&context_cap=320")  # >= 200,000 pieces: drawn, then refused
+    assert_quick_problem(response, elapsed_s, 413, "context_cap 320 drew", "limit of 200000")
+    with ThreadPoolExecutor(12) as pool:
+        largest = list(pool.map(sample, ["num_tokens=64000000"] * 12))
+    statuses = [response.status_code for response, _ in largest]
+    assert set(statuses) <= {200, 503} and 200 in statuses, statuses
+    for response, _ in largest:
+        if response.status_code == 200:
+            assert 0 < len(response.json()["lengths"]) <= 200_000
+    growth = two_workers.rss_bytes() - before
+    assert growth < 512 * 2**20, f"the server grew {growth / 2**20:.0f} MiB"
+    assert two_workers.worker_pids() == workers
