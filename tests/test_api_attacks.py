@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -481,7 +482,6 @@ def test_dataset_samples_are_admitted_and_capped(two_workers: Server) -> None:
     largest allowed samples get 200 or 503; memory stays flat and no worker is killed."""
     from concurrent.futures import ThreadPoolExecutor
 
-    client = two_workers.client()
     workers = two_workers.worker_pids()
     before = two_workers.rss_bytes()
 
@@ -504,4 +504,98 @@ def test_dataset_samples_are_admitted_and_capped(two_workers: Server) -> None:
             assert 0 < len(response.json()["lengths"]) <= 200_000
     growth = two_workers.rss_bytes() - before
     assert growth < 512 * 2**20, f"the server grew {growth / 2**20:.0f} MiB"
+    assert two_workers.worker_pids() == workers
+
+
+def hold_body(server: Server, declared_bytes: int) -> tuple[socket.socket, bytes]:
+    """A POST /v1/plans whose headers declare `declared_bytes` and whose body never comes: the
+    socket, and what the server answered within 2 s (nothing while it waits for the body)."""
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = socket.create_connection((host, int(port)))
+    head = (
+        f"POST /v1/plans HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {declared_bytes}\r\n\r\n"
+    )
+    connection.sendall(head.encode())
+    connection.settimeout(2)
+    answer = b""
+    try:
+        while True:
+            chunk = connection.recv(65536)
+            answer += chunk
+            head, _, body = answer.partition(b"\r\n\r\n")
+            length = next((line for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")), None)
+            if not chunk or (length is not None and len(body) >= int(length.split(b":")[1])):
+                return connection, answer
+    except TimeoutError:
+        return connection, answer
+
+
+def test_bodies_in_flight_are_bounded_before_they_are_read(two_workers: Server) -> None:
+    """Once each worker holds a body as large as its in-flight budget (by Content-Length, not a
+    byte of it sent), every other body is refused with 503 and Retry-After without being read;
+    /healthz stays quick; when the holders leave, the budget is free again (issue 29 item 5)."""
+    client = two_workers.client()
+    workers = two_workers.worker_pids()
+    budget = 16 * 2**20  # HYDRAPLAN_MAX_BODY_BYTES, the budget's default
+    holders = []
+    try:
+        for _ in range(40):  # the kernel hands connections to either worker
+            connection, answer = hold_body(two_workers, budget)
+            if answer:
+                assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+                connection.close()
+            else:
+                holders.append(connection)
+            if len(holders) == 2:
+                break
+        assert len(holders) == 2, "no worker held a body"
+        for _ in range(6):
+            connection, answer = hold_body(two_workers, 4096)
+            connection.close()
+            assert answer.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in answer.lower(), answer[:300]
+            assert b"budget of 16777216 bytes" in answer, answer[-300:]
+        response, elapsed_s = timed(client, "POST", "/v1/plans", json=plan_body())
+        assert_quick_problem(response, elapsed_s, 503, "request bodies in flight")
+        response, elapsed_s = timed(client, "GET", "/healthz")
+        assert response.status_code == 200 and elapsed_s < QUICK_S
+    finally:
+        for connection in holders:
+            connection.close()
+    wait_for(lambda: client.post("/v1/plans", json=plan_body()).status_code == 200, timeout_s=10)
+    assert two_workers.worker_pids() == workers
+
+
+def test_sixteen_junk_bodies_keep_health_quick_and_memory_bounded(two_workers: Server) -> None:
+    """Sixteen 10 MB bodies of `{"lengths": [{}, {}, ...]}` at once (4.5 GB and a 15.7 s /healthz
+    before issue 29): 422 or 503, never another status; /healthz within QUICK_S x 2; the workers'
+    memory peaks below 2 GiB more than before; no worker is killed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    junk = ('{"lengths":[' + ",".join(["{}"] * 3_300_000) + '],"num_gpus":8}').encode()
+    workers = two_workers.worker_pids()
+    before = two_workers.rss_bytes()
+    peak = [before]
+    health_s = []
+
+    def post(_: int) -> int:
+        with two_workers.client() as poster:
+            headers = {"content-type": "application/json"}
+            return poster.post("/v1/plans", content=junk, headers=headers, timeout=120).status_code
+
+    with ThreadPoolExecutor(16) as pool:
+        posted = [pool.submit(post, index) for index in range(16)]
+        with two_workers.client() as prober:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not all(future.done() for future in posted):
+                response, elapsed_s = timed(prober, "GET", "/healthz")
+                assert response.status_code == 200
+                health_s.append(elapsed_s)
+                peak.append(two_workers.rss_bytes())
+                time.sleep(0.05)
+        statuses = [future.result() for future in posted]
+    assert set(statuses) <= {422, 503} and 422 in statuses, statuses
+    assert max(health_s) < 2 * QUICK_S, f"/healthz took up to {max(health_s):.2f} s"
+    growth = max(peak) - before
+    assert growth < 2 * 2**30, f"the workers grew {growth / 2**20:.0f} MiB"
     assert two_workers.worker_pids() == workers

@@ -96,7 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(StoreUnavailable, _store_unavailable)
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     # Added last = outermost: the context wraps the guard, so rejections are logged and counted.
-    app.add_middleware(RequestGuardMiddleware, settings=settings)
+    app.add_middleware(RequestGuardMiddleware, settings=settings, solver=services.solver)
     routes = [route for router in ROUTERS for route in router.routes]
     app.add_middleware(RequestContextMiddleware, metrics=services.metrics, route_of=route_resolver(routes))
     return app

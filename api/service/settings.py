@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from hydraplan.planner import limits
 
@@ -37,6 +37,13 @@ class Settings(BaseModel):
     redis_prefix: str = Field("hydraplan:", description="Prefix of every Redis key.")
     max_sequences: int = Field(200_000, ge=1, description="Most sequences per request (413).")
     max_body_bytes: int = Field(16 * MIB, ge=1024, description="Largest request body (413).")
+    max_body_bytes_in_flight: int | None = Field(
+        None,
+        ge=1024,
+        description="Bytes of request bodies one worker holds at once, from their first byte until their "
+        "response is sent (503 beyond, before reading); unset: max_body_bytes. Parsing JSON takes up to "
+        "~70x its size in memory (a list of empty objects), so this bounds the memory bodies take.",
+    )
     max_num_gpus: int = Field(16_384, ge=1, description="Largest cluster a request may name (422).")
     max_check_operations: int = Field(
         200_000,
@@ -92,6 +99,19 @@ class Settings(BaseModel):
         64 * MIB, ge=MIB, description="Memory for analytic and uploaded profiles kept parsed (half each)."
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Level of the JSON logs.")
+
+    @field_validator("max_body_bytes_in_flight")
+    @classmethod
+    def _budget_holds_a_body(cls, budget: int | None, info: ValidationInfo) -> int | None:
+        largest = info.data.get("max_body_bytes")
+        if budget is not None and largest is not None and budget < largest:
+            raise ValueError(f"{budget} is below max_body_bytes {largest}: no body of the largest size could be read")
+        return budget
+
+    @property
+    def body_bytes_in_flight(self) -> int:
+        """The in-flight body budget in effect (`max_body_bytes` when unset)."""
+        return self.max_body_bytes_in_flight or self.max_body_bytes
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -48,6 +48,10 @@ class SolverPool:
     def running(self) -> int:
         return self._running
 
+    def full(self) -> bool:
+        """Whether a new solve would be refused now (a guard checks it before reading a body)."""
+        return self._admitted >= self.max_admitted
+
     async def run(self, function: Callable[..., ResultT], *args: Any) -> ResultT:
         """Run `function(*args, cancel=...)` in a worker thread; 503 when the pool is full.
 
