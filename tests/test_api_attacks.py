@@ -82,6 +82,13 @@ def assert_quick_problem(response: httpx.Response, elapsed_s: float, status: int
     return problem
 
 
+def proxied(location: str) -> str:
+    """What the proxy in front of the server forwards for a Location the client follows: the
+    path without the root path (the tests talk to uvicorn directly)."""
+    assert location.startswith(ROOT_PATH + "/"), location
+    return location.removeprefix(ROOT_PATH)
+
+
 def timed(client: httpx.Client, method: str, path: str, **kwargs: Any) -> tuple[httpx.Response, float]:
     started = time.perf_counter()
     response = client.request(method, path, **kwargs)
@@ -191,7 +198,7 @@ def test_stored_state_is_capped(server: Server, user_profile_data: dict) -> None
     created = [client.post("/v1/sessions", json=session_body()) for _ in range(4)]
     assert [response.status_code for response in created] == [201] * 4
     assert_quick_problem(client.post("/v1/sessions", json=session_body()), 0, 507, "4 live sessions")
-    assert client.delete(created[0].headers["location"]).status_code == 204
+    assert client.delete(proxied(created[0].headers["location"])).status_code == 204
     assert client.post("/v1/sessions", json=session_body()).status_code == 201
 
 
@@ -599,3 +606,57 @@ def test_sixteen_junk_bodies_keep_health_quick_and_memory_bounded(two_workers: S
     growth = max(peak) - before
     assert growth < 2 * 2**30, f"the workers grew {growth / 2**20:.0f} MiB"
     assert two_workers.worker_pids() == workers
+
+
+def test_smaller_things_behind_the_root_path(two_workers: Server, user_profile_data: dict) -> None:
+    """Issue 29 item 7: Locations carry the root path; /docs and /redoc load their scripts from
+    this server under a CSP; num_gpus and time_limit_s are not coerced from strings ('auto'
+    stays); HEAD on a GET route answers like GET without a body."""
+    client = two_workers.client()
+    session = client.post("/v1/sessions", json=session_body())
+    assert session.headers["location"] == f"{ROOT_PATH}/v1/sessions/{session.json()['session_id']}"
+    job = client.post("/v1/jobs", json={"kind": "plan", "request": plan_body()})
+    assert job.headers["location"] == job.json()["location"] == f"{ROOT_PATH}/v1/jobs/{job.json()['job_id']}"
+    profile = client.post("/v1/profiles", json=user_profile_data)
+    assert profile.headers["location"] == f"{ROOT_PATH}/v1/profiles/{profile.json()['profile_id']}"
+    assert client.delete(proxied(session.headers["location"])).status_code == 204
+
+    anonymous = two_workers.client(token=None)
+    for page, assets in (("/docs", ["swagger-ui-bundle.js", "swagger-ui.css"]), ("/redoc", ["redoc.standalone.js"])):
+        response = anonymous.get(page)
+        assert response.status_code == 200 and "text/html" in response.headers["content-type"]
+        assert "http" not in response.text, "a third-party URL in the page"
+        policy = response.headers["content-security-policy"]
+        assert "default-src 'none'" in policy and "script-src 'self'" in policy and "https:" not in policy
+        for asset in assets:
+            assert f'"{ROOT_PATH}/docs/assets/{asset}"' in response.text
+            served = anonymous.get(f"/docs/assets/{asset}")
+            assert served.status_code == 200 and len(served.content) > 100_000
+
+    for field, body in (
+        ("num_gpus", plan_body(num_gpus="8")),
+        ("gpus_per_node", plan_body(gpus_per_node="8")),
+        ("options.time_limit_s", plan_body(options={"time_limit_s": "0.2"})),
+        ("num_gpus", plan_body(num_gpus=8.0)),
+    ):
+        response, elapsed_s = timed(client, "POST", "/v1/plans", json=body)
+        assert_quick_problem(response, elapsed_s, 422, f"body.{field}")
+    assert client.post("/v1/plans", json=plan_body(options={"time_limit_s": "auto"})).status_code == 200
+
+    for path, http in (("/healthz", anonymous), ("/v1/models", client), (f"/v1/jobs/{job.json()['job_id']}", client)):
+        got, head = http.get(path), http.head(path)
+        assert head.status_code == got.status_code == 200, (path, head.status_code)
+        assert head.content == b"" and head.headers["content-length"] == str(len(got.content))
+    assert client.head("/v1/plans").status_code == 405
+    assert anonymous.head("/v1/models").status_code == 401
+
+
+def test_a_token_no_header_can_carry_is_refused_at_start_up() -> None:
+    """A non-ASCII token could never authenticate: `hydraplan serve` refuses it, naming the
+    variable and the character's position, never echoing the secret."""
+    environment = {**os.environ, "HYDRAPLAN_API_TOKEN": "s3cret-tökén"}
+    command = [sys.executable, "-m", "hydraplan.api.cli", "serve", "--port", "9"]
+    finished = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=120)
+    assert finished.returncode != 0
+    assert "HYDRAPLAN_API_TOKEN" in finished.stderr and "character 9" in finished.stderr, finished.stderr
+    assert "s3cret" not in finished.stderr + finished.stdout

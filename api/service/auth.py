@@ -17,9 +17,14 @@ from starlette.types import Scope
 
 from hydraplan.api.service.problems import ProblemError, problem_response
 
-# Liveness, readiness, metrics and the API's own description stay open (docs/service.md).
+# Liveness, readiness, metrics and the API's own description stay open (docs/service.md), with the
+# documentation pages' own assets (api/service/routes/docs.py).
 OPERATIONS_PATHS = frozenset(
-    {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+    {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/redoc"}
+    | {
+        f"/docs/assets/{name}"
+        for name in ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js", "favicon.png")
+    }
 )
 # The web page and its assets (api/service/routes/web.py): static, no data; its /v1 calls carry the token.
 UI_PATHS = frozenset({"/", "/ui", "/ui/app.js", "/ui/style.css"})
@@ -34,6 +39,12 @@ def route_path(scope: Scope) -> str:
     if root and (path == root or path.startswith(root + "/")):
         return path[len(root) :] or "/"
     return path
+
+
+def public_path(scope: Scope, path: str) -> str:
+    """`path` of the app as a client behind the proxy reaches it: under the ASGI root path
+    (`--root-path /api`: `/api/v1/jobs/...`), for Location headers."""
+    return scope.get("root_path", "").rstrip("/") + path
 
 
 def needs_token(scope: Scope) -> bool:

@@ -22,7 +22,7 @@ from hydraplan.api.service.observability import (
     reset_request_id,
     set_request_id,
 )
-from hydraplan.api.service.problems import problem_response
+from hydraplan.api.service.problems import ProblemError, problem_response
 from hydraplan.api.service.settings import Settings
 from hydraplan.api.service.solving import SolverPool
 
@@ -99,6 +99,26 @@ class RequestContextMiddleware:
         )
 
 
+class HeadAsGetMiddleware:
+    """HEAD on a GET route answers as GET does (status and headers, Content-Length included)
+    without the body (RFC 9110, 9.3.2); FastAPI routes only the methods they declare."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def without_body(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, without_body)
+
+
 def route_resolver(routes: Sequence[BaseRoute]) -> Callable[[Scope], str]:
     """The route template of a request (`/v1/jobs/{job_id}`), for bounded metric labels.
 
@@ -154,10 +174,13 @@ class RequestGuardMiddleware:
         if declared_bytes > self.max_body_bytes:
             await self._too_large(path, f"{declared} bytes")(scope, receive, send)
             return
-        if self.solver is not None and uses_solver(scope) and self.solver.full():
-            refused = self._saturated(path, f"all {self.solver.max_admitted} solver places of this worker are taken")
-            await refused(scope, receive, send)
-            return
+        if self.solver is not None and uses_solver(scope):
+            try:
+                self.solver.check_room()
+            except ProblemError as full:
+                refused = problem_response(path, full.status, full.detail, slug=full.slug, headers=full.headers)
+                await refused(scope, receive, send)
+                return
         reserved = _Reservation(self)
         try:
             if not reserved.grow(declared_bytes):

@@ -17,6 +17,7 @@ from hydraplan.planner import limits
 
 ENV_PREFIX = "HYDRAPLAN_"
 MIB = 1 << 20
+SECRET_FIELDS = frozenset({"api_token"})  # never echoed in an error
 
 
 class Settings(BaseModel):
@@ -100,6 +101,22 @@ class Settings(BaseModel):
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Level of the JSON logs.")
 
+    @field_validator("api_token")
+    @classmethod
+    def _token_fits_a_header(cls, token: str | None) -> str | None:
+        """A token must travel in an HTTP header (ISO-8859-1, and clients send ASCII): one with
+        other characters, or with spaces, could never authenticate. The error names the
+        position, never the secret."""
+        if token is None:
+            return None
+        for position, character in enumerate(token):
+            if not (character.isascii() and character.isprintable()) or character.isspace():
+                raise ValueError(
+                    f"character {position + 1} of the token (U+{ord(character):04X}) is not printable ASCII "
+                    "without spaces; an Authorization header could never carry it"
+                )
+        return token
+
     @field_validator("max_body_bytes_in_flight")
     @classmethod
     def _budget_holds_a_body(cls, budget: int | None, info: ValidationInfo) -> int | None:
@@ -127,7 +144,8 @@ class Settings(BaseModel):
         except ValidationError as exc:
             first = exc.errors(include_url=False)[0]
             name = str(first["loc"][0]) if first["loc"] else ""
-            raise ValueError(f"{env_var(name)}={values.get(name)!r}: {first['msg']}") from None
+            shown = "<hidden>" if name in SECRET_FIELDS else repr(values.get(name))
+            raise ValueError(f"{env_var(name)}={shown}: {first['msg']}") from None
 
 
 def env_var(field_name: str) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Request, Response
 
-from hydraplan.api.service.auth import TOKEN_REQUIRED
+from hydraplan.api.service.auth import TOKEN_REQUIRED, public_path
 from hydraplan.api.service.dependencies import ServicesDep
 from hydraplan.api.service.jobs import job_location
 from hydraplan.api.service.schemas import JOB_EXAMPLES, JobAccepted, JobBody, JobView
@@ -26,10 +26,10 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=TOKEN_REQUIRED
     ),
 )
 def create_job(
-    body: Annotated[JobBody, Body(examples=JOB_EXAMPLES)], services: ServicesDep, response: Response
+    body: Annotated[JobBody, Body(examples=JOB_EXAMPLES)], services: ServicesDep, request: Request, response: Response
 ) -> JobAccepted:
     view = services.jobs.submit(body)
-    location = job_location(view.job_id)
+    location = public_path(request.scope, job_location(view.job_id))
     response.headers["Location"] = location
     return JobAccepted(job_id=view.job_id, status=view.status, location=location)
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from hydraplan.api.service.auth import TOKEN_REQUIRED
+from hydraplan.api.service.auth import TOKEN_REQUIRED, public_path
 from hydraplan.api.service.dependencies import Services, ServicesDep
 from hydraplan.api.service.planning import Cancel, server_timing_header, start_solve_timing
 from hydraplan.api.service.problems import too_large, unprocessable
@@ -28,13 +28,13 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"], dependencies=TOKEN_
         "`options.time_limit_s` is given: a share of each batch's step, planned while the step before trains."
     ),
 )
-async def create_session(body: SessionBody, services: ServicesDep, response: Response) -> SessionView:
+async def create_session(body: SessionBody, services: ServicesDep, request: Request, response: Response) -> SessionView:
     """Resolving the cost source is CPU work: it runs in the solver pool (503 when saturated);
     storing the session is I/O: it runs in the ordinary thread pool, so a slow store never holds
     a solver slot."""
     await services.solver.run(_check, services, body)
     record = await run_in_threadpool(services.sessions.create, body)
-    response.headers["Location"] = session_location(record.session_id)
+    response.headers["Location"] = public_path(request.scope, session_location(record.session_id))
     return services.sessions.view(record)
 
 
