@@ -660,3 +660,32 @@ def test_a_token_no_header_can_carry_is_refused_at_start_up() -> None:
     assert finished.returncode != 0
     assert "HYDRAPLAN_API_TOKEN" in finished.stderr and "character 9" in finished.stderr, finished.stderr
     assert "s3cret" not in finished.stderr + finished.stdout
+
+
+def test_finished_jobs_and_profiles_are_deleted_to_free_their_places(
+    redis_server: tuple[str, subprocess.Popen], user_profile_data: dict
+) -> None:
+    """Full job and profile caps no longer block for a day or a week: DELETE removes a finished
+    job with its results and an uploaded profile, and their places are free at once, on any
+    worker (issue 29 item 6)."""
+    server = start_server(redis_server[0], f"caps-{time.monotonic_ns()}:", workers=2, max_jobs=2, max_profiles=2)
+    try:
+        client = server.client()
+        jobs = [client.post("/v1/jobs", json={"kind": "plan", "request": plan_body()}).json() for _ in range(2)]
+        assert_quick_problem(client.post("/v1/jobs", json={"kind": "plan", "request": plan_body()}), 0, 507, "2 jobs")
+        for job in jobs:
+            wait_for(lambda job=job: _finished(server, job["job_id"]), timeout_s=60)
+            assert client.delete(proxied(job["location"])).status_code == 204
+            assert client.get(proxied(job["location"])).status_code == 404
+        assert client.post("/v1/jobs", json={"kind": "plan", "request": plan_body()}).status_code == 202
+        locations = [
+            client.post("/v1/profiles", json={**user_profile_data, "notes": f"profile {index}"}).headers["location"]
+            for index in range(2)
+        ]
+        full = client.post("/v1/profiles", json={**user_profile_data, "notes": "one more"})
+        assert_quick_problem(full, 0, 507, "2 uploaded profiles")
+        assert client.delete(proxied(locations[0])).status_code == 204
+        assert client.get(proxied(locations[0])).status_code == 404
+        assert client.post("/v1/profiles", json={**user_profile_data, "notes": "one more"}).status_code == 201
+    finally:
+        server.stop()

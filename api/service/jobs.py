@@ -37,7 +37,6 @@ from hydraplan.api.service.planning import Planning
 from hydraplan.api.service.problems import (
     Problem,
     ProblemError,
-    conflict,
     describe_errors,
     field_errors,
     make_problem,
@@ -230,12 +229,21 @@ class JobRunner:
             view = view.model_copy(update={"items": self._items(job_id, view.progress.done)})
         return view
 
-    def cancel(self, job_id: str) -> JobView:
-        """Flag the job for cancellation (a job without a live worker ends now); 409 when it has
-        already finished."""
+    def cancel_or_delete(self, job_id: str) -> JobView | None:
+        """DELETE: a finished job is removed with its results (None; its place in the cap is
+        free at once); an unfinished one is cancelled as by `cancel` (its view)."""
         view = self.get(job_id)
-        if view.status.finished:
-            raise conflict(f"job {job_id!r} has already finished ({view.status}); nothing to cancel")
+        if not view.status.finished:
+            return self._cancel(view)
+        total = view.progress.total if view.kind == "sweep" else 0
+        for key in (job_key(job_id), cancel_key(job_id), *(item_key(job_id, index) for index in range(total))):
+            self._store.delete(key)
+        self._store.forget(JOBS_REGISTRY, job_id)
+        return None
+
+    def _cancel(self, view: JobView) -> JobView:
+        """Flag the job for cancellation (a job without a live worker ends now)."""
+        job_id = view.job_id
         self._store.set(cancel_key(job_id), "1", self._settings.job_ttl_s)
         if self._store.get(lease_key(job_id)) is None:
             return self.get(job_id)  # now cancelled by `_abandon` (or finished meanwhile)

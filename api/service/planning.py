@@ -111,15 +111,25 @@ class Planning:
         return self._analytic.get_or_make(key, make)
 
     def uploaded_profile(self, profile_id: str, field: str = "profile_id") -> CostProfile:
-        """A profile uploaded with POST /v1/profiles; 404 naming the id when unknown."""
+        """A profile uploaded with POST /v1/profiles; 404 naming the id when unknown (or deleted:
+        the parsed copy this worker may keep is used only while the store still has the profile)."""
+        unknown = not_found(f"{field} {profile_id!r} is unknown (upload it with POST /v1/profiles)")
 
         def make() -> CostProfile:
             text = self.store.get(profile_key(profile_id))
             if text is None:
-                raise not_found(f"{field} {profile_id!r} is unknown (upload it with POST /v1/profiles)")
+                raise unknown
             return CostProfile.model_validate_json(text)
 
+        if not self.store.exists(profile_key(profile_id)):
+            raise unknown
         return self._uploaded.get_or_make(profile_id, make)
+
+    def delete_profile(self, profile_id: str) -> None:
+        """Remove an uploaded profile (its place in the cap is free at once); 404 when unknown."""
+        if not self.store.delete(profile_key(profile_id)):
+            raise not_found(f"profile_id {profile_id!r} is unknown or expired")
+        self.store.forget(PROFILES_REGISTRY, profile_id)
 
     def save_profile(self, profile: CostProfile) -> str:
         """Store an uploaded profile under its content hash; returns the id."""

@@ -43,11 +43,14 @@ def get_job(job_id: str, services: ServicesDep) -> JobView:
     "/{job_id}",
     response_model=JobView,
     status_code=202,
-    summary="Cancel a job",
+    summary="Cancel a job, or delete a finished one",
     description=(
-        "Asks the job to stop: a running solve returns its best plan so far, a sweep stops after "
-        "the item in progress. Answers 202 with the job's state; 409 if it has already finished."
+        "A queued or running job is asked to stop: a running solve returns its best plan so far, a "
+        "sweep stops after the item in progress; answers 202 with the job's state. A finished job is "
+        "deleted with its results and its place in the job cap is free at once: 204."
     ),
+    responses={204: {"description": "The finished job and its results are deleted."}},
 )
-def cancel_job(job_id: str, services: ServicesDep) -> JobView:
-    return services.jobs.cancel(job_id)
+def cancel_or_delete_job(job_id: str, services: ServicesDep) -> JobView | Response:
+    view = services.jobs.cancel_or_delete(job_id)
+    return Response(status_code=204) if view is None else view

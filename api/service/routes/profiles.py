@@ -36,3 +36,14 @@ def upload_profile(profile: CostProfile, services: ServicesDep, request: Request
 @router.get("/{profile_id}", response_model=CostProfile, summary="Read an uploaded profile")
 def get_profile(profile_id: str, services: ServicesDep) -> CostProfile:
     return services.planning.uploaded_profile(profile_id)
+
+
+@router.delete(
+    "/{profile_id}",
+    status_code=204,
+    summary="Delete an uploaded profile",
+    description="Its place in the profile cap is free at once; requests naming it get 404 from then on.",
+)
+def delete_profile(profile_id: str, services: ServicesDep) -> Response:
+    services.planning.delete_profile(profile_id)
+    return Response(status_code=204)
