@@ -689,3 +689,33 @@ def test_finished_jobs_and_profiles_are_deleted_to_free_their_places(
         assert client.post("/v1/profiles", json={**user_profile_data, "notes": "one more"}).status_code == 201
     finally:
         server.stop()
+
+
+def test_tenants_are_apart_across_workers(redis_server: tuple[str, subprocess.Popen], tmp_path: Any) -> None:
+    """With a token file (digests only), a tenant can neither read nor cancel another tenant's job
+    or session on any worker (profiles: tests/test_api_tenants.py); the admin sees them; the
+    single token beside the file keeps working (issue 29 item 6)."""
+    import hashlib
+
+    tokens = {"alice": "alice-secret", "bob": "bob-secret", "ops": "ops-secret"}
+    lines = [f"{name} sha256:{hashlib.sha256(token.encode()).hexdigest()}" for name, token in tokens.items()]
+    path = tmp_path / "tokens"
+    path.write_text("\n".join(lines[:2] + [lines[2] + " admin"]) + "\n", encoding="utf-8")
+    server = start_server(redis_server[0], f"tenants-{time.monotonic_ns()}:", workers=2, api_tokens_file=str(path))
+    try:
+        alice, bob, ops = (server.client(token=tokens[name]) for name in ("alice", "bob", "ops"))
+        job = alice.post("/v1/jobs", json=timed_job_body(30)).json()
+        session = alice.post("/v1/sessions", json=session_body())
+        paths = [proxied(job["location"]), proxied(session.headers["location"])]
+        for _ in range(4):  # both workers answer
+            for path in paths:
+                assert_quick_problem(bob.get(path), 0, 404, "unknown")
+                assert ops.get(path).status_code == 200
+        assert_quick_problem(bob.delete(paths[0]), 0, 404, "unknown")
+        assert alice.get(paths[0]).json()["cancel_requested"] is False
+        assert server.client().get(paths[0]).status_code == 200  # the single token: admin `default`
+        assert alice.delete(paths[0]).status_code == 202
+        view = wait_for(lambda: _finished(server, job["job_id"]), timeout_s=60)
+        assert view["status"] == "cancelled" and view["owner"] == "alice"
+    finally:
+        server.stop()

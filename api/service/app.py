@@ -32,6 +32,7 @@ from hydraplan.api.service.problems import install_handlers, problem_response
 from hydraplan.api.service.routes import ROUTERS
 from hydraplan.api.service.settings import Settings
 from hydraplan.api.service.store import StoreUnavailable
+from hydraplan.api.service.tenants import TokenBook
 from hydraplan.planner.schemas import SolverBackend
 from hydraplan.planner.solve import load_backend
 
@@ -94,7 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.services = services
-    app.state.api_token = settings.api_token.encode() if settings.api_token else None
+    app.state.tokens = TokenBook.build(settings.api_token, settings.api_tokens_file)
     for router in ROUTERS:
         app.include_router(router)
     unguarded = unguarded_routes(ROUTERS)

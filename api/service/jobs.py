@@ -58,6 +58,7 @@ from hydraplan.api.service.schemas import (
 )
 from hydraplan.api.service.settings import Settings
 from hydraplan.api.service.store import Store, StoreUnavailable
+from hydraplan.api.service.tenants import current_tenant_var
 from hydraplan.api.whatif.engine import evaluate
 from hydraplan.api.whatif.schemas import Configuration
 from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest
@@ -187,6 +188,7 @@ class JobRunner:
             status=JobStatus.QUEUED,
             created_at=utc_now(),
             progress=JobProgress(done=0, total=len(items)),
+            owner=current_tenant_var.get().name,
         )
         with self._lock:
             pending = len(self._queued) + self._num_running
@@ -217,8 +219,11 @@ class JobRunner:
         return view
 
     def get(self, job_id: str) -> JobView:
-        """The job with its finished sweep items; a job whose worker is gone becomes `failed`."""
+        """The job with its finished sweep items; a job whose worker is gone becomes `failed`.
+        404 for a job of another tenant (unless the caller is an admin), as for an unknown one."""
         view = self._read(job_id)
+        if not current_tenant_var.get().may_see(view.owner):
+            raise not_found(f"job {job_id!r} is unknown or expired")
         if not view.status.finished and lease_lost(self._store, lease_key(job_id), self._settings.lease_ttl_s):
             view = self._read(job_id)  # it may have finished between the two reads
             if not view.status.finished:

@@ -25,6 +25,7 @@ from hydraplan.api.service.observability import (
 from hydraplan.api.service.problems import ProblemError, problem_response
 from hydraplan.api.service.settings import Settings
 from hydraplan.api.service.solving import SolverPool
+from hydraplan.api.service.tenants import TokenBook
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 UNMATCHED_ROUTE = "<unmatched>"
@@ -149,7 +150,7 @@ class RequestGuardMiddleware:
 
     def __init__(self, app: ASGIApp, settings: Settings, solver: SolverPool | None = None) -> None:
         self.app = app
-        self.token = settings.api_token.encode() if settings.api_token else None
+        self.tokens = TokenBook.build(settings.api_token, settings.api_tokens_file)
         self.max_body_bytes = settings.max_body_bytes
         self.budget_bytes = settings.body_bytes_in_flight
         self.retry_after_s = settings.retry_after_s
@@ -161,8 +162,8 @@ class RequestGuardMiddleware:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        if self.token is not None and needs_token(scope):
-            refused = refusal(scope, _header(scope, b"authorization"), self.token)
+        if self.tokens is not None and needs_token(scope):
+            refused = refusal(scope, _header(scope, b"authorization"), self.tokens)
             if refused is not None:
                 await refused(scope, receive, send)
                 return

@@ -20,6 +20,7 @@ from hydraplan.api.service.problems import not_found, storage_full, too_large, u
 from hydraplan.api.service.schemas import PipelineEstimate, PlanBody, StrategyPart
 from hydraplan.api.service.settings import Settings
 from hydraplan.api.service.store import Store
+from hydraplan.api.service.tenants import ANONYMOUS, Tenant, current_tenant_var
 from hydraplan.cost_models.analytic import AnalyticOptions, build_profile
 from hydraplan.cost_models.catalog import load_gpus, load_models
 from hydraplan.cost_models.profile_io import ProfileError, load_profile
@@ -68,9 +69,15 @@ def profile_key(profile_id: str) -> str:
     return f"profile:{profile_id}"
 
 
-def profile_id_of(profile: CostProfile) -> str:
-    """Content hash of a profile's canonical JSON: the same profile always gets the same id."""
-    digest = hashlib.sha256(profile.model_dump_json().encode()).hexdigest()
+def profile_owner_key(profile_id: str) -> str:
+    return f"profile-owner:{profile_id}"
+
+
+def profile_id_of(profile: CostProfile, tenant: Tenant = ANONYMOUS) -> str:
+    """Content hash of a profile's canonical JSON: the same profile always gets the same id. A
+    tenant that is not an admin hashes its name in too, so two tenants never share an id."""
+    salt = "" if tenant.admin else f"{tenant.name}\n"
+    digest = hashlib.sha256((salt + profile.model_dump_json()).encode()).hexdigest()
     return "prof-" + digest[:24]
 
 
@@ -121,15 +128,26 @@ class Planning:
                 raise unknown
             return CostProfile.model_validate_json(text)
 
-        if not self.store.exists(profile_key(profile_id)):
+        if not self._visible(profile_id):
             raise unknown
         return self._uploaded.get_or_make(profile_id, make)
 
     def delete_profile(self, profile_id: str) -> None:
-        """Remove an uploaded profile (its place in the cap is free at once); 404 when unknown."""
-        if not self.store.delete(profile_key(profile_id)):
+        """Remove an uploaded profile (its place in the cap is free at once); 404 when unknown
+        or another tenant's."""
+        if not self._visible(profile_id) or not self.store.delete(profile_key(profile_id)):
             raise not_found(f"profile_id {profile_id!r} is unknown or expired")
+        self.store.delete(profile_owner_key(profile_id))
         self.store.forget(PROFILES_REGISTRY, profile_id)
+
+    def _visible(self, profile_id: str) -> bool:
+        """Whether the store has the profile and the request's tenant may use it."""
+        tenant = current_tenant_var.get()
+        if tenant.admin:
+            return self.store.exists(profile_key(profile_id))
+        return self.store.get(profile_owner_key(profile_id)) == tenant.name and self.store.exists(
+            profile_key(profile_id)
+        )
 
     def save_profile(self, profile: CostProfile) -> str:
         """Store an uploaded profile under its content hash; returns the id."""
@@ -143,12 +161,14 @@ class Planning:
             raise too_large(
                 f"the profile is {len(text)} bytes of JSON, over this server's limit of {settings.max_profile_bytes}"
             )
-        profile_id = profile_id_of(profile)
+        tenant = current_tenant_var.get()
+        profile_id = profile_id_of(profile, tenant)
         if not self.store.admit(PROFILES_REGISTRY, profile_id, settings.profile_ttl_s, settings.max_profiles):
             raise storage_full(
                 f"this server keeps at most {settings.max_profiles} uploaded profiles (each for "
                 f"{settings.profile_ttl_s:g} s); send the profile inline instead, or retry later"
             )
+        self.store.set(profile_owner_key(profile_id), tenant.name, settings.profile_ttl_s)
         self.store.set(profile_key(profile_id), text, settings.profile_ttl_s)
         return profile_id
 

@@ -394,6 +394,9 @@ class SessionRecord(ApiModel):
     num_plans: int = 0
     last_plan_id: str | None = None
     last_strategy: str | None = Field(None, description="The next plan's previous_strategy.")
+    owner: str | None = Field(
+        None, description="The tenant that made it (api/service/tenants.py); only it and admins see it."
+    )
 
 
 class SessionPlansBody(ApiModel):
@@ -507,6 +510,9 @@ class JobView(ApiModel):
     result: Plan | None = Field(None, description="The plan of a plan job (best so far if cancelled).")
     items: list[SweepItem] = Field(default_factory=list, description="Sweep items finished so far.")
     error: Problem | None = None
+    owner: str | None = Field(
+        None, description="The tenant that made it (api/service/tenants.py); only it and admins see it."
+    )
 
 
 class JobAccepted(ApiModel):

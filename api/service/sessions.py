@@ -19,6 +19,7 @@ from hydraplan.api.service.problems import conflict, not_found, storage_full, un
 from hydraplan.api.service.schemas import SessionBody, SessionRecord, SessionView
 from hydraplan.api.service.settings import Settings
 from hydraplan.api.service.store import Store, StoreUnavailable
+from hydraplan.api.service.tenants import current_tenant_var
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.schemas import Plan, PlanRequest
 
@@ -63,7 +64,13 @@ class Sessions:
     def create(self, body: SessionBody) -> SessionRecord:
         """Store a new session (configuration passed by `check`); 507 when `max_sessions` live."""
         now = datetime.now(UTC)
-        record = SessionRecord(session_id="ses-" + secrets.token_hex(12), created_at=now, last_used_at=now, config=body)
+        record = SessionRecord(
+            session_id="ses-" + secrets.token_hex(12),
+            created_at=now,
+            last_used_at=now,
+            config=body,
+            owner=current_tenant_var.get().name,
+        )
         if not self._store.admit(
             SESSIONS_REGISTRY, record.session_id, self._settings.session_idle_timeout_s, self._settings.max_sessions
         ):
@@ -79,16 +86,19 @@ class Sessions:
         return record
 
     def get(self, session_id: str) -> SessionRecord:
-        """The session (its idle timer restarts); 404 when unknown or expired."""
+        """The session (its idle timer restarts); 404 when unknown or expired, or another
+        tenant's (unless the caller is an admin)."""
         text = self._store.get(session_key(session_id))
-        if text is None:
+        record = None if text is None else SessionRecord.model_validate_json(text)
+        if record is None or not current_tenant_var.get().may_see(record.owner):
             raise not_found(f"session {session_id!r} is unknown or expired")
         idle_s = self._settings.session_idle_timeout_s
         self._store.expire(session_key(session_id), idle_s)
         self._store.admit(SESSIONS_REGISTRY, session_id, idle_s, self._settings.max_sessions)
-        return SessionRecord.model_validate_json(text)
+        return record
 
     def delete(self, session_id: str) -> None:
+        self.get(session_id)  # 404 for another tenant's
         self._store.forget(SESSIONS_REGISTRY, session_id)
         if not self._store.delete(session_key(session_id)):
             raise not_found(f"session {session_id!r} is unknown or expired")

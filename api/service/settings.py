@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from hydraplan.api.service.tenants import read_token_file
 from hydraplan.planner import limits
 
 ENV_PREFIX = "HYDRAPLAN_"
@@ -29,6 +30,12 @@ class Settings(BaseModel):
         None,
         min_length=1,
         description="When set, every /v1 call needs `Authorization: Bearer <token>`.",
+    )
+    api_tokens_file: str | None = Field(
+        None,
+        min_length=1,
+        description="A file of tenants' token digests ('<tenant> sha256:<hex> [admin]' per line): each tenant "
+        "sees only its own jobs, sessions and profiles, an admin all (api/service/tenants.py).",
     )
     redis_url: str | None = Field(
         None,
@@ -116,6 +123,13 @@ class Settings(BaseModel):
                     "without spaces; an Authorization header could never carry it"
                 )
         return token
+
+    @field_validator("api_tokens_file")
+    @classmethod
+    def _token_file_reads(cls, path: str | None) -> str | None:
+        if path is not None:
+            read_token_file(path)  # a bad file stops the service at start-up, naming its line
+        return path
 
     @field_validator("max_body_bytes_in_flight")
     @classmethod
