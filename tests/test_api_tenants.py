@@ -89,3 +89,33 @@ def test_a_bad_token_file_stops_the_start_naming_its_line(tmp_path: Path, line: 
         Settings.from_env({"HYDRAPLAN_API_TOKENS_FILE": str(path)})
     assert named in str(raised.value)
     assert "alice-token" not in str(raised.value)  # a token in clear is refused, never echoed
+
+
+def test_quotas_hold_each_tenant_to_its_share(tokens_file: str, user_profile_data: dict) -> None:
+    """Per-tenant caps: one tenant's full quota neither blocks another tenant nor an admin, and
+    DELETE gives the place back."""
+    quotas = {"max_jobs_per_tenant": 1, "max_sessions_per_tenant": 1, "max_profiles_per_tenant": 1}
+    with make_client(api_tokens_file=tokens_file, **quotas) as client:
+        job = client.post("/v1/jobs", json={"kind": "plan", "request": plan_body()}, headers=as_("alice")).json()
+        session = client.post("/v1/sessions", json=session_body(), headers=as_("alice")).json()
+        profile = client.post("/v1/profiles", json=user_profile_data, headers=as_("alice")).json()
+        other = {**user_profile_data, "notes": "another"}
+        for path, body, named in (
+            ("/v1/jobs", {"kind": "plan", "request": plan_body()}, "tenant 'alice' keeps at most 1 jobs"),
+            ("/v1/sessions", session_body(), "tenant 'alice' keeps at most 1 live sessions"),
+            ("/v1/profiles", other, "tenant 'alice' keeps at most 1 uploaded profiles"),
+        ):
+            assert_problem(client.post(path, json=body, headers=as_("alice")), 507, named)
+            assert client.post(path, json=body, headers=as_("bob")).status_code in (201, 202)
+            assert client.post(path, json=body, headers=as_("root")).status_code in (201, 202)
+        wait_for(lambda: client.get(f"/v1/jobs/{job['job_id']}", headers=as_("alice")).json()["status"] == "succeeded")
+        for path in (
+            f"/v1/jobs/{job['job_id']}",
+            f"/v1/sessions/{session['session_id']}",
+            f"/v1/profiles/{profile['profile_id']}",
+        ):
+            assert client.delete(path, headers=as_("alice")).status_code == 204
+        again = client.post("/v1/jobs", json={"kind": "plan", "request": plan_body()}, headers=as_("alice"))
+        assert again.status_code == 202
+        assert client.post("/v1/sessions", json=session_body(), headers=as_("alice")).status_code == 201
+        assert client.post("/v1/profiles", json=other, headers=as_("alice")).status_code == 201

@@ -58,7 +58,7 @@ from hydraplan.api.service.schemas import (
 )
 from hydraplan.api.service.settings import Settings
 from hydraplan.api.service.store import Store, StoreUnavailable
-from hydraplan.api.service.tenants import current_tenant_var
+from hydraplan.api.service.tenants import admit, current_tenant_var, forget
 from hydraplan.api.whatif.engine import evaluate
 from hydraplan.api.whatif.schemas import Configuration
 from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest
@@ -198,10 +198,25 @@ class JobRunner:
                     f"{pending} jobs are queued or running on this worker; retry in {self._settings.retry_after_s} s",
                     self._settings.retry_after_s,
                 )
-            if not self._store.admit(JOBS_REGISTRY, view.job_id, self._settings.job_ttl_s, self._settings.max_jobs):
+            settings = self._settings
+            refused = admit(
+                self._store,
+                current_tenant_var.get(),
+                JOBS_REGISTRY,
+                view.job_id,
+                settings.job_ttl_s,
+                settings.max_jobs,
+                settings.max_jobs_per_tenant,
+            )
+            if refused == "tenant":
                 raise storage_full(
-                    f"this server keeps at most {self._settings.max_jobs} jobs (finished ones for "
-                    f"{self._settings.job_ttl_s:g} s); retry later"
+                    f"tenant {view.owner!r} keeps at most {settings.max_jobs_per_tenant} jobs (finished ones for "
+                    f"{settings.job_ttl_s:g} s); delete finished ones (DELETE /v1/jobs/{{id}}) or retry later"
+                )
+            if refused == "server":
+                raise storage_full(
+                    f"this server keeps at most {settings.max_jobs} jobs (finished ones for "
+                    f"{settings.job_ttl_s:g} s); retry later"
                 )
             self._queued[view.job_id] = view
             if self._executor is None:
@@ -243,7 +258,7 @@ class JobRunner:
         total = view.progress.total if view.kind == "sweep" else 0
         for key in (job_key(job_id), cancel_key(job_id), *(item_key(job_id, index) for index in range(total))):
             self._store.delete(key)
-        self._store.forget(JOBS_REGISTRY, job_id)
+        forget(self._store, view.owner, JOBS_REGISTRY, job_id)
         return None
 
     def _cancel(self, view: JobView) -> JobView:

@@ -20,7 +20,7 @@ from hydraplan.api.service.problems import not_found, storage_full, too_large, u
 from hydraplan.api.service.schemas import PipelineEstimate, PlanBody, StrategyPart
 from hydraplan.api.service.settings import Settings
 from hydraplan.api.service.store import Store
-from hydraplan.api.service.tenants import ANONYMOUS, Tenant, current_tenant_var
+from hydraplan.api.service.tenants import ANONYMOUS, Tenant, admit, current_tenant_var, forget
 from hydraplan.cost_models.analytic import AnalyticOptions, build_profile
 from hydraplan.cost_models.catalog import load_gpus, load_models
 from hydraplan.cost_models.profile_io import ProfileError, load_profile
@@ -135,10 +135,11 @@ class Planning:
     def delete_profile(self, profile_id: str) -> None:
         """Remove an uploaded profile (its place in the cap is free at once); 404 when unknown
         or another tenant's."""
+        owner = self.store.get(profile_owner_key(profile_id))
         if not self._visible(profile_id) or not self.store.delete(profile_key(profile_id)):
             raise not_found(f"profile_id {profile_id!r} is unknown or expired")
         self.store.delete(profile_owner_key(profile_id))
-        self.store.forget(PROFILES_REGISTRY, profile_id)
+        forget(self.store, owner, PROFILES_REGISTRY, profile_id)
 
     def _visible(self, profile_id: str) -> bool:
         """Whether the store has the profile and the request's tenant may use it."""
@@ -163,10 +164,24 @@ class Planning:
             )
         tenant = current_tenant_var.get()
         profile_id = profile_id_of(profile, tenant)
-        if not self.store.admit(PROFILES_REGISTRY, profile_id, settings.profile_ttl_s, settings.max_profiles):
+        refused = admit(
+            self.store,
+            tenant,
+            PROFILES_REGISTRY,
+            profile_id,
+            settings.profile_ttl_s,
+            settings.max_profiles,
+            settings.max_profiles_per_tenant,
+        )
+        if refused is not None:
+            holder = (
+                f"tenant {tenant.name!r} keeps at most {settings.max_profiles_per_tenant}"
+                if refused == "tenant"
+                else f"this server keeps at most {settings.max_profiles}"
+            )
             raise storage_full(
-                f"this server keeps at most {settings.max_profiles} uploaded profiles (each for "
-                f"{settings.profile_ttl_s:g} s); send the profile inline instead, or retry later"
+                f"{holder} uploaded profiles (each for {settings.profile_ttl_s:g} s); delete one "
+                "(DELETE /v1/profiles/{id}), send the profile inline instead, or retry later"
             )
         self.store.set(profile_owner_key(profile_id), tenant.name, settings.profile_ttl_s)
         self.store.set(profile_key(profile_id), text, settings.profile_ttl_s)

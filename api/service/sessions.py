@@ -19,7 +19,7 @@ from hydraplan.api.service.problems import conflict, not_found, storage_full, un
 from hydraplan.api.service.schemas import SessionBody, SessionRecord, SessionView
 from hydraplan.api.service.settings import Settings
 from hydraplan.api.service.store import Store, StoreUnavailable
-from hydraplan.api.service.tenants import current_tenant_var
+from hydraplan.api.service.tenants import admit, current_tenant_var, forget, tenant_registry
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.schemas import Plan, PlanRequest
 
@@ -71,17 +71,30 @@ class Sessions:
             config=body,
             owner=current_tenant_var.get().name,
         )
-        if not self._store.admit(
-            SESSIONS_REGISTRY, record.session_id, self._settings.session_idle_timeout_s, self._settings.max_sessions
-        ):
+        settings = self._settings
+        refused = admit(
+            self._store,
+            current_tenant_var.get(),
+            SESSIONS_REGISTRY,
+            record.session_id,
+            settings.session_idle_timeout_s,
+            settings.max_sessions,
+            settings.max_sessions_per_tenant,
+        )
+        if refused is not None:
+            holder = (
+                f"tenant {record.owner!r} keeps at most {settings.max_sessions_per_tenant}"
+                if refused == "tenant"
+                else f"this server keeps at most {settings.max_sessions}"
+            )
             raise storage_full(
-                f"this server keeps at most {self._settings.max_sessions} live sessions; "
-                "delete finished ones (DELETE /v1/sessions/{id}) or wait for idle ones to expire"
+                f"{holder} live sessions; delete finished ones (DELETE /v1/sessions/{{id}}) or wait for idle "
+                "ones to expire"
             )
         try:
             self._save(record)
         except StoreUnavailable:  # not created: it takes no place in the cap
-            self._store.forget(SESSIONS_REGISTRY, record.session_id)
+            forget(self._store, record.owner, SESSIONS_REGISTRY, record.session_id)
             raise
         return record
 
@@ -94,12 +107,15 @@ class Sessions:
             raise not_found(f"session {session_id!r} is unknown or expired")
         idle_s = self._settings.session_idle_timeout_s
         self._store.expire(session_key(session_id), idle_s)
-        self._store.admit(SESSIONS_REGISTRY, session_id, idle_s, self._settings.max_sessions)
+        self._store.admit(SESSIONS_REGISTRY, session_id, idle_s, self._settings.max_sessions)  # renews it
+        if record.owner is not None and self._settings.max_sessions_per_tenant is not None:
+            own = tenant_registry(SESSIONS_REGISTRY, record.owner)
+            self._store.admit(own, session_id, idle_s, self._settings.max_sessions_per_tenant)
         return record
 
     def delete(self, session_id: str) -> None:
-        self.get(session_id)  # 404 for another tenant's
-        self._store.forget(SESSIONS_REGISTRY, session_id)
+        record = self.get(session_id)  # 404 for another tenant's
+        forget(self._store, record.owner, SESSIONS_REGISTRY, session_id)
         if not self._store.delete(session_key(session_id)):
             raise not_found(f"session {session_id!r} is unknown or expired")
 

@@ -88,6 +88,15 @@ class Settings(BaseModel):
     max_profile_bytes: int = Field(4 * MIB, ge=1024, description="Largest uploaded profile, as stored JSON (413).")
     max_sessions: int = Field(1024, ge=1, description="Live sessions at once (507 when full).")
     max_jobs: int = Field(256, ge=1, description="Jobs kept at once, finished ones until job_ttl_s (507 when full).")
+    max_jobs_per_tenant: int | None = Field(
+        None, ge=1, description="Jobs one tenant (not an admin) keeps at once (507 beyond); unset: only max_jobs."
+    )
+    max_sessions_per_tenant: int | None = Field(
+        None, ge=1, description="Live sessions of one tenant (not an admin) (507 beyond); unset: only max_sessions."
+    )
+    max_profiles_per_tenant: int | None = Field(
+        None, ge=1, description="Uploaded profiles of one tenant (not an admin) (507 beyond); unset: only max_profiles."
+    )
     max_job_bytes: int = Field(
         32 * MIB, ge=1024, description="Largest stored job value (a plan or a sweep item); a larger result fails."
     )

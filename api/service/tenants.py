@@ -22,6 +22,9 @@ import re
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+from hydraplan.api.service.store import Store
 
 TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
@@ -102,3 +105,32 @@ class TokenBook:
             if hmac.compare_digest(presented, digest):
                 found = tenant
         return found
+
+
+def tenant_registry(registry: str, tenant: str) -> str:
+    """The registry that counts one tenant's members of `registry` (its quota)."""
+    return f"{registry}@{tenant}"
+
+
+def admit(
+    store: Store, tenant: Tenant, registry: str, member: str, ttl_s: float, max_members: int, quota: int | None
+) -> Literal["tenant", "server"] | None:
+    """Register `member` in the shared `registry` (at most `max_members`) and, for a tenant under
+    a quota (`quota` set; admins have none), in the tenant's own (at most `quota`); None when
+    admitted, else which cap refused it (nothing is registered then). A known member is renewed."""
+    capped = quota is not None and not tenant.admin
+    own = tenant_registry(registry, tenant.name)
+    if capped and not store.admit(own, member, ttl_s, quota):
+        return "tenant"
+    if not store.admit(registry, member, ttl_s, max_members):
+        if capped:
+            store.forget(own, member)
+        return "server"
+    return None
+
+
+def forget(store: Store, owner: str | None, registry: str, member: str) -> None:
+    """Remove `member` from the shared registry and from its owner's."""
+    store.forget(registry, member)
+    if owner is not None:
+        store.forget(tenant_registry(registry, owner), member)
