@@ -34,6 +34,7 @@ TOKEN = "attack-test-token"
 ROOT_PATH = "/api"
 QUICK_S = 1.5  # "within 1 s", with slack for a loaded 2-core CI machine
 LEASE_TTL_S = 1.0
+BODY_READ_S = 15.0  # how long the two-worker server waits for a body (408 after)
 
 
 def start_server(redis_url: str, prefix: str, workers: int = 1, **settings: Any) -> Server:
@@ -67,7 +68,7 @@ def server(redis_server: tuple[str, subprocess.Popen]) -> Iterator[Server]:
 def two_workers(redis_server: tuple[str, subprocess.Popen]) -> Iterator[Server]:
     """A server of two uvicorn workers under the supervisor that kills a worker which does not
     answer its health ping within 5 s (issue 29): its worker PIDs must never change."""
-    running = start_server(redis_server[0], "attacks-2:", workers=2)
+    running = start_server(redis_server[0], "attacks-2:", workers=2, max_body_read_s=BODY_READ_S)
     yield running
     running.stop()
 
@@ -541,7 +542,8 @@ def hold_body(server: Server, declared_bytes: int) -> tuple[socket.socket, bytes
 def test_bodies_in_flight_are_bounded_before_they_are_read(two_workers: Server) -> None:
     """Once each worker holds a body as large as its in-flight budget (by Content-Length, not a
     byte of it sent), every other body is refused with 503 and Retry-After without being read;
-    /healthz stays quick; when the holders leave, the budget is free again (issue 29 item 5)."""
+    /healthz stays quick; a body that never comes is refused with 408 after BODY_READ_S, and the
+    budget is free again (issue 29 item 5)."""
     client = two_workers.client()
     workers = two_workers.worker_pids()
     budget = 16 * 2**20  # HYDRAPLAN_MAX_BODY_BYTES, the budget's default
@@ -566,10 +568,14 @@ def test_bodies_in_flight_are_bounded_before_they_are_read(two_workers: Server) 
         assert_quick_problem(response, elapsed_s, 503, "request bodies in flight")
         response, elapsed_s = timed(client, "GET", "/healthz")
         assert response.status_code == 200 and elapsed_s < QUICK_S
+        for connection in holders:  # a body that never comes is given up after BODY_READ_S
+            connection.settimeout(BODY_READ_S + 10)
+            answer = connection.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
+        wait_for(lambda: client.post("/v1/plans", json=plan_body()).status_code == 200, timeout_s=10)
     finally:
         for connection in holders:
             connection.close()
-    wait_for(lambda: client.post("/v1/plans", json=plan_body()).status_code == 200, timeout_s=10)
     assert two_workers.worker_pids() == workers
 
 

@@ -5,6 +5,7 @@ also required by a dependency on every /v1 router (`api.service.auth`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -145,8 +146,9 @@ class RequestGuardMiddleware:
     paths (401, deny by default, relative to the root path), a body over `max_body_bytes` by
     Content-Length or by streamed count (413), a body the worker has no room for (503: the bodies
     it holds, from their first byte until their response is sent, stay within
-    `max_body_bytes_in_flight`), a solver-pool request when the pool has no place (503), and a
-    non-JSON body (415). None of these reads the body it refuses."""
+    `max_body_bytes_in_flight`), a solver-pool request when the pool has no place (503), a body
+    that has not arrived within `max_body_read_s` (408) and a non-JSON body (415). None of these
+    reads more of the body it refuses."""
 
     def __init__(self, app: ASGIApp, settings: Settings, solver: SolverPool | None = None) -> None:
         self.app = app
@@ -154,6 +156,7 @@ class RequestGuardMiddleware:
         self.max_body_bytes = settings.max_body_bytes
         self.budget_bytes = settings.body_bytes_in_flight
         self.retry_after_s = settings.retry_after_s
+        self.read_timeout_s = settings.max_body_read_s
         self.solver = solver
         self.in_flight_bytes = 0  # only the event loop's thread touches it
 
@@ -199,6 +202,10 @@ class RequestGuardMiddleware:
         if body is _NO_ROOM:
             await self._no_room(path, reserved.bytes)(scope, receive, send)
             return
+        if body is _TIMED_OUT:
+            detail = f"body: not received within {self.read_timeout_s:g} s; send it at once, or a smaller one"
+            await problem_response(path, 408, detail, headers={"Connection": "close"})(scope, receive, send)
+            return
         if body is None:
             await self._too_large(path, "more bytes")(scope, receive, send)
             return
@@ -231,11 +238,17 @@ class RequestGuardMiddleware:
 
     async def _read_body(self, receive: Receive, reserved: _Reservation) -> bytes | object | None:
         """The whole body; None as soon as it grows past the limit, `_NO_ROOM` when it outgrows
-        its reservation and the budget has no more, `_DISCONNECTED` when the client left."""
+        its reservation and the budget has no more, `_DISCONNECTED` when the client left,
+        `_TIMED_OUT` when it has not all come within `read_timeout_s` (a client that declares a
+        body and sends it slowly, or never, would hold its share of the budget)."""
         chunks: list[bytes] = []
         size = 0
+        deadline = time.monotonic() + self.read_timeout_s
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                return _TIMED_OUT
             if message["type"] != "http.request":  # client went away
                 return _DISCONNECTED
             chunk = message.get("body", b"")
@@ -252,6 +265,7 @@ class RequestGuardMiddleware:
 
 _DISCONNECTED = object()
 _NO_ROOM = object()
+_TIMED_OUT = object()
 
 
 class _Reservation:

@@ -52,6 +52,12 @@ class Settings(BaseModel):
         "response is sent (503 beyond, before reading); unset: max_body_bytes. Parsing JSON takes up to "
         "~70x its size in memory (a list of empty objects), so this bounds the memory bodies take.",
     )
+    max_body_read_s: float = Field(
+        30.0,
+        gt=0,
+        description="A body must have arrived whole this long after its request (408 otherwise): a client "
+        "that declares a body and sends it slowly, or never, holds its share of the in-flight budget.",
+    )
     max_num_gpus: int = Field(16_384, ge=1, description="Largest cluster a request may name (422).")
     max_check_operations: int = Field(
         200_000,
