@@ -349,6 +349,13 @@ def test_check_refuses_a_huge_previous_strategy_as_plans_does(two_workers: Serve
         assert_quick_problem(response, elapsed_s, 422, "plan.previous_strategy", named)
         refused, plans_s = timed(client, "POST", "/v1/plans", json=plan_body(previous_strategy=strategy))
         assert_quick_problem(refused, plans_s, 422, "previous_strategy")
+    # the server's own limits on the cluster and the sequences apply to a checked plan too
+    for edit, status, named in (
+        ({"num_gpus": 32768}, 422, "plan.num_gpus 32768 exceeds this server's limit of 16384"),
+        ({"input_lengths": [1] * 200_001}, 413, "200001 sequences exceed this server's limit of 200000"),
+    ):
+        response, elapsed_s = timed(client, "POST", "/v1/plans/check", json={"plan": {**plan, **edit}})
+        assert_quick_problem(response, elapsed_s, status, named)
     assert two_workers.worker_pids() == workers
 
 

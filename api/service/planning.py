@@ -222,9 +222,23 @@ class Planning:
             )
 
     def check_schedule_size(self, plans: Sequence[Plan]) -> None:
-        """422 when simulating `plans` would take more than `max_check_operations` 1F1B
-        operations: the checker's and the timeline's reference simulation is pure Python (a few
-        microseconds per operation), so this bounds one request's CPU time to about a second."""
+        """The server's limits on plans sent to be checked or drawn: the sequences and cluster
+        `/v1/plans` accepts (413 / 422, as `check_limits`), and 422 when simulating them would
+        take more than `max_check_operations` 1F1B operations: the checker's and the timeline's
+        reference simulation is pure Python (a few microseconds per operation), so this bounds
+        one request's CPU time to about a second."""
+        settings = self.settings
+        for plan in plans:
+            if plan.num_sequences > settings.max_sequences:
+                raise too_large(
+                    f"plan.input_lengths: {plan.num_sequences} sequences exceed this server's limit of "
+                    f"{settings.max_sequences} per request"
+                )
+            if plan.num_gpus > settings.max_num_gpus:
+                raise unprocessable(
+                    f"plan.num_gpus {plan.num_gpus} exceeds this server's limit of {settings.max_num_gpus}",
+                    ("body", "plan", "num_gpus"),
+                )
         operations = sum(schedule_operations(plan) for plan in plans)
         limit = self.settings.max_check_operations
         if operations > limit:
