@@ -187,7 +187,9 @@ class Client(_ClientBase):
     def job(self, job_id: str) -> dict[str, Any]:
         return self._send(_Call("GET", f"/v1/jobs/{job_id}"))
 
-    def cancel_job(self, job_id: str) -> dict[str, Any]:
+    def cancel_job(self, job_id: str) -> dict[str, Any] | None:
+        """DELETE the job: a queued or running one is cancelled (its view comes back, a running
+        solve keeps its best plan); a finished one is deleted with its results (None)."""
         return self._send(_Call("DELETE", f"/v1/jobs/{job_id}"))
 
     def wait_for_job(self, job_id: str, *, timeout_s: float = 600.0, poll_s: float = 0.5) -> dict[str, Any]:
@@ -288,7 +290,8 @@ class AsyncClient(_ClientBase):
     async def job(self, job_id: str) -> dict[str, Any]:
         return await self._send(_Call("GET", f"/v1/jobs/{job_id}"))
 
-    async def cancel_job(self, job_id: str) -> dict[str, Any]:
+    async def cancel_job(self, job_id: str) -> dict[str, Any] | None:
+        """As `Client.cancel_job`."""
         return await self._send(_Call("DELETE", f"/v1/jobs/{job_id}"))
 
 

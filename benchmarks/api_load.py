@@ -15,7 +15,8 @@ one line per worker count) to the `api_load` section of benchmarks/RESULTS.md:
    adds: HTTP, JSON in and out, validation, profile lookup, the hop to the solver thread.
 2. **Load**: `--clients` asyncio clients (httpx) send the request mix for `--duration-s` seconds
    (and at most `--max-requests`); a client honours `Retry-After` on 503 as an orchestrator
-   should. Throughput, p50/p99 latency of successful requests and counts by status.
+   should. Throughput, p50/p99 latency of successful requests, counts by status and the cost of
+   a 503 (the p50 latency of the refusals, which the guard answers before reading the body).
 
 Targets (issue 4): no 5xx other than deliberate 503s; p50 overhead <= 10 ms for 1K sequences;
 >= 20 plans/s for 64-sequence / 8-GPU requests.
@@ -309,7 +310,20 @@ def overhead_table(result: OverheadResult) -> tuple[str, float]:
     return markdown_table(headers, rows), overhead
 
 
-LOAD_HEADERS = ["kind", "requests", "2xx", "503 (shed)", "other 4xx", "5xx + failed", "2xx/s", "p50 ms", "p99 ms"]
+# the last column is the cost of a refusal: the p50 latency of the 503s (issue 29: refused before
+# the body is read, it should cost about a round trip)
+LOAD_HEADERS = [
+    "kind",
+    "requests",
+    "2xx",
+    "503 (shed)",
+    "other 4xx",
+    "5xx + failed",
+    "2xx/s",
+    "p50 ms",
+    "p99 ms",
+    "503 p50 ms",
+]
 
 
 def load_table(samples: list[Sample], elapsed_s: float) -> tuple[str, dict[str, dict[str, float]], list[object]]:
@@ -322,6 +336,7 @@ def load_table(samples: list[Sample], elapsed_s: float) -> tuple[str, dict[str, 
     for kind, group in by_kind.items():
         statuses = Counter(sample.status for sample in group)
         ok = [sample.latency_s * 1e3 for sample in group if 200 <= sample.status < 300]
+        shed = [sample.latency_s * 1e3 for sample in group if sample.status == 503]
         server_errors = sum(count for status, count in statuses.items() if status >= 500 and status != 503)
         client_errors = sum(count for status, count in statuses.items() if 400 <= status < 500)
         summary[kind] = {
@@ -339,6 +354,7 @@ def load_table(samples: list[Sample], elapsed_s: float) -> tuple[str, dict[str, 
                 f"{len(ok) / elapsed_s:.1f}",
                 f"{percentile(ok, 0.5):.1f}",
                 f"{percentile(ok, 0.99):.1f}",
+                f"{percentile(shed, 0.5):.1f}" if shed else "-",
             ]
         )
     status_line = ", ".join(

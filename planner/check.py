@@ -163,6 +163,17 @@ def _check_pipeline(pipeline: PipelinePlan, profile: CostProfile) -> tuple[list[
     return violations, time_s
 
 
+def _check_previous_size(plan: Plan) -> None:
+    """ValueError when the previous strategy does not use the plan's GPUs: its pipelines are placed
+    rank by rank to price the switch, so a count like 10000000x<1,1,1> is refused from the text."""
+    if plan.previous_strategy is None:
+        return
+    terms = reference.parse_strategy_text(plan.previous_strategy)
+    num_gpus = sum(tp * pp * cp * count for (tp, pp, cp), count in terms)
+    if num_gpus != plan.num_gpus:
+        raise ValueError(f"{plan.previous_strategy[:80]!r} uses {num_gpus} GPUs, the plan has {plan.num_gpus}")
+
+
 def _check_totals(plan: Plan, profile: CostProfile, pipeline_times: list[float]) -> list[str]:
     violations = []
     schemes = [_scheme(pipeline) for pipeline in plan.pipelines]
@@ -177,6 +188,7 @@ def _check_totals(plan: Plan, profile: CostProfile, pipeline_times: list[float])
         violations.append(f"step_time_s {plan.step_time_s} != recomputed {step_time_s}")
     pipelines = [(scheme, pipeline.ranks) for scheme, pipeline in zip(schemes, plan.pipelines)]
     try:
+        _check_previous_size(plan)
         switch_s = reference.switch_cost_s(profile, plan.previous_strategy, pipelines)
     except ValueError as error:
         return [*violations, f"previous_strategy: {error}"]

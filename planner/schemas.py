@@ -16,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    Strict,
     StrictInt,
     ValidationError,
     ValidationInfo,
@@ -367,17 +368,19 @@ def _one_time_limit_error(value: Any, handler: ValidatorFunctionWrapHandler) -> 
         return handler(value)
     except ValidationError as error:
         if isinstance(value, str):
-            try:
-                float(value)
-            except ValueError:
-                raise PydanticCustomError("time_limit", "Input should be a number of seconds or 'auto'") from None
+            raise PydanticCustomError(
+                "time_limit",
+                "Input should be a number of seconds or 'auto', not the string {given}",
+                {"given": repr(value[:40])},
+            ) from None
         first = error.errors()[0]
         raise PydanticCustomError(first["type"], first["msg"]) from None
 
 
-# a planning-time budget: seconds, or 'auto' (a share of the step, planner.budget)
+# a planning-time budget: seconds (a number, strictly: "0.2" is refused like a length "5"), or
+# 'auto' (a share of the step, planner.budget)
 TimeLimit = Annotated[
-    Annotated[float, Field(gt=0, le=600, allow_inf_nan=False)] | Literal["auto"],
+    Annotated[float, Strict(), Field(gt=0, le=600, allow_inf_nan=False)] | Literal["auto"],
     WrapValidator(_one_time_limit_error),
 ]
 

@@ -204,11 +204,27 @@ class Server:
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
 
     def rss_bytes(self) -> int:
-        with open(f"/proc/{self.process.pid}/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS")
+        """Resident memory of the server: the process and, with several workers, every worker."""
+        return sum(_rss_bytes(pid) for pid in (self.process.pid, *self.worker_pids()))
+
+    def worker_pids(self) -> list[int]:
+        """The worker processes of a `workers > 1` server (uvicorn's supervisor's children; none
+        with one worker), sorted: a worker the supervisor killed and replaced changes the list."""
+        pid = self.process.pid
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as children:
+                candidates = [int(child) for child in children.read().split()]
+        except FileNotFoundError:
+            return []
+        workers = []
+        for child in candidates:
+            try:
+                with open(f"/proc/{child}/cmdline", "rb") as cmdline:
+                    if b"resource_tracker" not in cmdline.read():
+                        workers.append(child)
+            except FileNotFoundError:
+                continue
+        return sorted(workers)
 
     def stop(self, sig: int = signal.SIGTERM) -> str:
         """Stop it (SIGTERM: gracefully) and return what it logged."""
@@ -223,20 +239,47 @@ class Server:
         return self.log.read()
 
 
-def start_uvicorn(settings: dict[str, str], *, root_path: str = "", token: str | None = None) -> Server:
-    """uvicorn serving the app factory on a free loopback port with `HYDRAPLAN_*` `settings`."""
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except FileNotFoundError:
+        return 0
+    raise AssertionError("no VmRSS")
+
+
+def start_uvicorn(
+    settings: dict[str, str], *, root_path: str = "", token: str | None = None, workers: int = 1
+) -> Server:
+    """uvicorn serving the app factory on a free loopback port with `HYDRAPLAN_*` `settings`
+    (`workers > 1`: uvicorn's supervisor with that many worker processes, all of them started)."""
     port = free_port()
     environment = {**os.environ, "HYDRAPLAN_LOG_LEVEL": "WARNING", **settings}
     command = [sys.executable, "-m", "uvicorn", "--factory", "hydraplan.api.service.app:create_app"]
     command += ["--host", "127.0.0.1", "--port", str(port), "--timeout-graceful-shutdown", "20"]
     if root_path:
         command += ["--root-path", root_path]
+    if workers > 1:
+        command += ["--workers", str(workers)]
     log = tempfile.TemporaryFile("w+")
     process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT, text=True)
     server = Server(process, f"http://127.0.0.1:{port}", log, token)
     wait_for(lambda: _healthy(server) or process.poll() is not None, timeout_s=30, interval_s=0.1)
     assert process.poll() is None, server.stop()
+    if workers > 1:  # every worker answers (each loads the solver libraries on start-up)
+        wait_for(lambda: len(server.worker_pids()) == workers and _all_started(server, workers), timeout_s=60)
     return server
+
+
+def _all_started(server: Server, workers: int) -> bool:
+    """Whether `workers` workers logged the end of their start-up (solver libraries loaded)."""
+    server.log.flush()
+    server.log.seek(0)
+    text = server.log.read()
+    server.log.seek(0, os.SEEK_END)
+    return text.count("Application startup complete") >= workers
 
 
 def _healthy(server: Server) -> bool:

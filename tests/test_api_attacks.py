@@ -2,6 +2,7 @@
 behind a proxy that strips that prefix, with a token and a Redis store of its own) as an attacker
 or a careless user would send them: each gets a bounded answer in about a second, the server's
 memory stays flat, and faults (SIGTERM, SIGKILL, a Redis outage) leave no job or session stuck.
+Issue 29's, against two workers: tests/test_api_attacks_workers.py.
 """
 
 from __future__ import annotations
@@ -12,39 +13,24 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
-from api_support import (
-    PROBLEM_JSON,
-    TINY_LENGTHS,
-    Server,
-    plan_body,
-    running_redis,
-    session_body,
-    start_uvicorn,
-    wait_for,
+from api_support import TINY_LENGTHS, Server, plan_body, running_redis, session_body, wait_for
+from attack_support import (
+    LEASE_TTL_S,
+    ROOT_PATH,
+    TOKEN,
+    assert_quick_problem,
+    finished_view,
+    long_job_body,
+    proxied,
+    small_plan,
+    start_server,
+    timed,
 )
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
-TOKEN = "attack-test-token"
-ROOT_PATH = "/api"
-QUICK_S = 1.5  # "within 1 s", with slack for a loaded 2-core CI machine
-LEASE_TTL_S = 1.0
-
-
-def start_server(redis_url: str, prefix: str, **settings: Any) -> Server:
-    """A server with this module's token, store and short leases, under the root path."""
-    environment = {
-        "HYDRAPLAN_API_TOKEN": TOKEN,
-        "HYDRAPLAN_REDIS_URL": redis_url,
-        "HYDRAPLAN_REDIS_PREFIX": prefix,
-        "HYDRAPLAN_LEASE_TTL_S": str(LEASE_TTL_S),
-        "HYDRAPLAN_MAX_CONCURRENT_SOLVES": "2",
-        **{f"HYDRAPLAN_{name.upper()}": str(value) for name, value in settings.items()},
-    }
-    return start_uvicorn(environment, root_path=ROOT_PATH, token=TOKEN)
 
 
 @pytest.fixture(scope="module")
@@ -59,28 +45,6 @@ def server(redis_server: tuple[str, subprocess.Popen]) -> Iterator[Server]:
     running = start_server(redis_server[0], "attacks:", max_profiles=3, max_sessions=4)
     yield running
     running.stop()
-
-
-def assert_quick_problem(response: httpx.Response, elapsed_s: float, status: int, *parts: str) -> dict:
-    assert response.status_code == status, response.text[:500]
-    assert response.headers["content-type"].startswith(PROBLEM_JSON)
-    assert elapsed_s < QUICK_S, f"{elapsed_s:.2f} s"
-    problem = response.json()
-    for part in parts:
-        assert part in problem["detail"], problem["detail"]
-    return problem
-
-
-def timed(client: httpx.Client, method: str, path: str, **kwargs: Any) -> tuple[httpx.Response, float]:
-    started = time.perf_counter()
-    response = client.request(method, path, **kwargs)
-    return response, time.perf_counter() - started
-
-
-def small_plan(client: httpx.Client) -> dict:
-    response = client.post("/v1/plans", json=plan_body())
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def test_no_token_no_service_under_the_root_path(server: Server) -> None:
@@ -180,23 +144,8 @@ def test_stored_state_is_capped(server: Server, user_profile_data: dict) -> None
     created = [client.post("/v1/sessions", json=session_body()) for _ in range(4)]
     assert [response.status_code for response in created] == [201] * 4
     assert_quick_problem(client.post("/v1/sessions", json=session_body()), 0, 507, "4 live sessions")
-    assert client.delete(created[0].headers["location"]).status_code == 204
+    assert client.delete(proxied(created[0].headers["location"])).status_code == 204
     assert client.post("/v1/sessions", json=session_body()).status_code == 201
-
-
-def long_job_body() -> dict:
-    """A plan job that searches for a long time unless cancelled (returns its incumbent then)."""
-    lengths = [64 + (index * 7919) % 16000 for index in range(1500)]
-    return {
-        "kind": "plan",
-        "request": {
-            "lengths": lengths,
-            "num_gpus": 64,
-            "model": "llama3-8b",
-            "gpu": "h100-sxm-80gb",
-            "options": {"time_limit_s": 120, "max_strategies_solved": 100000},
-        },
-    }
 
 
 def test_faults_leave_no_job_or_session_stuck(redis_server: tuple[str, subprocess.Popen]) -> None:
@@ -237,7 +186,7 @@ def test_faults_leave_no_job_or_session_stuck(redis_server: tuple[str, subproces
         assert survivor.client().post(session_plans, json={"lengths": [100, 200]}).status_code == 409
         killed.stop(signal.SIGKILL)
         planning.wait(timeout=30)
-        view = wait_for(lambda: _finished(survivor, job["job_id"]), timeout_s=10 * LEASE_TTL_S + 5)
+        view = wait_for(lambda: finished_view(survivor, job["job_id"]), timeout_s=10 * LEASE_TTL_S + 5)
         assert view["status"] == "failed" and "worker" in view["error"]["detail"]
         freed = wait_for(
             lambda: (
@@ -252,7 +201,7 @@ def test_faults_leave_no_job_or_session_stuck(redis_server: tuple[str, subproces
         job = survivor.client().post("/v1/jobs", json=long_job_body()).json()
         wait_for(lambda: survivor.client().get(f"/v1/jobs/{job['job_id']}").json()["status"] == "running", 30)
         assert survivor.client().delete(f"/v1/jobs/{job['job_id']}").status_code == 202
-        view = wait_for(lambda: _finished(survivor, job["job_id"]), timeout_s=30)
+        view = wait_for(lambda: finished_view(survivor, job["job_id"]), timeout_s=30)
         assert view["status"] == "cancelled" and view["result"] is not None
 
         # A 5 s Redis outage under load: 503s while it lasts, then everything answers again
@@ -263,20 +212,12 @@ def test_faults_leave_no_job_or_session_stuck(redis_server: tuple[str, subproces
         finally:
             redis_process.send_signal(signal.SIGCONT)
         assert statuses and all(status in (200, 201, 503) for status in statuses), sorted(set(statuses))
-        view = wait_for(lambda: _finished(survivor, job["job_id"]), timeout_s=30)
+        view = wait_for(lambda: finished_view(survivor, job["job_id"]), timeout_s=30)
         assert view["status"] in ("succeeded", "failed"), view
         assert survivor.client().post("/v1/plans", json=plan_body()).status_code == 200
     finally:
         for server in (first, survivor):
             server.stop()
-
-
-def _finished(server: Server, job_id: str) -> dict | None:
-    response = server.client().get(f"/v1/jobs/{job_id}")
-    if response.status_code != 200:
-        return None
-    view = response.json()
-    return view if view["status"] in ("succeeded", "failed", "cancelled") else None
 
 
 def _load(server: Server, seconds: float) -> list[int]:

@@ -127,7 +127,9 @@ def test_cancel_running_plan_keeps_best_result(monkeypatch: pytest.MonkeyPatch) 
         view = wait_finished(test_client, job_id)
         assert view["status"] == "cancelled"
         assert view["result"] is not None and view["result"]["input_lengths"] == plan_body()["lengths"]
-        assert_problem(test_client.delete(f"/v1/jobs/{job_id}"), 409, "already finished")
+        assert test_client.delete(f"/v1/jobs/{job_id}").status_code == 204  # finished: deleted
+        assert_problem(test_client.get(f"/v1/jobs/{job_id}"), 404, job_id)
+        assert_problem(test_client.delete(f"/v1/jobs/{job_id}"), 404, job_id)
 
 
 def test_cancel_sweep_stops_after_current_item(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -115,7 +115,11 @@ def test_two_apps_share_sessions_profiles_and_jobs(redis_url: str, user_profile_
         job_id = first.post("/v1/jobs", json={"kind": "plan", "request": plan_body()}).json()["job_id"]
         finished = wait_for(lambda: (view := second.get(f"/v1/jobs/{job_id}").json())["status"] == "succeeded" and view)
         assert finished["result"]["input_lengths"] == plan_body()["lengths"]
-        assert second.delete(f"/v1/jobs/{job_id}").status_code == 409
+        assert second.delete(f"/v1/jobs/{job_id}").status_code == 204  # finished: deleted on any worker
+        assert first.get(f"/v1/jobs/{job_id}").status_code == 404
+        assert second.delete(f"/v1/profiles/{profile_id}").status_code == 204
+        assert first.get(f"/v1/profiles/{profile_id}").status_code == 404  # its parsed copy is not used
+        assert first.post("/v1/plans", json=plan_body(model=None, gpu=None, profile_id=profile_id)).status_code == 404
 
         assert second.delete(f"/v1/sessions/{session_id}").status_code == 204
         assert first.get(f"/v1/sessions/{session_id}").status_code == 404

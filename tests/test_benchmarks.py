@@ -213,6 +213,7 @@ def test_the_api_load_summary_takes_the_row_of_all_kinds():
     ]
     text, summary, total = api_load.load_table(samples, elapsed_s=2.0)
     assert total[:6] == ["all", 3, 2, 1, 0, 0] and total[6] == "1.0"
+    assert total[9] == "100.0"  # the cost of a 503: its p50 latency
     assert summary["plan64"]["ok_per_s"] == 0.5 and text.splitlines()[0].startswith("| kind | requests |")
 
 

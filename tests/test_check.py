@@ -251,6 +251,15 @@ def test_a_malformed_previous_strategy_is_a_violation_not_a_crash(plan):
     assert any(violation.startswith("previous_strategy: strategy term 'garbage'") for violation in found), found
 
 
+def test_a_previous_strategy_of_millions_of_pipelines_is_refused_from_its_text(plan):
+    """Pricing the switch places every previous pipeline on ranks: one that does not use the
+    plan's GPUs is a violation found from the text, in microseconds (issue 29)."""
+    found = check_plan(edited(plan, lambda d: d.__setitem__("previous_strategy", "10000000x<1,1,1>")))
+    assert any(
+        violation.startswith("previous_strategy: '10000000x<1,1,1>' uses 10000000 GPUs") for violation in found
+    ), found
+
+
 def test_pipelines_of_hundreds_of_sequences_check_cleanly():
     """Counts past the small-integer cache: equal counts compare by value."""
     many = solve(PlanRequest(lengths=[100] * 700, num_gpus=1, options=SolverOptions(time_limit_s=0.3)), PROFILE)

@@ -20,13 +20,19 @@ from starlette.responses import Response
 
 from hydraplan.api.service.auth import unguarded_routes
 from hydraplan.api.service.dependencies import Services
-from hydraplan.api.service.middleware import RequestContextMiddleware, RequestGuardMiddleware, route_resolver
+from hydraplan.api.service.middleware import (
+    HeadAsGetMiddleware,
+    RequestContextMiddleware,
+    RequestGuardMiddleware,
+    route_resolver,
+)
 from hydraplan.api.service.observability import configure_logging
 from hydraplan.api.service.openapi import build_openapi
 from hydraplan.api.service.problems import install_handlers, problem_response
 from hydraplan.api.service.routes import ROUTERS
 from hydraplan.api.service.settings import Settings
 from hydraplan.api.service.store import StoreUnavailable
+from hydraplan.api.service.tenants import TokenBook
 from hydraplan.planner.schemas import SolverBackend
 from hydraplan.planner.solve import load_backend
 
@@ -85,9 +91,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         openapi_tags=TAGS,
         lifespan=lifespan,
+        docs_url=None,  # served from the package, not a CDN: api/service/routes/docs.py
+        redoc_url=None,
     )
     app.state.services = services
-    app.state.api_token = settings.api_token.encode() if settings.api_token else None
+    app.state.tokens = TokenBook.build(settings.api_token, settings.api_tokens_file)
     for router in ROUTERS:
         app.include_router(router)
     unguarded = unguarded_routes(ROUTERS)
@@ -96,7 +104,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(StoreUnavailable, _store_unavailable)
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     # Added last = outermost: the context wraps the guard, so rejections are logged and counted.
-    app.add_middleware(RequestGuardMiddleware, settings=settings)
+    app.add_middleware(HeadAsGetMiddleware)
+    app.add_middleware(RequestGuardMiddleware, settings=settings, solver=services.solver)
     routes = [route for router in ROUTERS for route in router.routes]
     app.add_middleware(RequestContextMiddleware, metrics=services.metrics, route_of=route_resolver(routes))
     return app

@@ -8,18 +8,24 @@ page's static files in `OPEN_PATHS`, compared after removing the ASGI `root_path
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Iterable
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 from starlette.types import Scope
 
 from hydraplan.api.service.problems import ProblemError, problem_response
+from hydraplan.api.service.tenants import ANONYMOUS, Tenant, TokenBook, current_tenant_var
 
-# Liveness, readiness, metrics and the API's own description stay open (docs/service.md).
+# Liveness, readiness, metrics and the API's own description stay open (docs/service.md), with the
+# documentation pages' own assets (api/service/routes/docs.py).
 OPERATIONS_PATHS = frozenset(
-    {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+    {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/redoc"}
+    | {
+        f"/docs/assets/{name}"
+        for name in ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js", "favicon.png")
+    }
 )
 # The web page and its assets (api/service/routes/web.py): static, no data; its /v1 calls carry the token.
 UI_PATHS = frozenset({"/", "/ui", "/ui/app.js", "/ui/style.css"})
@@ -36,38 +42,52 @@ def route_path(scope: Scope) -> str:
     return path
 
 
+def public_path(scope: Scope, path: str) -> str:
+    """`path` of the app as a client behind the proxy reaches it: under the ASGI root path
+    (`--root-path /api`: `/api/v1/jobs/...`), for Location headers."""
+    return scope.get("root_path", "").rstrip("/") + path
+
+
 def needs_token(scope: Scope) -> bool:
     return route_path(scope) not in OPEN_PATHS
 
 
-def token_error(authorization: str | None, token: bytes) -> tuple[str, str] | None:
-    """(detail, WWW-Authenticate challenge) when `authorization` does not carry `token`."""
+def authenticate(authorization: str | None, tokens: TokenBook) -> Tenant | tuple[str, str]:
+    """The tenant whose token `authorization` carries, else (detail, WWW-Authenticate challenge)."""
     scheme, _, credentials = (authorization or "").partition(" ")
-    if scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token):
-        return None
+    if scheme.lower() == "bearer":
+        tenant = tokens.tenant_of(credentials.strip())
+        if tenant is not None:
+            return tenant
     if authorization is None:
         return MISSING, 'Bearer realm="hydraplan"'
     return INVALID, 'Bearer realm="hydraplan", error="invalid_token"'
 
 
-def refusal(scope: Scope, authorization: str | None, token: bytes) -> Response | None:
-    """The 401 problem response for a request without the token, or None to let it through."""
-    error = token_error(authorization, token)
-    if error is None:
+def refusal(scope: Scope, authorization: str | None, tokens: TokenBook) -> Response | None:
+    """The 401 problem response for a request without a known token, or None to let it through."""
+    found = authenticate(authorization, tokens)
+    if isinstance(found, Tenant):
         return None
-    detail, challenge = error
+    detail, challenge = found
     return problem_response(scope["path"], 401, detail, headers={"WWW-Authenticate": challenge})
 
 
-def require_token(request: Request) -> None:
-    """Router dependency: 401 unless the server has no token or the request carries it."""
-    token: bytes | None = request.app.state.api_token
-    if token is None:
-        return
-    error = token_error(request.headers.get("authorization"), token)
-    if error is not None:
-        detail, challenge = error
-        raise ProblemError(401, detail, headers={"WWW-Authenticate": challenge})
+async def require_token(request: Request) -> Tenant:
+    """Router dependency: the request's tenant (`tenants.ANONYMOUS` on a server without tokens),
+    also kept in `tenants.current_tenant_var` for the code the route calls; 401 without a known
+    token. Async, so that the context variable is set in the route's own context."""
+    tokens: TokenBook | None = request.app.state.tokens
+    if tokens is None:
+        tenant = ANONYMOUS
+    else:
+        found = authenticate(request.headers.get("authorization"), tokens)
+        if not isinstance(found, Tenant):
+            detail, challenge = found
+            raise ProblemError(401, detail, headers={"WWW-Authenticate": challenge})
+        tenant = found
+    current_tenant_var.set(tenant)
+    return tenant
 
 
 def unguarded_routes(routers: Iterable[APIRouter]) -> list[str]:
@@ -85,5 +105,6 @@ def unguarded_routes(routers: Iterable[APIRouter]) -> list[str]:
     return missing
 
 
-# The dependencies of every /v1 router.
+# The dependencies of every /v1 router, and the tenant for a route that needs it (resolved once).
 TOKEN_REQUIRED = [Depends(require_token)]
+TenantDep = Annotated[Tenant, Depends(require_token)]

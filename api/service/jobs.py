@@ -4,8 +4,9 @@ A job's state (`JobView`, without its sweep items) lives in the store, so any wo
 answers GET for it; each finished sweep item is stored once under its own key, so a sweep's
 record stays small and is never rewritten with every result. The worker that accepted the job
 runs it and holds its lease (`api.service.leases`) while it is queued or running: a job whose
-lease has expired (its worker died, or lost the store past `store_retry_s`) is recorded `failed`
-with that reason by the next reader, within `lease_ttl_s`.
+lease is lost (its worker died, or lost the store past `store_retry_s`; missing for `lease_ttl_s`
+after it expired, see `leases.lease_lost`) is recorded `failed` with that reason by the next
+reader. Every store read and write of the job's loop rides out an outage of `store_retry_s`.
 
 DELETE sets a cancel flag under a separate key (so it never races with the runner's writes): a
 running solve reads it through its `cancel` callback and returns its best incumbent, a sweep stops
@@ -30,13 +31,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hydraplan.api.service.leases import Heartbeat, with_retries
+from hydraplan.api.service.leases import Heartbeat, lease_lost, with_retries
 from hydraplan.api.service.metrics import Metrics
 from hydraplan.api.service.planning import Planning
 from hydraplan.api.service.problems import (
     Problem,
     ProblemError,
-    conflict,
     describe_errors,
     field_errors,
     make_problem,
@@ -58,12 +58,14 @@ from hydraplan.api.service.schemas import (
 )
 from hydraplan.api.service.settings import Settings
 from hydraplan.api.service.store import Store, StoreUnavailable
+from hydraplan.api.service.tenants import admit, current_tenant_var, forget
 from hydraplan.api.whatif.engine import evaluate
 from hydraplan.api.whatif.schemas import Configuration
 from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest
 
 logger = logging.getLogger("hydraplan.jobs")
 CANCEL_POLL_INTERVAL_S = 0.05
+CANCEL_RETRY_INTERVAL_S = 1.0  # between reads of a cancel flag while the store is unavailable
 JOBS_REGISTRY = "jobs"
 
 
@@ -92,7 +94,11 @@ def utc_now() -> datetime:
 
 
 class CancelFlag:
-    """`cancel()` callback over the store's cancel key, polled at most every 50 ms."""
+    """`cancel()` callback over the store's cancel key, polled at most every 50 ms.
+
+    It never raises: while the store is unavailable the flag keeps its last value (the solve goes
+    on) and is read again after `CANCEL_RETRY_INTERVAL_S`, so an outage costs the solver at most
+    one store timeout per interval instead of failing the job."""
 
     def __init__(self, store: Store, job_id: str, stopping: threading.Event) -> None:
         self._store = store
@@ -107,7 +113,11 @@ class CancelFlag:
         now = time.monotonic()
         if now >= self._next_check:
             self._next_check = now + CANCEL_POLL_INTERVAL_S
-            self._cancelled = self._store.get(self._key) is not None
+            try:
+                self._cancelled = self._store.get(self._key) is not None
+            except StoreUnavailable:
+                self._next_check = time.monotonic() + CANCEL_RETRY_INTERVAL_S
+                logger.warning("could not read %s (store unavailable); the job goes on", self._key)
         return self._cancelled
 
     def check_now(self) -> bool:
@@ -164,6 +174,7 @@ class JobRunner:
         self._lock = threading.Condition()
         self._queued: dict[str, JobView] = {}
         self._num_running = 0
+        self._latest: dict[str, JobView] = {}  # the last saved view of each running job
         self._stopping = threading.Event()  # set at shutdown: running solves stop early
         self._leases = Heartbeat(store, settings.lease_ttl_s, "hydraplan-job-leases")
 
@@ -177,6 +188,7 @@ class JobRunner:
             status=JobStatus.QUEUED,
             created_at=utc_now(),
             progress=JobProgress(done=0, total=len(items)),
+            owner=current_tenant_var.get().name,
         )
         with self._lock:
             pending = len(self._queued) + self._num_running
@@ -186,10 +198,25 @@ class JobRunner:
                     f"{pending} jobs are queued or running on this worker; retry in {self._settings.retry_after_s} s",
                     self._settings.retry_after_s,
                 )
-            if not self._store.admit(JOBS_REGISTRY, view.job_id, self._settings.job_ttl_s, self._settings.max_jobs):
+            settings = self._settings
+            refused = admit(
+                self._store,
+                current_tenant_var.get(),
+                JOBS_REGISTRY,
+                view.job_id,
+                settings.job_ttl_s,
+                settings.max_jobs,
+                settings.max_jobs_per_tenant,
+            )
+            if refused == "tenant":
                 raise storage_full(
-                    f"this server keeps at most {self._settings.max_jobs} jobs (finished ones for "
-                    f"{self._settings.job_ttl_s:g} s); retry later"
+                    f"tenant {view.owner!r} keeps at most {settings.max_jobs_per_tenant} jobs (finished ones for "
+                    f"{settings.job_ttl_s:g} s); delete finished ones (DELETE /v1/jobs/{{id}}) or retry later"
+                )
+            if refused == "server":
+                raise storage_full(
+                    f"this server keeps at most {settings.max_jobs} jobs (finished ones for "
+                    f"{settings.job_ttl_s:g} s); retry later"
                 )
             self._queued[view.job_id] = view
             if self._executor is None:
@@ -207,9 +234,12 @@ class JobRunner:
         return view
 
     def get(self, job_id: str) -> JobView:
-        """The job with its finished sweep items; a job whose worker is gone becomes `failed`."""
+        """The job with its finished sweep items; a job whose worker is gone becomes `failed`.
+        404 for a job of another tenant (unless the caller is an admin), as for an unknown one."""
         view = self._read(job_id)
-        if not view.status.finished and self._store.get(lease_key(job_id)) is None:
+        if not current_tenant_var.get().may_see(view.owner):
+            raise not_found(f"job {job_id!r} is unknown or expired")
+        if not view.status.finished and lease_lost(self._store, lease_key(job_id), self._settings.lease_ttl_s):
             view = self._read(job_id)  # it may have finished between the two reads
             if not view.status.finished:
                 view = self._abandon(view, JobStatus.FAILED, "its worker stopped (no heartbeat)")
@@ -219,12 +249,21 @@ class JobRunner:
             view = view.model_copy(update={"items": self._items(job_id, view.progress.done)})
         return view
 
-    def cancel(self, job_id: str) -> JobView:
-        """Flag the job for cancellation (a job without a live worker ends now); 409 when it has
-        already finished."""
+    def cancel_or_delete(self, job_id: str) -> JobView | None:
+        """DELETE: a finished job is removed with its results (None; its place in the cap is
+        free at once); an unfinished one is cancelled as by `cancel` (its view)."""
         view = self.get(job_id)
-        if view.status.finished:
-            raise conflict(f"job {job_id!r} has already finished ({view.status}); nothing to cancel")
+        if not view.status.finished:
+            return self._cancel(view)
+        total = view.progress.total if view.kind == "sweep" else 0
+        for key in (job_key(job_id), cancel_key(job_id), *(item_key(job_id, index) for index in range(total))):
+            self._store.delete(key)
+        forget(self._store, view.owner, JOBS_REGISTRY, job_id)
+        return None
+
+    def _cancel(self, view: JobView) -> JobView:
+        """Flag the job for cancellation (a job without a live worker ends now)."""
+        job_id = view.job_id
         self._store.set(cancel_key(job_id), "1", self._settings.job_ttl_s)
         if self._store.get(lease_key(job_id)) is None:
             return self.get(job_id)  # now cancelled by `_abandon` (or finished meanwhile)
@@ -272,6 +311,7 @@ class JobRunner:
             if self._queued.pop(view.job_id, None) is None:
                 return  # dropped at shutdown, already recorded as cancelled
             self._num_running += 1
+            self._latest[view.job_id] = view
         cancel = CancelFlag(self._store, view.job_id, stopping)
         try:
             if cancel.check_now():
@@ -284,6 +324,7 @@ class JobRunner:
                 view = self._run_sweep(view, items, cancel)
         except Exception as exc:  # a bug or a store failure: record it, keep the worker alive
             logger.exception("job %s failed", view.job_id)
+            view = self._latest.get(view.job_id, view)  # with the progress and items it stored
             try:
                 view = self._finish(view, JobStatus.FAILED, error=self._problem(view.job_id, exc))
             except StoreUnavailable:  # its lease expires: readers record it failed
@@ -291,13 +332,17 @@ class JobRunner:
         finally:
             self._leases.release(lease_key(view.job_id))
             with self._lock:
+                self._latest.pop(view.job_id, None)
                 self._num_running -= 1
                 self._lock.notify_all()
             self._metrics.jobs.labels(kind=view.kind, status=str(view.status)).inc()
 
     def _run_plan(self, view: JobView, body: PlanBody, cancel: CancelFlag) -> JobView:
+        planning = self._planning
         try:
-            plan = self._planning.plan(body, cancel=cancel, origin="job")
+            request = body.plan_request()
+            profile = self._profile(body)
+            plan = planning.solve(request, profile, body.baselines, body.previous_plan, cancel, origin="job")
         except (ProblemError, ValueError, ValidationError) as exc:
             return self._finish(view, JobStatus.FAILED, error=self._problem(view.job_id, exc))
         status = JobStatus.CANCELLED if cancel.check_now() else JobStatus.SUCCEEDED
@@ -336,7 +381,7 @@ class JobRunner:
             index,
             configuration,
             solve_step=solve_step,
-            profile_for=lambda _: self._planning.profile_for(body, body.num_gpus, body.gpus_per_node),
+            profile_for=lambda _: self._profile(body),
             refusals=(ProblemError, ValueError, ValidationError),
         )
         if outcome.error is not None:
@@ -347,6 +392,14 @@ class JobRunner:
         if oversize is not None:
             return SweepItem(**fields, status=JobStatus.FAILED, error=self._error(job_id, oversize))
         return item
+
+    def _profile(self, body: PlanBody) -> CostProfile:
+        """The body's cost profile; an uploaded one is read from the store, retried like a write."""
+        return with_retries(
+            lambda: self._planning.profile_for(body, body.num_gpus, body.gpus_per_node),
+            self._settings.store_retry_s,
+            "reading the cost profile",
+        )
 
     def _oversize(self, text: str) -> str | None:
         """Why a result cannot be stored (over `max_job_bytes`), or None."""
@@ -378,6 +431,9 @@ class JobRunner:
 
     def _save(self, view: JobView) -> JobView:
         self._write(job_key(view.job_id), view.model_dump_json())
+        with self._lock:
+            if view.job_id in self._latest:
+                self._latest[view.job_id] = view
         return view
 
     def _write(self, key: str, text: str) -> None:

@@ -2,9 +2,13 @@
 worker that died (a session lock, a running job) is released within `ttl_s`, not after hours.
 
 One `Heartbeat` thread per owner (the session service, the job runner) renews every lease it
-holds every `ttl_s / 4`; a failed renewal (the store is down) is retried at the next beat, so an
-outage shorter than ~3/4 of `ttl_s` loses no lease. A lease is released by its owner only
-(delete-if-equal), never by a worker that merely outlived it.
+holds every `ttl_s / 4`; a failed renewal (the store is down) is retried at the next beat. A store
+that pauses for longer than `ttl_s` lets the lease expire although its owner is alive: the owner's
+next beat finds it gone and takes it back (set-if-absent), unless someone else took it meanwhile.
+So that a reader does not declare the owner dead in that window, `lease_lost` reports a lease
+lost only once readers have seen it missing for a grace period (`ttl_s`), longer than a beat
+takes to reclaim it. A lease is released by its owner only (delete-if-equal), never by a worker
+that merely outlived it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
+
+import tenacity
 
 from hydraplan.api.service.store import Store, StoreUnavailable
 
@@ -89,23 +95,47 @@ class Heartbeat:
             for key, owner in leases:
                 try:
                     if not self._store.renew_if_equal(key, owner, self.ttl_s):
-                        logger.warning("lease %s was lost (expired or taken over)", key)
-                        self.drop(key)
+                        self._reclaim(key, owner)
                 except StoreUnavailable:
                     logger.warning("could not renew lease %s; retrying at the next beat", key)
 
+    def _reclaim(self, key: str, owner: str) -> None:
+        """Take back a lease that expired while its owner lived (a store pause longer than the
+        TTL); drop it when another owner holds it now."""
+        if self._store.set(key, owner, self.ttl_s, only_if_absent=True):
+            self._store.delete(missing_key(key))
+            logger.warning("lease %s had expired (store outage?); taken back", key)
+        else:
+            logger.warning("lease %s was taken over", key)
+            self.drop(key)
+
+
+def missing_key(key: str) -> str:
+    """Where readers note when they first saw the lease `key` missing."""
+    return f"{key}:missing"
+
+
+def lease_lost(store: Store, key: str, grace_s: float) -> bool:
+    """Whether the lease `key` is gone for good: missing, and first seen missing by a reader at
+    least `grace_s` ago (a live owner takes an expired lease back within a beat)."""
+    if store.get(key) is not None:
+        return False
+    now_s = time.time()  # wall clock: readers on every worker and replica compare it
+    store.set(missing_key(key), repr(now_s), 3 * grace_s, only_if_absent=True)
+    first_seen = store.get(missing_key(key))
+    return first_seen is not None and now_s - float(first_seen) >= grace_s
+
 
 def with_retries(action: Callable[[], ResultT], within_s: float, what: str) -> ResultT:
-    """`action()`, retried with backoff (0.05 s doubling to 1 s) while the store is unavailable,
-    for at most `within_s`; the last `StoreUnavailable` is raised after that."""
-    deadline = time.monotonic() + within_s
-    pause_s = 0.05
-    while True:
-        try:
-            return action()
-        except StoreUnavailable:
-            if time.monotonic() + pause_s > deadline:
-                raise
-            logger.warning("store unavailable while %s; retrying in %.2f s", what, pause_s)
-            time.sleep(pause_s)
-            pause_s = min(1.0, pause_s * 2)
+    """`action()`, retried with exponential backoff (0.05 s doubling to 1 s) while the store is
+    unavailable, for at most `within_s`; the last `StoreUnavailable` is raised after that."""
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(StoreUnavailable),
+        stop=tenacity.stop_before_delay(within_s),
+        wait=tenacity.wait_exponential(multiplier=0.05, min=0.05, max=1.0),
+        before_sleep=lambda state: logger.warning(
+            "store unavailable while %s (attempt %d); retrying", what, state.attempt_number
+        ),
+        reraise=True,
+    )
+    return retrying(action)

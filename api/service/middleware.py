@@ -5,14 +5,16 @@ also required by a dependency on every /v1 router (`api.service.auth`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hydraplan.api.service.auth import needs_token, refusal
+from hydraplan.api.service.auth import needs_token, refusal, route_path
 from hydraplan.api.service.metrics import Metrics
 from hydraplan.api.service.observability import (
     REQUEST_ID_HEADER,
@@ -21,8 +23,10 @@ from hydraplan.api.service.observability import (
     reset_request_id,
     set_request_id,
 )
-from hydraplan.api.service.problems import problem_response
+from hydraplan.api.service.problems import ProblemError, problem_response
 from hydraplan.api.service.settings import Settings
+from hydraplan.api.service.solving import SolverPool
+from hydraplan.api.service.tenants import TokenBook
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 UNMATCHED_ROUTE = "<unmatched>"
@@ -97,6 +101,26 @@ class RequestContextMiddleware:
         )
 
 
+class HeadAsGetMiddleware:
+    """HEAD on a GET route answers as GET does (status and headers, Content-Length included)
+    without the body (RFC 9110, 9.3.2); FastAPI routes only the methods they declare."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def without_body(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, without_body)
+
+
 def route_resolver(routes: Sequence[BaseRoute]) -> Callable[[Scope], str]:
     """The route template of a request (`/v1/jobs/{job_id}`), for bounded metric labels.
 
@@ -119,21 +143,30 @@ def route_resolver(routes: Sequence[BaseRoute]) -> Callable[[Scope], str]:
 
 class RequestGuardMiddleware:
     """Rejects, before any parsing: a missing or wrong bearer token outside the open operations
-    paths (401, deny by default, relative to the root path), a body over
-    `max_body_bytes` by Content-Length or by streamed count (413), a non-JSON body (415)."""
+    paths (401, deny by default, relative to the root path), a body over `max_body_bytes` by
+    Content-Length or by streamed count (413), a body the worker has no room for (503: the bodies
+    it holds, from their first byte until their response is sent, stay within
+    `max_body_bytes_in_flight`), a solver-pool request when the pool has no place (503), a body
+    that has not arrived within `max_body_read_s` (408) and a non-JSON body (415). None of these
+    reads more of the body it refuses."""
 
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings, solver: SolverPool | None = None) -> None:
         self.app = app
-        self.token = settings.api_token.encode() if settings.api_token else None
+        self.tokens = TokenBook.build(settings.api_token, settings.api_tokens_file)
         self.max_body_bytes = settings.max_body_bytes
+        self.budget_bytes = settings.body_bytes_in_flight
+        self.retry_after_s = settings.retry_after_s
+        self.read_timeout_s = settings.max_body_read_s
+        self.solver = solver
+        self.in_flight_bytes = 0  # only the event loop's thread touches it
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        if self.token is not None and needs_token(scope):
-            refused = refusal(scope, _header(scope, b"authorization"), self.token)
+        if self.tokens is not None and needs_token(scope):
+            refused = refusal(scope, _header(scope, b"authorization"), self.tokens)
             if refused is not None:
                 await refused(scope, receive, send)
                 return
@@ -141,10 +174,38 @@ class RequestGuardMiddleware:
             await self.app(scope, receive, send)
             return
         declared = _header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+        declared_bytes = int(declared) if declared is not None and declared.isdigit() else 0
+        if declared_bytes > self.max_body_bytes:
             await self._too_large(path, f"{declared} bytes")(scope, receive, send)
             return
-        body = await self._read_body(receive)
+        if self.solver is not None and uses_solver(scope):
+            try:
+                self.solver.check_room()
+            except ProblemError as full:
+                refused = problem_response(path, full.status, full.detail, slug=full.slug, headers=full.headers)
+                await refused(scope, receive, send)
+                return
+        reserved = _Reservation(self)
+        try:
+            if not reserved.grow(declared_bytes):
+                await self._no_room(path, declared_bytes)(scope, receive, send)
+                return
+            await self._guarded(scope, receive, send, reserved)
+        finally:
+            reserved.release()
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send, reserved: _Reservation) -> None:
+        path = scope["path"]
+        body = await self._read_body(receive, reserved)
+        if body is _DISCONNECTED:
+            return
+        if body is _NO_ROOM:
+            await self._no_room(path, reserved.bytes)(scope, receive, send)
+            return
+        if body is _TIMED_OUT:
+            detail = f"body: not received within {self.read_timeout_s:g} s; send it at once, or a smaller one"
+            await problem_response(path, 408, detail, headers={"Connection": "close"})(scope, receive, send)
+            return
         if body is None:
             await self._too_large(path, "more bytes")(scope, receive, send)
             return
@@ -163,22 +224,76 @@ class RequestGuardMiddleware:
     def _too_large(self, path: str, size: str):
         return problem_response(path, 413, f"body: {size} exceed this server's limit of {self.max_body_bytes} bytes")
 
-    async def _read_body(self, receive: Receive) -> bytes | None:
-        """The whole body, or None as soon as it grows past the limit."""
+    def _no_room(self, path: str, size: int):
+        return self._saturated(
+            path,
+            f"body: {size} bytes do not fit in this worker's budget of {self.budget_bytes} bytes of request "
+            f"bodies in flight ({self.in_flight_bytes} held now)",
+        )
+
+    def _saturated(self, path: str, why: str):
+        detail = f"{why}; retry in {self.retry_after_s} s"
+        headers = {"Retry-After": str(self.retry_after_s)}
+        return problem_response(path, 503, detail, slug="saturated", headers=headers)
+
+    async def _read_body(self, receive: Receive, reserved: _Reservation) -> bytes | object | None:
+        """The whole body; None as soon as it grows past the limit, `_NO_ROOM` when it outgrows
+        its reservation and the budget has no more, `_DISCONNECTED` when the client left,
+        `_TIMED_OUT` when it has not all come within `read_timeout_s` (a client that declares a
+        body and sends it slowly, or never, would hold its share of the budget)."""
         chunks: list[bytes] = []
         size = 0
+        deadline = time.monotonic() + self.read_timeout_s
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                return _TIMED_OUT
             if message["type"] != "http.request":  # client went away
-                break
+                return _DISCONNECTED
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
                 return None
+            if size > reserved.bytes and not reserved.grow(size - reserved.bytes):
+                return _NO_ROOM
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         return b"".join(chunks)
+
+
+_DISCONNECTED = object()
+_NO_ROOM = object()
+_TIMED_OUT = object()
+
+
+class _Reservation:
+    """Bytes of one request's body counted against its worker's in-flight budget."""
+
+    def __init__(self, guard: RequestGuardMiddleware) -> None:
+        self.guard = guard
+        self.bytes = 0
+
+    def grow(self, more: int) -> bool:
+        guard = self.guard
+        if more and guard.in_flight_bytes + more > guard.budget_bytes:
+            return False
+        guard.in_flight_bytes += more
+        self.bytes += more
+        return True
+
+    def release(self) -> None:
+        self.guard.in_flight_bytes -= self.bytes
+        self.bytes = 0
+
+
+# POST routes whose work runs in the solver pool: refused while it has no place, body unread.
+SOLVER_ROUTES = re.compile(r"/v1/(plans(/check|/timeline)?|estimate|sessions(/[^/]+/plans)?)/?")
+
+
+def uses_solver(scope: Scope) -> bool:
+    return SOLVER_ROUTES.fullmatch(route_path(scope)) is not None
 
 
 def _is_json(content_type: str | None) -> bool:

@@ -20,9 +20,11 @@ from hydraplan.api.service.problems import not_found, storage_full, too_large, u
 from hydraplan.api.service.schemas import PipelineEstimate, PlanBody, StrategyPart
 from hydraplan.api.service.settings import Settings
 from hydraplan.api.service.store import Store
+from hydraplan.api.service.tenants import ANONYMOUS, Tenant, admit, current_tenant_var, forget
 from hydraplan.cost_models.analytic import AnalyticOptions, build_profile
 from hydraplan.cost_models.catalog import load_gpus, load_models
 from hydraplan.cost_models.profile_io import ProfileError, load_profile
+from hydraplan.planner import limits
 from hydraplan.planner.budget import AUTO, AUTO_MAX_S
 from hydraplan.planner.cache import WeightedLru
 from hydraplan.planner.cost import ProfileCostModel
@@ -67,9 +69,15 @@ def profile_key(profile_id: str) -> str:
     return f"profile:{profile_id}"
 
 
-def profile_id_of(profile: CostProfile) -> str:
-    """Content hash of a profile's canonical JSON: the same profile always gets the same id."""
-    digest = hashlib.sha256(profile.model_dump_json().encode()).hexdigest()
+def profile_owner_key(profile_id: str) -> str:
+    return f"profile-owner:{profile_id}"
+
+
+def profile_id_of(profile: CostProfile, tenant: Tenant = ANONYMOUS) -> str:
+    """Content hash of a profile's canonical JSON: the same profile always gets the same id. A
+    tenant that is not an admin hashes its name in too, so two tenants never share an id."""
+    salt = "" if tenant.admin else f"{tenant.name}\n"
+    digest = hashlib.sha256((salt + profile.model_dump_json()).encode()).hexdigest()
     return "prof-" + digest[:24]
 
 
@@ -110,15 +118,37 @@ class Planning:
         return self._analytic.get_or_make(key, make)
 
     def uploaded_profile(self, profile_id: str, field: str = "profile_id") -> CostProfile:
-        """A profile uploaded with POST /v1/profiles; 404 naming the id when unknown."""
+        """A profile uploaded with POST /v1/profiles; 404 naming the id when unknown (or deleted:
+        the parsed copy this worker may keep is used only while the store still has the profile)."""
+        unknown = not_found(f"{field} {profile_id!r} is unknown (upload it with POST /v1/profiles)")
 
         def make() -> CostProfile:
             text = self.store.get(profile_key(profile_id))
             if text is None:
-                raise not_found(f"{field} {profile_id!r} is unknown (upload it with POST /v1/profiles)")
+                raise unknown
             return CostProfile.model_validate_json(text)
 
+        if not self._visible(profile_id):
+            raise unknown
         return self._uploaded.get_or_make(profile_id, make)
+
+    def delete_profile(self, profile_id: str) -> None:
+        """Remove an uploaded profile (its place in the cap is free at once); 404 when unknown
+        or another tenant's."""
+        owner = self.store.get(profile_owner_key(profile_id))
+        if not self._visible(profile_id) or not self.store.delete(profile_key(profile_id)):
+            raise not_found(f"profile_id {profile_id!r} is unknown or expired")
+        self.store.delete(profile_owner_key(profile_id))
+        forget(self.store, owner, PROFILES_REGISTRY, profile_id)
+
+    def _visible(self, profile_id: str) -> bool:
+        """Whether the store has the profile and the request's tenant may use it."""
+        tenant = current_tenant_var.get()
+        if tenant.admin:
+            return self.store.exists(profile_key(profile_id))
+        return self.store.get(profile_owner_key(profile_id)) == tenant.name and self.store.exists(
+            profile_key(profile_id)
+        )
 
     def save_profile(self, profile: CostProfile) -> str:
         """Store an uploaded profile under its content hash; returns the id."""
@@ -132,12 +162,28 @@ class Planning:
             raise too_large(
                 f"the profile is {len(text)} bytes of JSON, over this server's limit of {settings.max_profile_bytes}"
             )
-        profile_id = profile_id_of(profile)
-        if not self.store.admit(PROFILES_REGISTRY, profile_id, settings.profile_ttl_s, settings.max_profiles):
-            raise storage_full(
-                f"this server keeps at most {settings.max_profiles} uploaded profiles (each for "
-                f"{settings.profile_ttl_s:g} s); send the profile inline instead, or retry later"
+        tenant = current_tenant_var.get()
+        profile_id = profile_id_of(profile, tenant)
+        refused = admit(
+            self.store,
+            tenant,
+            PROFILES_REGISTRY,
+            profile_id,
+            settings.profile_ttl_s,
+            settings.max_profiles,
+            settings.max_profiles_per_tenant,
+        )
+        if refused is not None:
+            holder = (
+                f"tenant {tenant.name!r} keeps at most {settings.max_profiles_per_tenant}"
+                if refused == "tenant"
+                else f"this server keeps at most {settings.max_profiles}"
             )
+            raise storage_full(
+                f"{holder} uploaded profiles (each for {settings.profile_ttl_s:g} s); delete one "
+                "(DELETE /v1/profiles/{id}), send the profile inline instead, or retry later"
+            )
+        self.store.set(profile_owner_key(profile_id), tenant.name, settings.profile_ttl_s)
         self.store.set(profile_key(profile_id), text, settings.profile_ttl_s)
         return profile_id
 
@@ -173,6 +219,33 @@ class Planning:
                 f"options.time_limit_s {value} exceeds this server's limit of "
                 f"{settings.max_sync_time_limit_s:g} s for synchronous plans; use POST /v1/jobs",
                 ("body", "options", "time_limit_s"),
+            )
+
+    def check_schedule_size(self, plans: Sequence[Plan]) -> None:
+        """The server's limits on plans sent to be checked or drawn: the sequences and cluster
+        `/v1/plans` accepts (413 / 422, as `check_limits`), and 422 when simulating them would
+        take more than `max_check_operations` 1F1B operations: the checker's and the timeline's
+        reference simulation is pure Python (a few microseconds per operation), so this bounds
+        one request's CPU time to about a second."""
+        settings = self.settings
+        for plan in plans:
+            if plan.num_sequences > settings.max_sequences:
+                raise too_large(
+                    f"plan.input_lengths: {plan.num_sequences} sequences exceed this server's limit of "
+                    f"{settings.max_sequences} per request"
+                )
+            if plan.num_gpus > settings.max_num_gpus:
+                raise unprocessable(
+                    f"plan.num_gpus {plan.num_gpus} exceeds this server's limit of {settings.max_num_gpus}",
+                    ("body", "plan", "num_gpus"),
+                )
+        operations = sum(schedule_operations(plan) for plan in plans)
+        limit = self.settings.max_check_operations
+        if operations > limit:
+            raise unprocessable(
+                f"plan: {operations} 1F1B operations (2 x stages x micro-batches over its pipelines"
+                f"{' and the compared plans' if len(plans) > 1 else ''}) exceed this server's limit of {limit}",
+                ("body", "plan"),
             )
 
     def check_baselines(self, names: Sequence[str]) -> None:
@@ -230,6 +303,13 @@ class Planning:
         assert strategy is not None
         parts = [(_scheme(part, index), part.num_pipelines) for index, part in enumerate(strategy)]
         return evaluate_strategy(request, profile, parts)
+
+
+def schedule_operations(plan: Plan) -> int:
+    """1F1B operations of a plan's pipelines (the work of simulating its schedule)."""
+    return sum(
+        limits.schedule_operations(pipeline.scheme.pp, len(pipeline.micro_batches)) for pipeline in plan.pipelines
+    )
 
 
 def pipeline_estimates(plan: Plan) -> list[PipelineEstimate]:

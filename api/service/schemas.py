@@ -11,7 +11,16 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictInt,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from hydraplan.api.service.problems import Problem
 from hydraplan.api.whatif.schemas import WhatifRow
@@ -45,8 +54,9 @@ Lengths = Annotated[
         description="Token length of every sequence of the global batch (JSON integers).",
     ),
 ]
-NumGpus = Annotated[PlannerNumGpus, Field(description="GPUs in the cluster (N).")]
-GpusPerNode = Annotated[PlannerGpusPerNode, Field(description="GPUs per node; TP groups stay inside one.")]
+# JSON integers only, like the lengths: "8", 8.0 and true are refused, not coerced.
+NumGpus = Annotated[PlannerNumGpus, Strict(), Field(description="GPUs in the cluster (N).")]
+GpusPerNode = Annotated[PlannerGpusPerNode, Strict(), Field(description="GPUs per node; TP groups stay inside one.")]
 ModelRef = Annotated[
     str | ModelSpec | None,
     Field(description="Catalog model name (GET /v1/models) or an inline ModelSpec; needs gpu."),
@@ -176,8 +186,8 @@ class CheckBody(SourceMixin, ApiModel):
 
     plan: Plan = Field(description="The plan to check.")
     lengths: Lengths | None = Field(None, description="The batch the plan must cover, if given.")
-    num_gpus: int | None = Field(None, ge=1, description="The cluster size it must use, if given.")
-    gpus_per_node: int | None = Field(None, ge=1, description="GPUs per node, if given.")
+    num_gpus: StrictInt | None = Field(None, ge=1, description="The cluster size it must use, if given.")
+    gpus_per_node: StrictInt | None = Field(None, ge=1, description="GPUs per node, if given.")
     model: ModelRef = None
     gpu: GpuRef = None
     recipe: RecipeRef = None
@@ -187,6 +197,15 @@ class CheckBody(SourceMixin, ApiModel):
     @model_validator(mode="after")
     def _at_most_one_source(self) -> CheckBody:
         check_source(self, required=False)
+        return self
+
+    @model_validator(mode="after")
+    def _previous_strategy_fits(self) -> CheckBody:
+        """The plan's previous strategy is held to the bounds POST /v1/plans applies to one
+        (`check_strategy_fits`, linear in the text) before the checker places its pipelines."""
+        plan = self.plan
+        if plan.previous_strategy is not None:
+            check_strategy_fits(plan.previous_strategy, plan.num_gpus, plan.gpus_per_node, "plan.previous_strategy")
         return self
 
 
@@ -375,6 +394,9 @@ class SessionRecord(ApiModel):
     num_plans: int = 0
     last_plan_id: str | None = None
     last_strategy: str | None = Field(None, description="The next plan's previous_strategy.")
+    owner: str | None = Field(
+        None, description="The tenant that made it (api/service/tenants.py); only it and admins see it."
+    )
 
 
 class SessionPlansBody(ApiModel):
@@ -413,9 +435,7 @@ class SweepVary(ApiModel):
     """Values to sweep; the sweep plans every combination (cartesian product)."""
 
     # Each axis is bounded as it is parsed; the server's max_sweep_items bounds their product.
-    num_gpus: list[PlannerNumGpus] | None = Field(
-        None, min_length=1, max_length=MAX_AXIS_VALUES, description="Cluster sizes."
-    )
+    num_gpus: list[NumGpus] | None = Field(None, min_length=1, max_length=MAX_AXIS_VALUES, description="Cluster sizes.")
     model: list[str | ModelSpec] | None = Field(None, min_length=1, max_length=MAX_AXIS_VALUES, description="Models.")
     gpu: list[str | GpuSpec] | None = Field(None, min_length=1, max_length=MAX_AXIS_VALUES, description="GPUs.")
 
@@ -490,6 +510,9 @@ class JobView(ApiModel):
     result: Plan | None = Field(None, description="The plan of a plan job (best so far if cancelled).")
     items: list[SweepItem] = Field(default_factory=list, description="Sweep items finished so far.")
     error: Problem | None = None
+    owner: str | None = Field(
+        None, description="The tenant that made it (api/service/tenants.py); only it and admins see it."
+    )
 
 
 class JobAccepted(ApiModel):

@@ -19,6 +19,7 @@ from hydraplan.api.service.problems import conflict, not_found, storage_full, un
 from hydraplan.api.service.schemas import SessionBody, SessionRecord, SessionView
 from hydraplan.api.service.settings import Settings
 from hydraplan.api.service.store import Store, StoreUnavailable
+from hydraplan.api.service.tenants import admit, current_tenant_var, forget, tenant_registry
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.schemas import Plan, PlanRequest
 
@@ -63,33 +64,58 @@ class Sessions:
     def create(self, body: SessionBody) -> SessionRecord:
         """Store a new session (configuration passed by `check`); 507 when `max_sessions` live."""
         now = datetime.now(UTC)
-        record = SessionRecord(session_id="ses-" + secrets.token_hex(12), created_at=now, last_used_at=now, config=body)
-        if not self._store.admit(
-            SESSIONS_REGISTRY, record.session_id, self._settings.session_idle_timeout_s, self._settings.max_sessions
-        ):
+        record = SessionRecord(
+            session_id="ses-" + secrets.token_hex(12),
+            created_at=now,
+            last_used_at=now,
+            config=body,
+            owner=current_tenant_var.get().name,
+        )
+        settings = self._settings
+        refused = admit(
+            self._store,
+            current_tenant_var.get(),
+            SESSIONS_REGISTRY,
+            record.session_id,
+            settings.session_idle_timeout_s,
+            settings.max_sessions,
+            settings.max_sessions_per_tenant,
+        )
+        if refused is not None:
+            holder = (
+                f"tenant {record.owner!r} keeps at most {settings.max_sessions_per_tenant}"
+                if refused == "tenant"
+                else f"this server keeps at most {settings.max_sessions}"
+            )
             raise storage_full(
-                f"this server keeps at most {self._settings.max_sessions} live sessions; "
-                "delete finished ones (DELETE /v1/sessions/{id}) or wait for idle ones to expire"
+                f"{holder} live sessions; delete finished ones (DELETE /v1/sessions/{{id}}) or wait for idle "
+                "ones to expire"
             )
         try:
             self._save(record)
         except StoreUnavailable:  # not created: it takes no place in the cap
-            self._store.forget(SESSIONS_REGISTRY, record.session_id)
+            forget(self._store, record.owner, SESSIONS_REGISTRY, record.session_id)
             raise
         return record
 
     def get(self, session_id: str) -> SessionRecord:
-        """The session (its idle timer restarts); 404 when unknown or expired."""
+        """The session (its idle timer restarts); 404 when unknown or expired, or another
+        tenant's (unless the caller is an admin)."""
         text = self._store.get(session_key(session_id))
-        if text is None:
+        record = None if text is None else SessionRecord.model_validate_json(text)
+        if record is None or not current_tenant_var.get().may_see(record.owner):
             raise not_found(f"session {session_id!r} is unknown or expired")
         idle_s = self._settings.session_idle_timeout_s
         self._store.expire(session_key(session_id), idle_s)
-        self._store.admit(SESSIONS_REGISTRY, session_id, idle_s, self._settings.max_sessions)
-        return SessionRecord.model_validate_json(text)
+        self._store.admit(SESSIONS_REGISTRY, session_id, idle_s, self._settings.max_sessions)  # renews it
+        if record.owner is not None and self._settings.max_sessions_per_tenant is not None:
+            own = tenant_registry(SESSIONS_REGISTRY, record.owner)
+            self._store.admit(own, session_id, idle_s, self._settings.max_sessions_per_tenant)
+        return record
 
     def delete(self, session_id: str) -> None:
-        self._store.forget(SESSIONS_REGISTRY, session_id)
+        record = self.get(session_id)  # 404 for another tenant's
+        forget(self._store, record.owner, SESSIONS_REGISTRY, session_id)
         if not self._store.delete(session_key(session_id)):
             raise not_found(f"session {session_id!r} is unknown or expired")
 

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from hydraplan.api.service.metrics import Metrics
-from hydraplan.api.service.problems import saturated
+from hydraplan.api.service.problems import ProblemError, saturated
 
 ResultT = TypeVar("ResultT")
 
@@ -47,6 +47,13 @@ class SolverPool:
     @property
     def running(self) -> int:
         return self._running
+
+    def check_room(self) -> None:
+        """The 503 `run` would raise now, raised before any work (the request guard calls it
+        before reading a body); counted as a rejection like one."""
+        with self._lock:
+            if self._admitted >= self.max_admitted:
+                raise self._refusal()
 
     async def run(self, function: Callable[..., ResultT], *args: Any) -> ResultT:
         """Run `function(*args, cancel=...)` in a worker thread; 503 when the pool is full.
@@ -80,17 +87,19 @@ class SolverPool:
         """Take a slot and return the executor to run in; 503 when none is free."""
         with self._lock:
             if self._admitted >= self.max_admitted:
-                self._metrics.rejections.labels(pool="solve").inc()
-                raise saturated(
-                    f"all {self.max_running} solver slots and "
-                    f"{self.max_admitted - self.max_running} queue places are taken; "
-                    f"retry in {self.retry_after_s} s",
-                    self.retry_after_s,
-                )
+                raise self._refusal()
             self._admitted += 1
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.max_running, thread_name_prefix="hydraplan-solve")
             return self._executor
+
+    def _refusal(self) -> ProblemError:
+        self._metrics.rejections.labels(pool="solve").inc()
+        return saturated(
+            f"all {self.max_running} solver slots and {self.max_admitted - self.max_running} queue places "
+            f"are taken; retry in {self.retry_after_s} s",
+            self.retry_after_s,
+        )
 
     def _call(self, function: Callable[..., ResultT], cancelled: threading.Event, args: tuple) -> ResultT:
         with self._lock:

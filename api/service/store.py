@@ -62,6 +62,10 @@ class Store(ABC):
         """Remove `key`; True when it existed."""
 
     @abstractmethod
+    def exists(self, key: str) -> bool:
+        """Whether `key` holds a live value (without reading it)."""
+
+    @abstractmethod
     def delete_if_equal(self, key: str, value: str) -> bool:
         """Remove `key` only while it holds `value` (atomically)."""
 
@@ -119,6 +123,10 @@ class MemoryStore(Store):
             existed = self._live(key) is not None
             self._values.pop(key, None)
             return existed
+
+    def exists(self, key: str) -> bool:
+        with self._lock:
+            return self._live(key) is not None
 
     def delete_if_equal(self, key: str, value: str) -> bool:
         with self._lock:
@@ -216,6 +224,9 @@ class RedisStore(Store):
 
     def delete(self, key: str) -> bool:
         return bool(self._call(self._client.delete, self._prefix + key))
+
+    def exists(self, key: str) -> bool:
+        return bool(self._call(self._client.exists, self._prefix + key))
 
     def delete_if_equal(self, key: str, value: str) -> bool:
         return bool(self._call(self._delete_if_equal, keys=[self._prefix + key], args=[value]))

@@ -3,6 +3,7 @@
 from hydraplan.api.service.routes import (
     catalog,
     datasets,
+    docs,
     estimate,
     health,
     jobs,
@@ -24,4 +25,5 @@ ROUTERS = (
     timelines.router,
     datasets.router,
     web.router,
+    docs.router,
 )

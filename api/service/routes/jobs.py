@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Request, Response
 
-from hydraplan.api.service.auth import TOKEN_REQUIRED
+from hydraplan.api.service.auth import TOKEN_REQUIRED, public_path
 from hydraplan.api.service.dependencies import ServicesDep
 from hydraplan.api.service.jobs import job_location
 from hydraplan.api.service.schemas import JOB_EXAMPLES, JobAccepted, JobBody, JobView
@@ -26,10 +26,10 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=TOKEN_REQUIRED
     ),
 )
 def create_job(
-    body: Annotated[JobBody, Body(examples=JOB_EXAMPLES)], services: ServicesDep, response: Response
+    body: Annotated[JobBody, Body(examples=JOB_EXAMPLES)], services: ServicesDep, request: Request, response: Response
 ) -> JobAccepted:
     view = services.jobs.submit(body)
-    location = job_location(view.job_id)
+    location = public_path(request.scope, job_location(view.job_id))
     response.headers["Location"] = location
     return JobAccepted(job_id=view.job_id, status=view.status, location=location)
 
@@ -43,11 +43,14 @@ def get_job(job_id: str, services: ServicesDep) -> JobView:
     "/{job_id}",
     response_model=JobView,
     status_code=202,
-    summary="Cancel a job",
+    summary="Cancel a job, or delete a finished one",
     description=(
-        "Asks the job to stop: a running solve returns its best plan so far, a sweep stops after "
-        "the item in progress. Answers 202 with the job's state; 409 if it has already finished."
+        "A queued or running job is asked to stop: a running solve returns its best plan so far, a "
+        "sweep stops after the item in progress; answers 202 with the job's state. A finished job is "
+        "deleted with its results and its place in the job cap is free at once: 204."
     ),
+    responses={204: {"description": "The finished job and its results are deleted."}},
 )
-def cancel_job(job_id: str, services: ServicesDep) -> JobView:
-    return services.jobs.cancel(job_id)
+def cancel_or_delete_job(job_id: str, services: ServicesDep) -> JobView | Response:
+    view = services.jobs.cancel_or_delete(job_id)
+    return Response(status_code=204) if view is None else view

@@ -16,10 +16,10 @@ from hydraplan.planner.schemas import Plan
 router = APIRouter(prefix="/v1/plans", tags=["plans"], dependencies=TOKEN_REQUIRED)
 
 
-def plan_response(plan: Plan, timings: list[float]) -> Response:
-    """The plan JSON exactly as `hydraplan plan --json` prints it (serialised once, by pydantic),
-    with the planner's own time in a Server-Timing header."""
-    return Response(plan.model_dump_json(), media_type="application/json", headers=server_timing_header(timings))
+def json_response(text: str, timings: list[float]) -> Response:
+    """JSON text serialised off the event loop (a plan of 2M sequences is tens of MB), with the
+    planner's own time in a Server-Timing header."""
+    return Response(text, media_type="application/json", headers=server_timing_header(timings))
 
 
 @router.post(
@@ -36,8 +36,13 @@ def plan_response(plan: Plan, timings: list[float]) -> Response:
 async def create_plan(body: PlanBody, services: ServicesDep) -> Response:
     services.planning.check_limits(len(body.lengths), body.num_gpus, body.options)
     timings = start_solve_timing()
-    plan = await services.solver.run(services.planning.plan, body)
-    return plan_response(plan, timings)
+    return json_response(await services.solver.run(_plan_json, services, body), timings)
+
+
+def _plan_json(services: Services, body: PlanBody, cancel: Cancel) -> str:
+    """The plan JSON exactly as `hydraplan plan --json` prints it (serialised once, by pydantic,
+    in the solver thread)."""
+    return services.planning.plan(body, cancel).model_dump_json()
 
 
 @router.post(
@@ -47,10 +52,12 @@ async def create_plan(body: PlanBody, services: ServicesDep) -> Response:
     description=(
         "Runs the independent plan checker. With `lengths` / `num_gpus` / `gpus_per_node` the "
         "plan must also answer that request; with a cost source its times are recomputed from "
-        "that profile instead of the plan's own. An invalid plan is a 200 with `valid: false`."
+        "that profile instead of the plan's own. An invalid plan is a 200 with `valid: false`. A plan "
+        "whose 1F1B schedule has more operations than the server simulates per request is a 422."
     ),
 )
 async def check(body: CheckBody, services: ServicesDep) -> CheckResult:
+    services.planning.check_schedule_size([body.plan])
     return await services.solver.run(_check, services, body)
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
-from hydraplan.api.service.auth import TOKEN_REQUIRED
+from hydraplan.api.service.auth import TOKEN_REQUIRED, public_path
 from hydraplan.api.service.dependencies import ServicesDep
 from hydraplan.api.service.schemas import ProfileCreated
 from hydraplan.planner.schemas import CostProfile
@@ -22,9 +22,9 @@ router = APIRouter(prefix="/v1/profiles", tags=["profiles"], dependencies=TOKEN_
         "in later requests. Uploading the same profile again returns the same id."
     ),
 )
-def upload_profile(profile: CostProfile, services: ServicesDep, response: Response) -> ProfileCreated:
+def upload_profile(profile: CostProfile, services: ServicesDep, request: Request, response: Response) -> ProfileCreated:
     profile_id = services.planning.save_profile(profile)
-    response.headers["Location"] = f"/v1/profiles/{profile_id}"
+    response.headers["Location"] = public_path(request.scope, f"/v1/profiles/{profile_id}")
     return ProfileCreated(
         profile_id=profile_id,
         num_schemes=len(profile.schemes),
@@ -36,3 +36,14 @@ def upload_profile(profile: CostProfile, services: ServicesDep, response: Respon
 @router.get("/{profile_id}", response_model=CostProfile, summary="Read an uploaded profile")
 def get_profile(profile_id: str, services: ServicesDep) -> CostProfile:
     return services.planning.uploaded_profile(profile_id)
+
+
+@router.delete(
+    "/{profile_id}",
+    status_code=204,
+    summary="Delete an uploaded profile",
+    description="Its place in the profile cap is free at once; requests naming it get 404 from then on.",
+)
+def delete_profile(profile_id: str, services: ServicesDep) -> Response:
+    services.planning.delete_profile(profile_id)
+    return Response(status_code=204)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from hydraplan.api.service.auth import TOKEN_REQUIRED
+from hydraplan.api.service.auth import TOKEN_REQUIRED, public_path
 from hydraplan.api.service.dependencies import Services, ServicesDep
-from hydraplan.api.service.planning import Cancel, server_timing_header, start_solve_timing
+from hydraplan.api.service.planning import Cancel, start_solve_timing
 from hydraplan.api.service.problems import too_large, unprocessable
-from hydraplan.api.service.routes.plans import plan_response
+from hydraplan.api.service.routes.plans import json_response
 from hydraplan.api.service.schemas import SessionBody, SessionPlans, SessionPlansBody, SessionView
 from hydraplan.api.service.sessions import session_location
 from hydraplan.planner.schemas import Plan
@@ -28,13 +28,13 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"], dependencies=TOKEN_
         "`options.time_limit_s` is given: a share of each batch's step, planned while the step before trains."
     ),
 )
-async def create_session(body: SessionBody, services: ServicesDep, response: Response) -> SessionView:
+async def create_session(body: SessionBody, services: ServicesDep, request: Request, response: Response) -> SessionView:
     """Resolving the cost source is CPU work: it runs in the solver pool (503 when saturated);
     storing the session is I/O: it runs in the ordinary thread pool, so a slow store never holds
     a solver slot."""
     await services.solver.run(_check, services, body)
     record = await run_in_threadpool(services.sessions.create, body)
-    response.headers["Location"] = session_location(record.session_id)
+    response.headers["Location"] = public_path(request.scope, session_location(record.session_id))
     return services.sessions.view(record)
 
 
@@ -80,15 +80,14 @@ async def plan_in_session(
     if num_sequences > settings.max_sequences:
         raise too_large(f"{num_sequences} sequences exceed this server's limit of {settings.max_sequences} per request")
     timings = start_solve_timing()
-    plans = await services.solver.run(_plan, services, session_id, batches)
+    return json_response(await services.solver.run(_plans_json, services, session_id, body, batches), timings)
+
+
+def _plans_json(
+    services: Services, session_id: str, body: SessionPlansBody, batches: list[list[int]], cancel: Cancel
+) -> str:
+    """The plan (for `lengths`) or `{"plans": [...]}` (for `batches`), serialised in the solver thread."""
+    plans = services.sessions.plan(session_id, batches, cancel)
     if body.lengths is not None:
-        return plan_response(plans[0], timings)
-    return Response(
-        SessionPlans(plans=plans).model_dump_json(),
-        media_type="application/json",
-        headers=server_timing_header(timings),
-    )
-
-
-def _plan(services: Services, session_id: str, batches: list[list[int]], cancel: Cancel) -> list[Plan]:
-    return services.sessions.plan(session_id, batches, cancel)
+        return plans[0].model_dump_json()
+    return SessionPlans(plans=plans).model_dump_json()

@@ -33,6 +33,7 @@ SVG_MEDIA_TYPE = "image/svg+xml"
     ),
 )
 async def draw_timeline(body: TimelineBody, services: ServicesDep) -> Response:
+    services.planning.check_schedule_size([body.plan, *(entry.plan for entry in body.compare)])
     return await services.solver.run(_draw, body)
 
 
