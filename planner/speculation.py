@@ -116,8 +116,8 @@ def expand_task(
 
 
 class SpeculativeSolver:
-    """`solve(strategy)` as the search's own process would compute it, with the next strategies
-    solved ahead in `executor`'s `workers` processes."""
+    """`solve`, `expansion` and `polish` as the search's own process would compute them, with
+    what the search will likely ask for next computed ahead in `executor`'s `workers` processes."""
 
     def __init__(
         self,
@@ -136,9 +136,9 @@ class SpeculativeSolver:
         self._lengths, self._cost, self._previous, self._local = lengths, cost, previous, local
         self._frontier_blob: bytes | None = None
         self._futures: dict[object, Future] = {}
-        self._local_s: dict[str, float] = {}  # what the last solve and expansion took here
-        self.hits = 0  # solves and expansions a worker had started when the search asked
-        self.local = 0  # solves and expansions computed here
+        self._local_s: dict[str, float] = {}  # what the last task of each kind took here
+        self.hits = 0  # tasks a worker had started when the search asked
+        self.local = 0  # tasks computed here
 
     def bind_frontier(self, frontier: Frontier) -> None:
         """Expansions of `frontier`'s scheme sets may be computed ahead from now on: its strategies
