@@ -108,6 +108,86 @@ def pipeline_time_s(stage_times_s: Sequence[float], num_stages: int, fwd_fractio
     return end["B"][0][num_micro - 1]
 
 
+def interleaved_pipeline_time_s(
+    stage_times_s: Sequence[float], num_stages: int, num_chunks: int, fwd_fraction: float, group: int
+) -> float:
+    """End of the last operation of a pipeline running Megatron-Core's interleaved 1F1B: rank r
+    holds chunks c = 0..v-1, virtual stage `c * pp + r`; micro-batch i takes `fwd_fraction *
+    t_i / v` forward and the rest of `t_i / v` backward on each chunk.
+
+    The k-th forward of every rank is pair k of the schedule table: micro-batches in groups of
+    `group` (the last group is whatever remains, when at most `group`), each group walked chunk by
+    chunk. Rank r first runs `2 (pp - r - 1) + (v - 1) group` forwards (at most all of them), then
+    a forward and a backward in turn, then what backwards remain; its k-th backward is pair k with
+    the chunk mirrored. A forward waits for the forward of its micro-batch on the virtual stage
+    before it, a backward for the backward on the virtual stage after it, and the last virtual
+    stage's backward for its own forward. Ends are evaluated by that recursion, memoised.
+    """
+    num_micro = len(stage_times_s)
+    if num_micro == 0:
+        return 0.0
+    full_groups = 0
+    while (full_groups + 1) * group < num_micro:  # groups that are not the last
+        full_groups += 1
+    last_size = num_micro - full_groups * group
+
+    def pair(k: int) -> tuple[int, int]:
+        """(micro-batch, chunk) of table entry k."""
+        if k < full_groups * group * num_chunks:
+            which, within = divmod(k, group * num_chunks)
+            return which * group + within % group, within // group
+        within = k - full_groups * group * num_chunks
+        return full_groups * group + within % last_size, within // last_size
+
+    total = num_micro * num_chunks
+    orders = []
+    for rank in range(num_stages):
+        warmup = min(total, 2 * (num_stages - rank - 1) + (num_chunks - 1) * group)
+        order = [("F", *pair(k)) for k in range(warmup)]
+        for k in range(total):
+            if k + warmup < total:
+                order.append(("F", *pair(k + warmup)))
+            micro, chunk = pair(k)
+            order.append(("B", micro, num_chunks - 1 - chunk))
+        orders.append(order)
+    before_on_rank = {}
+    for rank, order in enumerate(orders):
+        for place, (kind, micro, chunk) in enumerate(order):
+            key = (kind, chunk * num_stages + rank, micro)
+            before_on_rank[key] = (
+                None
+                if place == 0
+                else (order[place - 1][0], order[place - 1][2] * num_stages + rank, order[place - 1][1])
+            )
+    last_virtual = num_chunks * num_stages - 1
+
+    def waits_for(kind: str, virtual: int, micro: int) -> tuple[str, int, int] | None:
+        if kind == "F":
+            return ("F", virtual - 1, micro) if virtual > 0 else None
+        return ("B", virtual + 1, micro) if virtual < last_virtual else ("F", virtual, micro)
+
+    length = {"F": fwd_fraction, "B": 1.0 - fwd_fraction}
+    end: dict[tuple[str, int, int], float] = {}
+    for start in before_on_rank:
+        stack = [start]
+        while stack:
+            op = stack[-1]
+            if op in end:
+                stack.pop()
+                continue
+            needed = [other for other in (before_on_rank[op], waits_for(*op)) if other is not None]
+            missing = [other for other in needed if other not in end]
+            if missing:
+                stack.extend(missing)
+                continue
+            kind, _, micro = op
+            end[op] = (
+                max((end[other] for other in needed), default=0.0) + length[kind] * stage_times_s[micro] / num_chunks
+            )
+            stack.pop()
+    return max(end.values())
+
+
 def grad_sync_s(profile: CostProfile, pipeline_schemes: Sequence[Scheme]) -> float:
     """The profile's fixed time, or a ring all-reduce (Patarasuk & Yuan 2009) of the largest
     gradient shard among one replica per CP rank of every pipeline: `2 (n-1)/n * bytes / bw`."""

@@ -117,3 +117,144 @@ def approximate_1f1b_s(stage_times_s: Sequence[float], num_stages: int) -> float
     if not stage_times_s:
         return 0.0
     return float(sum(stage_times_s) + (num_stages - 1) * max(stage_times_s))
+
+
+# ---------------------------------------------------------------------------------------------
+# Interleaved 1F1B (virtual pipeline stages)
+# ---------------------------------------------------------------------------------------------
+#
+# Megatron-Core's interleaved schedule (Narayanan et al., SC'21, section 2.2; the order of
+# `megatron/core/pipeline_parallel/schedules.py`, `get_schedule_table` and
+# `get_pp_rank_microbatches`): each of the `pp` ranks holds `v` model chunks, rank j's chunk c
+# being virtual stage `c * pp + j` of the `v * pp` in layer order. The ranks walk the same table of
+# (micro-batch, chunk) pairs: micro-batches in groups of `group` (`microbatch_group_size_per_vp_stage`,
+# default pp), each group through chunk 0, then chunk 1, ..., the last group holding what is left.
+# Rank j runs `2 (pp - j - 1) + (v - 1) group` warm-up forwards (at most all), then one forward and
+# one backward in turn, then the remaining backwards; its k-th backward is the k-th table pair with
+# the chunk mirrored (v - 1 - c). A forward waits for the same micro-batch's forward on the virtual
+# stage before; a backward for its backward on the virtual stage after, the last one for its own
+# forward. Micro-batch i takes `fwd_fraction * t_i / v` forward and the rest of `t_i / v` backward
+# on every chunk (`t_i`: its time on one stage of `pp`, the layers split evenly).
+
+
+def check_interleaved_group(num_stages: int, num_micro_batches: int, group: int) -> None:
+    """Megatron-Core's conditions on the group size: `pp <= group <= m`, and the last group, when
+    smaller, holds at least pp micro-batches (else it raises, citing dependency bubbles). With the
+    default group (pp) the micro-batches must come in a multiple of pp."""
+    if not num_stages <= group <= num_micro_batches:
+        raise ValueError(
+            f"interleaved 1F1B needs pp <= group <= micro-batches: pp {num_stages}, group {group}, "
+            f"{num_micro_batches} micro-batches"
+        )
+    remainder = num_micro_batches % group
+    if 0 < remainder < num_stages:
+        raise ValueError(
+            f"interleaved 1F1B: {num_micro_batches} micro-batches leave a last group of {remainder} "
+            f"(group {group}), fewer than pp {num_stages}: Megatron-Core refuses it"
+        )
+
+
+def interleaved_table(num_micro_batches: int, num_chunks: int, group: int) -> list[tuple[int, int]]:
+    """The (micro-batch, chunk) pairs every rank walks, in order."""
+    table = []
+    for first in range(0, num_micro_batches, group):
+        members = range(first, min(first + group, num_micro_batches))
+        if first + group >= num_micro_batches:
+            members = range(first, num_micro_batches)
+        table += [(micro_batch, chunk) for chunk in range(num_chunks) for micro_batch in members]
+    return table
+
+
+def interleaved_operations(
+    rank: int, num_stages: int, num_chunks: int, num_micro_batches: int, group: int
+) -> list[tuple[bool, int, int]]:
+    """One rank's operations as (is_forward, micro_batch, chunk), in execution order."""
+    table = interleaved_table(num_micro_batches, num_chunks, group)
+    total = len(table)
+    warmup = min(total, 2 * (num_stages - rank - 1) + (num_chunks - 1) * group)
+    operations = [(True, *table[k]) for k in range(warmup)]
+    for k in range(total - warmup):
+        operations.append((True, *table[k + warmup]))
+        micro_batch, chunk = table[k]
+        operations.append((False, micro_batch, num_chunks - 1 - chunk))
+    for k in range(total - warmup, total):
+        micro_batch, chunk = table[k]
+        operations.append((False, micro_batch, num_chunks - 1 - chunk))
+    return operations
+
+
+_INTERLEAVED_ORDERS: WeightedLru[tuple[int, int, int, int], np.ndarray] = WeightedLru(
+    64 << 20, lambda order: order.nbytes
+)
+
+
+def interleaved_dependency_order(num_stages: int, num_chunks: int, num_micro_batches: int, group: int) -> np.ndarray:
+    """Every operation as a row (op, previous op on its rank, op it waits for, duration slot) in
+    an order where both predecessors come first, for `kernels.one_f_one_b_end_times` (read-only,
+    cached by bytes). Op ids over the `s = v * pp` virtual stages: forward (stage, i) is
+    `stage * m + i`, backward `(s + stage) * m + i`; `2 s m` is the sentinel that ended at 0.
+    Slot i is micro-batch i's forward on one chunk, `m + i` its backward."""
+    key = (num_stages, num_chunks, num_micro_batches, group)
+    return _INTERLEAVED_ORDERS.get_or_make(key, lambda: _interleaved_rows(*key))
+
+
+def _interleaved_rows(num_stages: int, num_chunks: int, num_micro: int, group: int) -> np.ndarray:
+    virtual = num_chunks * num_stages
+    sentinel = 2 * virtual * num_micro
+    per_rank = []
+    for rank in range(num_stages):
+        operations = []
+        for forward, micro_batch, chunk in interleaved_operations(rank, num_stages, num_chunks, num_micro, group):
+            stage = chunk * num_stages + rank
+            if forward:
+                op = stage * num_micro + micro_batch
+                waits = op - num_micro if stage > 0 else sentinel
+                slot = micro_batch
+            else:
+                op = (virtual + stage) * num_micro + micro_batch
+                # the last virtual stage's backward waits for its own forward
+                waits = op + num_micro if stage < virtual - 1 else stage * num_micro + micro_batch
+                slot = num_micro + micro_batch
+            operations.append((op, waits, slot))
+        per_rank.append(operations)
+    released = np.zeros(sentinel + 1, dtype=bool)
+    released[sentinel] = True
+    rows: list[tuple[int, int, int, int]] = []
+    place = [0] * num_stages
+    previous = [sentinel] * num_stages
+    while len(rows) < sentinel:
+        before = len(rows)
+        for rank, operations in enumerate(per_rank):  # release each rank as far as it can go
+            while place[rank] < len(operations) and released[operations[place[rank]][1]]:
+                op, waits, slot = operations[place[rank]]
+                rows.append((op, previous[rank], waits, slot))
+                released[op] = True
+                previous[rank] = op
+                place[rank] += 1
+        if len(rows) == before:
+            raise RuntimeError(f"interleaved order deadlocks: pp {num_stages}, v {num_chunks}, m {num_micro}")
+    order = np.array(rows, dtype=np.int64)
+    order.flags.writeable = False
+    return order
+
+
+def simulate_interleaved_1f1b(
+    stage_times_s: Sequence[float], num_stages: int, num_chunks: int, fwd_fraction: float, group: int | None = None
+) -> float:
+    """Time from the first forward to the last backward of one pipeline running Megatron-Core's
+    interleaved 1F1B with `num_chunks` chunks per rank (`stage_times_s[i]`: micro-batch i's
+    forward+backward time on one of the `num_stages` stages, in execution order; `group`: the
+    micro-batch group size, default pp). One chunk is plain 1F1B (`simulate_1f1b`). Raises
+    `ValueError` where Megatron-Core refuses the micro-batch count (`check_interleaved_group`)."""
+    if num_chunks == 1 or num_stages == 1:
+        return simulate_1f1b(stage_times_s, num_stages, fwd_fraction)
+    num_micro = len(stage_times_s)
+    if num_micro == 0:
+        return 0.0
+    group = num_stages if group is None else group
+    check_interleaved_group(num_stages, num_micro, group)
+    times = np.asarray(stage_times_s, dtype=np.float64) / num_chunks
+    forwards = fwd_fraction * times
+    durations = np.concatenate([forwards, times - forwards])
+    order = interleaved_dependency_order(num_stages, num_chunks, num_micro, group)
+    return float(one_f_one_b_end_times(durations, order)[:-1].max())

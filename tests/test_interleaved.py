@@ -1,0 +1,80 @@
+"""Interleaved 1F1B (virtual pipeline stages): the simulator (`planner.simulate`) against the
+checker's independent reference (`planner.reference`), the closed form for equal micro-batches,
+and Megatron-Core's order and conditions (issue 32, item 2)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hydraplan.planner.reference import interleaved_pipeline_time_s
+from hydraplan.planner.simulate import (
+    check_interleaved_group,
+    interleaved_operations,
+    interleaved_table,
+    simulate_1f1b,
+    simulate_interleaved_1f1b,
+)
+
+
+def test_the_table_is_megatrons_documented_example() -> None:
+    """`get_schedule_table`'s own example in Megatron-Core: PP 2, group 3, 5 micro-batches, v 2."""
+    table = interleaved_table(5, 2, 3)
+    assert [micro for micro, _ in table] == [0, 1, 2, 0, 1, 2, 3, 4, 3, 4]
+    assert [chunk for _, chunk in table] == [0, 0, 0, 1, 1, 1, 0, 0, 1, 1]
+
+
+@pytest.mark.parametrize(("stages", "chunks", "micro", "group"), [(4, 2, 8, 4), (3, 3, 7, 3), (2, 4, 5, 3)])
+def test_every_rank_runs_each_forward_and_backward_once_forward_first(stages, chunks, micro, group) -> None:
+    for rank in range(stages):
+        operations = interleaved_operations(rank, stages, chunks, micro, group)
+        assert sorted(operations) == sorted(
+            (kind, i, c) for kind in (True, False) for i in range(micro) for c in range(chunks)
+        )
+        place = {operation: index for index, operation in enumerate(operations)}
+        assert all(place[(True, i, c)] < place[(False, i, c)] for i in range(micro) for c in range(chunks))
+
+
+@pytest.mark.parametrize(("stages", "chunks"), [(2, 2), (4, 2), (4, 4), (8, 3)])
+@pytest.mark.parametrize("rounds", [1, 2, 5])
+def test_equal_micro_batches_take_the_closed_form(stages, chunks, rounds) -> None:
+    """Narayanan et al. (SC'21): with m equal micro-batches of stage time t the interleaved
+    schedule takes (m + (pp - 1) / v) t, against (m + pp - 1) t for plain 1F1B."""
+    micro, time_s = stages * rounds, 0.7
+    expected = (micro + (stages - 1) / chunks) * time_s
+    assert simulate_interleaved_1f1b([time_s] * micro, stages, chunks, 1 / 3) == pytest.approx(expected, rel=1e-12)
+    assert simulate_1f1b([time_s] * micro, stages, 1 / 3) == pytest.approx((micro + stages - 1) * time_s, rel=1e-12)
+
+
+def test_the_simulator_equals_the_reference_on_random_uneven_instances() -> None:
+    rng = random.Random(7)
+    compared = 0
+    while compared < 150:
+        stages, chunks = rng.randint(2, 5), rng.randint(2, 4)
+        micro = stages * rng.randint(1, 4) + rng.choice([0, 0, stages, stages + 1])
+        group = rng.choice([stages, min(micro, stages + rng.randint(1, 3))])
+        try:
+            check_interleaved_group(stages, micro, group)
+        except ValueError:
+            continue
+        times = [rng.uniform(0.05, 4.0) for _ in range(micro)]
+        fwd = rng.uniform(0.2, 0.5)
+        simulated = simulate_interleaved_1f1b(times, stages, chunks, fwd, group)
+        assert simulated == pytest.approx(interleaved_pipeline_time_s(times, stages, chunks, fwd, group), rel=1e-12)
+        assert simulated >= sum(times) - 1e-9  # a rank runs every micro-batch on all its chunks
+        compared += 1
+
+
+def test_one_chunk_is_plain_1f1b() -> None:
+    times = [0.3, 1.2, 0.8, 0.5, 2.0]
+    assert simulate_interleaved_1f1b(times, 3, 1, 0.4) == simulate_1f1b(times, 3, 0.4)
+
+
+@pytest.mark.parametrize(
+    ("stages", "micro", "group", "named"),
+    [(4, 6, 4, "last group of 2"), (4, 3, 4, "group 4, 3 micro-batches"), (4, 8, 2, "group 2"), (4, 8, 9, "group 9")],
+)
+def test_megatrons_conditions_on_the_group_are_refused_with_the_values(stages, micro, group, named) -> None:
+    with pytest.raises(ValueError, match=named):
+        simulate_interleaved_1f1b([1.0] * micro, stages, 2, 1 / 3, group)
