@@ -36,6 +36,16 @@ def test_every_rank_runs_each_forward_and_backward_once_forward_first(stages, ch
         assert all(place[(True, i, c)] < place[(False, i, c)] for i in range(micro) for c in range(chunks))
 
 
+def test_a_schedule_worked_by_hand() -> None:
+    """PP 2, v 2, two micro-batches of stage time 2 and 4, forward half: per chunk the forwards
+    and backwards take 0.5 and 1.0. Rank 0 (virtual stages 0 and 2) warms up with all four
+    forwards, rank 1 (stages 1 and 3) with two. Worked by hand, the ends are:
+    rank 0: F0@0 0.5, F1@0 1.5, F0@2 2.0, F1@2 3.5, B0@2 4.0, B1@2 6.5, B0@0 7.0, B1@0 8.5;
+    rank 1: F0@1 1.0, F1@1 2.5, F0@3 3.0, B0@3 3.5, F1@3 4.5, B1@3 5.5, B0@1 6.0, B1@1 7.5."""
+    assert simulate_interleaved_1f1b([2.0, 4.0], 2, 2, 0.5) == pytest.approx(8.5, rel=1e-12)
+    assert interleaved_pipeline_time_s([2.0, 4.0], 2, 2, 0.5, 2) == pytest.approx(8.5, rel=1e-12)
+
+
 @pytest.mark.parametrize(("stages", "chunks"), [(2, 2), (4, 2), (4, 4), (8, 3)])
 @pytest.mark.parametrize("rounds", [1, 2, 5])
 def test_equal_micro_batches_take_the_closed_form(stages, chunks, rounds) -> None:
