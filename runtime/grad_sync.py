@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from hydraplan.runtime import watchdog
 from hydraplan.runtime.parallel import parameter_slices
 
 __all__ = ["Box", "GradSync", "box_elements", "Piece", "local_layout", "pieces_of"]
@@ -148,7 +149,8 @@ class GradSync:
                 ]
             )
             started, cpu = time.perf_counter(), time.process_time()
-            dist.all_reduce(flat, group=group)
+            with watchdog.waiting():
+                dist.all_reduce(flat, group=group)
             bucket_walls.append([list(holders), time.perf_counter() - started, time.process_time() - cpu])
             start = 0
             for view in views:

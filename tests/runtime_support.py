@@ -17,3 +17,20 @@ def require_torch():
             pytest.fail(message, pytrace=False)
         pytest.skip(message, allow_module_level=True)
     return torch
+
+
+def assert_nccl_safe(reports: list[dict]) -> int:
+    """Every step's point-to-point batches, as the ranks posted them, complete under NCCL's
+    ordering and rendezvous rules (`runtime.p2p_order.find_nccl_deadlock`); returns the batches checked."""
+    from hydraplan.runtime.p2p_order import find_nccl_deadlock
+
+    checked = 0
+    for step in range(len(reports[0]["steps"])):
+        traces = {
+            report["rank"]: [[tuple(message) for message in batch] for batch in report["steps"][step]["p2p_batches"]]
+            for report in reports
+        }
+        problem = find_nccl_deadlock(traces)
+        assert problem is None, f"step {step}: {problem}"
+        checked += sum(map(len, traces.values()))
+    return checked

@@ -18,7 +18,7 @@ import json
 import pytest
 
 from tests.runtime_plans import MINI_MODEL, FailingPlanner, fixed_plan, tiny_profile, write_models_file
-from tests.runtime_support import require_torch
+from tests.runtime_support import assert_nccl_safe, require_torch
 
 torch = require_torch()
 
@@ -248,6 +248,17 @@ def test_layouts_and_sync_groups(ranks):
     cp_dp = reports_of(ranks, "cp_dp")
     assert all(r["num_sync_groups"] == 1 for r in cp_dp)  # every rank holds the whole model: one group
     assert cp_dp[0]["planned_sync"]["replicas"] == 4
+
+
+def test_every_schedule_the_ranks_ran_is_nccl_safe(ranks):
+    """The point-to-point batches every rank posted, step by step, in every scenario that ran steps
+    (plans planned ahead, switches, online plans), complete under NCCL's semantics."""
+    checked = 0
+    for name in ranks[0]:
+        reports = reports_of(ranks, name)
+        if all("steps" in report for report in reports):
+            checked += assert_nccl_safe(reports)
+    assert checked > 0  # the PP pipelines exchanged activations and gradients
 
 
 def test_micro_batches_ran_in_the_1f1b_order(ranks):

@@ -31,15 +31,16 @@ RUNTIME_MISSING = "the runtime extra is not installed: pip install 'hydraplan[ru
 
 def run_run(args: argparse.Namespace) -> int:
     """`hydraplan run`: see the module docstring."""
+    _require_runtime()
     if args.plan is None and args.plans is None:
         return _run_online(args)
     plans = _read_plans(args)
     plan = plans[0]
-    try:
-        from hydraplan.runtime.assignment import model_config_for, validate_plan
-    except ImportError as exc:
-        raise ValueError(f"{RUNTIME_MISSING} ({exc})") from None
+    from hydraplan.runtime.assignment import model_config_for, validate_plan
+    from hydraplan.runtime.launch import check_backend
+
     nproc = plan.num_gpus if args.nproc is None else args.nproc
+    check_backend(args.backend, nproc)
     cfg = model_config_for(plan, args.models_file)
     for step_plan in plans:
         validate_plan(step_plan, nproc, cfg)
@@ -65,6 +66,16 @@ def run_run(args: argparse.Namespace) -> int:
     return _finish(args, plans, spec, reports)
 
 
+def _require_runtime() -> None:
+    """One line (exit 2) when torch or the runtime cannot be imported, before anything else."""
+    try:
+        import torch  # noqa: F401
+
+        import hydraplan.runtime.worker  # noqa: F401
+    except ImportError as exc:
+        raise ValueError(f"{RUNTIME_MISSING} ({exc})") from None
+
+
 def _training_fields(args: argparse.Namespace) -> dict:
     """The `RunSpec` fields every run takes from its flags alike, planned ahead or step by step."""
     return {
@@ -85,14 +96,13 @@ def _refuse_check_after_load(args: argparse.Namespace) -> None:
 def _run_online(args: argparse.Namespace) -> int:
     """No plan file: rank 0 plans every step, through `--server` or locally (`api.cli.run_online`)."""
     from hydraplan.api.cli.run_online import online_planning
-
-    try:
-        from hydraplan.runtime.worker import RunSpec
-    except ImportError as exc:
-        raise ValueError(f"{RUNTIME_MISSING} ({exc})") from None
+    from hydraplan.runtime.launch import check_backend
     from hydraplan.runtime.run_io import resolve_run_io
+    from hydraplan.runtime.worker import RunSpec
 
     _refuse_check_after_load(args)
+    if args.nproc is not None:
+        check_backend(args.backend, args.nproc)
     online = online_planning(args)
     try:
         # the plans come step by step: each step's documents are checked against its plan on the ranks
