@@ -1,7 +1,7 @@
 """Counting the collectives a stage runs per micro-batch, and the closed form they must equal.
 
 `counting()` instruments `torch.distributed` in this process: while it is active, every
-`all_reduce`, `all_gather_into_tensor`, `all_gather`, `reduce_scatter_single` /
+`all_reduce`, `all_gather_single` / `all_gather_into_tensor`, `all_gather`, `reduce_scatter_single` /
 `reduce_scatter_tensor`, `send`/`recv`/`batch_isend_irecv` call is recorded (kind, payload bytes
 on this rank, group size) and then run as usual. The parallel layers cannot skip it (it replaces
 the functions they call), so the counts are what really went over the process groups.
@@ -36,13 +36,15 @@ _INSTRUMENTED = (
     "all_reduce",
     "all_gather",
     "all_gather_into_tensor",
+    "all_gather_single",
     "reduce_scatter_single",
     "reduce_scatter_tensor",
     "send",
     "recv",
     "batch_isend_irecv",
 )
-_KIND = {"all_gather_into_tensor": "all_gather", "reduce_scatter_single": "reduce_scatter"}
+_KIND = {"all_gather_into_tensor": "all_gather", "all_gather_single": "all_gather"}
+_KIND["reduce_scatter_single"] = "reduce_scatter"
 _KIND["reduce_scatter_tensor"] = "reduce_scatter"
 
 
@@ -63,8 +65,10 @@ def _payload_bytes(name: str, args: tuple) -> int:
         return sum(op.tensor.numel() * op.tensor.element_size() for op in args[0])
     if name == "all_gather":
         tensor = args[1]
-    elif name in ("all_gather_into_tensor", "reduce_scatter_single", "reduce_scatter_tensor"):
-        tensor = args[1] if name == "all_gather_into_tensor" else args[0]
+    elif name in ("all_gather_into_tensor", "all_gather_single"):
+        tensor = args[1]
+    elif name in ("reduce_scatter_single", "reduce_scatter_tensor"):
+        tensor = args[0]
     else:
         tensor = args[0]
     return tensor.numel() * tensor.element_size()

@@ -15,8 +15,8 @@ token of every pipeline), so summed gradients equal those of single-process trai
 whole batch. Each op records its wall and thread CPU time, the thread CPU time of the model's own
 forward or backward call in it (`compute_cpu_s`), the time spent in the exchange that brought its
 input (`wait_s`, the previous op's send included; `transfer_s` of it after the headers arrived:
-the payloads' round, and `transfer_cpu_s`, the process CPU time meanwhile) and every TP/CP collective it ran (`comm`: `[kind, bytes, wall_s,
-cpu_s]` in call order, `runtime.comm_meter`).
+the payloads' round, and `transfer_cpu_s`, the process CPU time meanwhile) and every TP/CP
+collective it ran (`comm`: `[kind, bytes, wall_s, cpu_s]` in call order, `runtime.comm_meter`).
 """
 
 from __future__ import annotations
@@ -106,10 +106,12 @@ def run_pipeline_step(
     batch_of: Callable[[int], PackedBatch],
     global_tokens: int,
     dtype: torch.dtype,
+    before_last_backward: Callable[[], None] | None = None,
 ) -> StepResult:
     """Forward and backward every micro-batch of the plan on this rank's stage (gradients are
     accumulated in `.grad`; the caller synchronises and steps). `batch_of(i)` is micro-batch i as
-    this rank sees it (its CP shard)."""
+    this rank sees it (its CP shard); `before_last_backward()` is called before the step's last
+    backward (the gradient sync then starts its buckets as they become ready: `GradSync.arm`)."""
     result = StepResult()
     channel = _Channel(dtype, next(stage.parameters()).device, result)
     saved: dict[int, tuple[torch.Tensor | None, torch.Tensor, int]] = {}
@@ -119,11 +121,13 @@ def run_pipeline_step(
     outbox: dict[tuple[int, int], torch.Tensor] = {}  # (direction, micro-batch) -> the tensor to send
     for position, (is_forward, index) in enumerate(order):
         wall, cpu = time.perf_counter(), time.thread_time()
-        inbox, received = _exchange(channel, assignment, exchanges.get(position), outbox)
         # the guard names the micro-batch of an out-of-memory; the meter records its collectives
         with oom_guard("F" if is_forward else "B", assignment, index), comm_meter.recording() as collectives:
+            batch = batch_of(index) if is_forward else None  # before the exchange: its own faults first
+            inbox, received = _exchange(channel, assignment, exchanges.get(position), outbox)
+            if before_last_backward is not None and position == len(order) - 1 and not is_forward:
+                before_last_backward()
             if is_forward:
-                batch = batch_of(index)
                 timing = _forward(stage, assignment, batch, index, inbox, outbox, saved, global_tokens, result)
             else:
                 timing = _backward(assignment, index, inbox, outbox, saved)

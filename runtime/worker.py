@@ -260,7 +260,7 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
         return cp_shard(batch, me.cp_rank, me.scheme.cp) if me.scheme.cp > 1 else batch
 
     try:
-        result = run_pipeline_step(stage, me, batch_of, global_tokens, dtype)
+        result = run_pipeline_step(stage, me, batch_of, global_tokens, dtype, layout.sync.arm)
     except MicroBatchOutOfMemoryError as exc:
         raise exc.at_step(step) from None
     compute_s = time.perf_counter() - started

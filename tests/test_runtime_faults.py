@@ -157,13 +157,15 @@ def test_a_rank_that_hangs_in_the_sync_stops_every_rank_within_the_stall_timeout
     started = time.monotonic()
     with pytest.raises(launch.RankStalledError) as stalled:
         launch.run_ranks(run_worker, 2, args=(fault_spec(("hang", 0, 2)),), timeout_s=300.0, stall_timeout_s=30.0)
-    # the whole run may take 300 s; the hang was found 30 s after the last beat (not less here: on
+    # rank 0 started its gradient buckets during its last backward (overlap), so rank 1's sync
+    # completes and it waits in the loss all-reduce. The whole run may take 300 s; the hang was
+    # found 30 s after the last beat (not less here: on
     # this loaded 2-core machine, building the first layout once went 15 s without a beat)
     assert time.monotonic() - started < 200
     assert stalled.value.ranks == [0], str(stalled.value)
     assert re.fullmatch(
         r"rank 0 \(pid \d+\) made no progress for 30 s \(step 2, running its micro-batches\); "
-        r"the other ranks \[1\] wait for it \(step 2, in the gradient sync\) \(every rank stopped\)",
+        r"the other ranks \[1\] wait for it \(step 2, in the loss all-reduce\) \(every rank stopped\)",
         str(stalled.value),
     ), str(stalled.value)
     assert stopped_processes()
@@ -314,3 +316,22 @@ def test_cli_run_names_a_stalled_rank(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err == (
         "hydraplan: error: rank 1 made no progress for 5 s (step 0, in the gradient sync) (every rank stopped)\n"
     )
+
+
+NO_TORCH = """
+import sys
+sys.modules["torch"] = None  # as if the runtime extra were not installed
+from hydraplan.api.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("source", [["--plan", "PLAN"], ["--nproc", "2"]], ids=["plan", "online"])
+def test_run_without_torch_is_one_line_and_exit_2(tmp_path, source):
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(fixed_plan("2x<1,1,1>", LENGTHS, 2, model=MINI_MODEL["name"]).model_dump_json())
+    argv = ["run", *[str(plan_path) if arg == "PLAN" else arg for arg in source]]
+    done = subprocess.run([sys.executable, "-c", NO_TORCH, *argv], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("hydraplan: error: the runtime extra is not installed: pip install")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr

@@ -71,8 +71,9 @@ class _GatherAlongFirstDim(torch.autograd.Function):
         tensor = tensor.contiguous()
         size = group_size(group)
         gathered = tensor.new_empty((size * tensor.shape[0], *tensor.shape[1:]))
+        all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # torch 2.13's name
         with timed("all_gather", tensor.numel() * tensor.element_size()):
-            dist.all_gather_into_tensor(gathered, tensor, group=group)
+            all_gather(gathered, tensor, group=group)
         return gathered.view(size, *tensor.shape)
 
     @staticmethod
