@@ -335,3 +335,31 @@ def test_run_without_torch_is_one_line_and_exit_2(tmp_path, source):
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("hydraplan: error: the runtime extra is not installed: pip install")
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_nccl_is_refused_before_any_rank_without_a_cuda_device_per_rank(tmp_path, monkeypatch, capsys):
+    torch = require_torch()
+    from hydraplan.api.cli import main
+    from hydraplan.runtime import launch, worker
+
+    monkeypatch.setattr(launch, "run_ranks", lambda *a, **k: pytest.fail("a refused run must start no rank"))
+    models_file = write_models_file(tmp_path / "models.json")
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(fixed_plan("2x<1,1,1>", LENGTHS, 2, model=MINI_MODEL["name"]).model_dump_json())
+    argv = ["run", "--plan", str(plan_path), "--models-file", models_file, "--backend", "nccl"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "hydraplan: error: --backend nccl: no CUDA device is available (torch.cuda.is_available() is False); use gloo\n"
+    )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "hydraplan: error: --backend nccl: 2 ranks need 2 CUDA devices, this machine has 1\n"
+    )
+    # the torchrun worker refuses the same way (one line, exit 2) before joining any group
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    worker_argv = ["--plan", str(plan_path), "--models-file", models_file, "--backend", "nccl"]
+    assert worker.main(worker_argv) == 2
+    assert capsys.readouterr().err.startswith("hydraplan worker: error: --backend nccl: 2 ranks need 2 CUDA devices")
