@@ -5,13 +5,16 @@
 - `runtime.parallel`: tensor and context parallelism of a stage (`parallelize_stage`, `cp_shard`);
 - `runtime.launch`: run a function on local ranks of a fresh process group (`run_ranks`);
 - `runtime.watchdog`: the ranks' progress beats and the stall watchdogs (launcher, torchrun);
-  `runtime.faults`: the test hooks that make a rank exit or hang;
+  `runtime.faults`: the test hooks that make a rank exit, hang or stop (SIGSTOP);
 - `runtime.collectives`: measured all-reduce / all-gather / send-recv times;
 - `runtime.profiler` (`profiler_ranks`): the measurements of `hydraplan profile --device`;
 - executing plans (`hydraplan run`): `assignment` (plan -> what each rank runs), `plan_feed`
   (each step's plan: from files, or planned on rank 0 and broadcast), `step_data` (the step's
-  tokens), `pipeline_exec` (1F1B with variable-shape send/recv), `grad_sync`
-  (gradient sync across pipelines of different layouts by canonical slices), `reshard`
+  tokens), `pipeline_exec` (1F1B with variable-shape send/recv, posted in NCCL-safe batches:
+  `p2p_order`, with the checker of NCCL's semantics), `comm_count` (collectives counted per
+  micro-batch against Megatron-LM's closed form), `grad_sync`
+  (gradient sync across pipelines of different layouts by canonical slices, bucketed and
+  overlapped with the last backward), `reshard`
   (strategy switches), `worker` (one rank's steps), `equivalence` (the one-process `--check`),
   `timeline` (the measured critical path), `step_timing` (the measured step as the planner
   models it, from the op, collective (`comm_meter`), sync and optimizer times); `token_data`

@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from hydraplan.runtime import watchdog
+
 __all__ = ["CollectiveRecord", "recording", "timed"]
 
 
@@ -52,12 +54,14 @@ def recording() -> Iterator[list[CollectiveRecord]]:
 
 @contextmanager
 def timed(kind: str, num_bytes: int) -> Iterator[None]:
-    """Time one collective of `num_bytes` payload bytes when an op is being recorded."""
-    if _active is None:
-        yield
-        return
-    started, cpu = time.perf_counter(), time.process_time()
-    try:
-        yield
-    finally:
-        _active.append(CollectiveRecord(kind, num_bytes, time.perf_counter() - started, time.process_time() - cpu))
+    """Time one collective of `num_bytes` payload bytes when an op is being recorded (and mark the
+    rank as waiting for its peers meanwhile: `watchdog.waiting`)."""
+    with watchdog.waiting():
+        if _active is None:
+            yield
+            return
+        started, cpu = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            _active.append(CollectiveRecord(kind, num_bytes, time.perf_counter() - started, time.process_time() - cpu))

@@ -11,12 +11,15 @@ kept; torch's multi-line allocator report is not.
 Test hooks (like `RunSpec.inject_nan_step`): a fault is `(kind, rank, step)`: "exit" ends that
 rank's process at the start of that step with `os._exit(EXIT_CODE)` (no exception, no report, no
 goodbye to its peers: a crash or a kill); "hang" makes that rank sleep for ever in place of its
-part of that step's gradient sync, so the other ranks block in the sync's collective waiting for it.
+part of that step's gradient sync, so the other ranks block in the sync's collective waiting for it;
+"stop" sends that rank SIGSTOP in the forward of its first micro-batch of that step (a process
+frozen by a debugger, the OOM killer's neighbour, a stuck driver: it neither exits nor beats).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -85,7 +88,7 @@ def oom_guard(op: str, assignment: RankAssignment, index: int) -> Iterator[None]
         raise MicroBatchOutOfMemoryError(where) from None
 
 
-FAULT_KINDS = ("exit", "hang")
+FAULT_KINDS = ("exit", "hang", "stop")
 EXIT_CODE = 17
 
 
@@ -97,5 +100,8 @@ def inject(faults: Sequence[tuple[str, int, int]], kind: str, rank: int, step: i
             continue
         if kind == "exit":
             os._exit(EXIT_CODE)
+        if kind == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return
         while True:  # "hang": never returns; the watchdog or the launcher's deadline ends the process
             time.sleep(3600)

@@ -3,18 +3,20 @@
 Between stages, activations (forward) and their gradients (backward) go point to point to the
 rank with the same TP and CP position in the neighbouring stage, each preceded by a small shape
 header (`[rows, cols]`, int64): micro-batches differ in tokens, so no buffer of a fixed sequence
-length exists. Sends are non-blocking (`isend`, kept alive until the step ends) and receives
-blocking, so a rank waits only for what the schedule says it depends on; the 1F1B order is
-deadlock-free because every receive's matching send comes earlier in the sender's own order.
-Messages of one micro-batch carry tags of their own, so order never depends on the transport.
+length exists. NCCL-safe by construction (`runtime/p2p_order.py`): before each op, the previous
+op's outgoing message and this op's incoming one are posted together (`batch_isend_irecv`, one
+batch for the headers, one for the payloads), Megatron-LM's pairing; `find_nccl_deadlock` replays
+the batches every rank posted (`StepResult.p2p_batches`, in the report) under NCCL's ordering
+and rendezvous rules, and the tests run it on every schedule they execute. Messages of one
+micro-batch carry tags of their own (gloo matches by tag, NCCL by order: both agree here).
 
 The last stage's loss is the sum over its tokens divided by the step's global token count (every
 token of every pipeline), so summed gradients equal those of single-process training on the
 whole batch. Each op records its wall and thread CPU time, the thread CPU time of the model's own
-forward or backward call in it (`compute_cpu_s`), the time spent waiting to receive (`wait_s`;
-`transfer_s` of it after the header arrived: the payload's transfer, and `transfer_cpu_s`, the
-process CPU time meanwhile) and every TP/CP collective it ran (`comm`: `[kind, bytes, wall_s,
-cpu_s]` in call order, `runtime.comm_meter`).
+forward or backward call in it (`compute_cpu_s`), the time spent in the exchange that brought its
+input (`wait_s`, the previous op's send included; `transfer_s` of it after the headers arrived:
+the payloads' round, and `transfer_cpu_s`, the process CPU time meanwhile) and every TP/CP
+collective it ran (`comm`: `[kind, bytes, wall_s, cpu_s]` in call order, `runtime.comm_meter`).
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from hydraplan.runtime import comm_meter
+from hydraplan.runtime import comm_meter, watchdog
 from hydraplan.runtime.assignment import RankAssignment, one_f_one_b
 from hydraplan.runtime.batch import PackedBatch
 from hydraplan.runtime.faults import oom_guard
 from hydraplan.runtime.model import DecoderStage
+from hydraplan.runtime.p2p_order import Exchange, stage_exchanges, tag_of
 
 __all__ = ["StepResult", "run_pipeline_step"]
 
@@ -46,49 +49,55 @@ class StepResult:
     #  "transfer_cpu_s", "comm"}
     ops: list[dict] = field(default_factory=list)
     sent_bytes: int = 0  # point-to-point bytes this rank sent (headers included)
+    # every batch of point-to-point messages posted together, in order: [["send"|"recv", peer, tag], ...]
+    p2p_batches: list[list[list]] = field(default_factory=list)
 
 
 class _Channel:
-    """Shape-headed point-to-point messages of one step (tags: 4 per micro-batch)."""
+    """Shape-headed point-to-point exchanges of one step: each exchange posts its sends and
+    receives together (`batch_isend_irecv`), first the `[rows, cols]` headers, then the payloads
+    (allocated from the received headers). Tags: 2 per message (header, payload)."""
 
     def __init__(self, dtype: torch.dtype, device: torch.device, result: StepResult) -> None:
         self.dtype, self.device = dtype, device
         self.result = result
-        self.pending: list = []
 
-    def send(self, tensor: torch.Tensor, peer: int, tag: int) -> None:
-        payload = tensor.detach().contiguous()
-        header = torch.tensor(payload.shape, dtype=torch.int64, device=payload.device)
-        self.pending += [
-            (dist.isend(header, peer, tag=2 * tag), header),
-            (dist.isend(payload, peer, tag=2 * tag + 1), payload),
-        ]
-        self.result.sent_bytes += header.numel() * header.element_size() + payload.numel() * payload.element_size()
-
-    def recv(self, peer: int, tag: int) -> tuple[torch.Tensor, float, float, float]:
-        """The tensor, the seconds waited in all, those after the header came, and the process CPU
-        seconds after the header came (gloo's threads receiving the payload)."""
+    def exchange(
+        self, sends: list[tuple[torch.Tensor, int, int]], recvs: list[tuple[int, int]]
+    ) -> tuple[list[torch.Tensor], tuple[float, float, float]]:
+        """Send each `(tensor, peer, tag)` and receive each `(peer, tag)`, all posted together;
+        returns the received tensors and (seconds in all, seconds of the payload round, process CPU
+        seconds of the payload round)."""
         started = time.perf_counter()
-        header = torch.empty(HEADER_DIMS, dtype=torch.int64, device=self.device)
-        dist.recv(header, peer, tag=2 * tag)
-        payload = torch.empty(tuple(header.tolist()), dtype=self.dtype, device=self.device)
-        header_s, header_cpu = time.perf_counter(), time.process_time()
-        dist.recv(payload, peer, tag=2 * tag + 1)
+        payloads = [tensor.detach().contiguous() for tensor, _, _ in sends]
+        headers_out = [torch.tensor(p.shape, dtype=torch.int64, device=self.device) for p in payloads]
+        headers_in = [torch.empty(HEADER_DIMS, dtype=torch.int64, device=self.device) for _ in recvs]
+        self._post(
+            [(h, peer, 2 * tag) for h, (_, peer, tag) in zip(headers_out, sends)],
+            [(h, peer, 2 * tag) for h, (peer, tag) in zip(headers_in, recvs)],
+        )
+        received = [torch.empty(tuple(h.tolist()), dtype=self.dtype, device=self.device) for h in headers_in]
+        payload_s, payload_cpu = time.perf_counter(), time.process_time()
+        self._post(
+            [(p, peer, 2 * tag + 1) for p, (_, peer, tag) in zip(payloads, sends)],
+            [(r, peer, 2 * tag + 1) for r, (peer, tag) in zip(received, recvs)],
+        )
         ended = time.perf_counter()
-        return payload, ended - started, ended - header_s, time.process_time() - header_cpu
+        self.result.sent_bytes += sum(
+            h.numel() * h.element_size() + p.numel() * p.element_size() for h, p in zip(headers_out, payloads)
+        )
+        return received, (ended - started, ended - payload_s, time.process_time() - payload_cpu)
 
-    def wait_all(self) -> None:
-        for work, _ in self.pending:
-            work.wait()
-        self.pending.clear()
-
-
-def _forward_tag(micro_batch: int) -> int:
-    return 2 * micro_batch
-
-
-def _backward_tag(micro_batch: int) -> int:
-    return 2 * micro_batch + 1
+    def _post(self, sends: list, recvs: list) -> None:
+        """One batch: every send and receive posted at once, then waited for (NCCL-safe)."""
+        ops = [dist.P2POp(dist.isend, tensor, peer, tag=tag) for tensor, peer, tag in sends]
+        ops += [dist.P2POp(dist.irecv, tensor, peer, tag=tag) for tensor, peer, tag in recvs]
+        self.result.p2p_batches.append(
+            [["send", peer, tag] for _, peer, tag in sends] + [["recv", peer, tag] for _, peer, tag in recvs]
+        )
+        with watchdog.waiting():
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
 
 
 def run_pipeline_step(
@@ -97,23 +106,31 @@ def run_pipeline_step(
     batch_of: Callable[[int], PackedBatch],
     global_tokens: int,
     dtype: torch.dtype,
+    before_last_backward: Callable[[], None] | None = None,
 ) -> StepResult:
     """Forward and backward every micro-batch of the plan on this rank's stage (gradients are
     accumulated in `.grad`; the caller synchronises and steps). `batch_of(i)` is micro-batch i as
-    this rank sees it (its CP shard)."""
+    this rank sees it (its CP shard); `before_last_backward()` is called before the step's last
+    backward (the gradient sync then starts its buckets as they become ready: `GradSync.arm`)."""
     result = StepResult()
     channel = _Channel(dtype, next(stage.parameters()).device, result)
     saved: dict[int, tuple[torch.Tensor | None, torch.Tensor, int]] = {}
-    order = one_f_one_b(assignment.stage, assignment.scheme.pp, len(assignment.micro_batches))
-    for is_forward, index in order:
+    num_stages = assignment.scheme.pp
+    order = one_f_one_b(assignment.stage, num_stages, len(assignment.micro_batches))
+    exchanges = {e.before_op: e for e in stage_exchanges(assignment.stage, num_stages, len(assignment.micro_batches))}
+    outbox: dict[tuple[int, int], torch.Tensor] = {}  # (direction, micro-batch) -> the tensor to send
+    for position, (is_forward, index) in enumerate(order):
         wall, cpu = time.perf_counter(), time.thread_time()
         # the guard names the micro-batch of an out-of-memory; the meter records its collectives
         with oom_guard("F" if is_forward else "B", assignment, index), comm_meter.recording() as collectives:
+            batch = batch_of(index) if is_forward else None  # before the exchange: its own faults first
+            inbox, received = _exchange(channel, assignment, exchanges.get(position), outbox)
+            if before_last_backward is not None and position == len(order) - 1 and not is_forward:
+                before_last_backward()
             if is_forward:
-                batch = batch_of(index)
-                timing = _forward(stage, assignment, batch, index, channel, saved, global_tokens, result)
+                timing = _forward(stage, assignment, batch, index, inbox, outbox, saved, global_tokens, result)
             else:
-                timing = _backward(assignment, index, channel, saved)
+                timing = _backward(assignment, index, inbox, outbox, saved)
         result.ops.append(
             {
                 "op": "F" if is_forward else "B",
@@ -121,18 +138,32 @@ def run_pipeline_step(
                 "wall_s": time.perf_counter() - wall,
                 "cpu_s": time.thread_time() - cpu,
                 **timing,
+                **dict(zip(("wait_s", "transfer_s", "transfer_cpu_s"), received)),
                 "comm": [[record.kind, record.num_bytes, record.wall_s, record.cpu_s] for record in collectives],
             }
         )
-    channel.wait_all()
+    _exchange(channel, assignment, exchanges.get(len(order)), outbox)
     return result
 
 
-def _forward(stage, assignment, batch, index, channel, saved, global_tokens, result) -> dict:
-    received = (0.0, 0.0, 0.0)
+def _exchange(channel: _Channel, assignment: RankAssignment, exchange: Exchange | None, outbox: dict):
+    """Post `exchange` (the previous op's output and this op's input together); returns
+    {(direction, micro-batch): tensor} received and the receive timing (zeros without one)."""
+    if exchange is None:
+        return {}, (0.0, 0.0, 0.0)
+    rank_of = {+1: assignment.next_rank, -1: assignment.previous_rank}
+    sends = [(outbox.pop(key), rank_of[key[0]], tag_of(key[0] > 0, key[1])) for key in exchange.sends]
+    recvs = [(rank_of[d], tag_of(d < 0, index)) for d, index in exchange.recvs]
+    tensors, timing = channel.exchange(sends, recvs)
+    if not exchange.recvs:
+        timing = (0.0, 0.0, 0.0)  # sends only: no op waits for an input here
+    return dict(zip(exchange.recvs, tensors)), timing
+
+
+def _forward(stage, assignment, batch, index, inbox, outbox, saved, global_tokens, result) -> dict:
     hidden = None
     if not assignment.is_first_stage:
-        hidden, *received = channel.recv(assignment.previous_rank, _forward_tag(index))
+        hidden = inbox[(-1, index)]
         hidden.requires_grad_(True)
     compute = time.thread_time()
     output = stage(batch, hidden)
@@ -141,30 +172,21 @@ def _forward(stage, assignment, batch, index, channel, saved, global_tokens, res
         result.loss_sum += float(output.detach())
         output = output / global_tokens
     else:
-        channel.send(output, assignment.next_rank, _forward_tag(index))
+        outbox[(+1, index)] = output
     saved[index] = (hidden, output, batch.num_tokens)
-    return _timing(batch.num_tokens, compute_cpu_s, *received)
+    return _timing(batch.num_tokens, compute_cpu_s)
 
 
-def _backward(assignment, index, channel, saved) -> dict:
+def _backward(assignment, index, inbox, outbox, saved) -> dict:
     hidden, output, tokens = saved.pop(index)
-    received = (0.0, 0.0, 0.0)
-    grad = None
-    if not assignment.is_last_stage:
-        grad, *received = channel.recv(assignment.next_rank, _backward_tag(index))
+    grad = None if assignment.is_last_stage else inbox[(+1, index)]
     compute = time.thread_time()
     output.backward(grad)
     compute_cpu_s = time.thread_time() - compute
     if hidden is not None:
-        channel.send(hidden.grad, assignment.previous_rank, _backward_tag(index))
-    return _timing(tokens, compute_cpu_s, *received)
+        outbox[(-1, index)] = hidden.grad
+    return _timing(tokens, compute_cpu_s)
 
 
-def _timing(tokens: int, compute_cpu_s: float, wait_s: float, transfer_s: float, transfer_cpu_s: float) -> dict:
-    return {
-        "tokens": tokens,
-        "compute_cpu_s": compute_cpu_s,
-        "wait_s": wait_s,
-        "transfer_s": transfer_s,
-        "transfer_cpu_s": transfer_cpu_s,
-    }
+def _timing(tokens: int, compute_cpu_s: float) -> dict:
+    return {"tokens": tokens, "compute_cpu_s": compute_cpu_s}

@@ -48,12 +48,13 @@ def step_plans(spec, rank: int, world_size: int) -> Iterator[tuple[Plan, object]
 
 
 def _offline(spec, world_size: int) -> Iterator[tuple[Plan, object]]:
-    plans = [Plan.model_validate_json(text) for text in spec.step_plans()]
-    cfg = model_config_for(plans[0], spec.models_file)
-    for plan in plans:
+    texts = spec.step_plans()
+    distinct = {text: Plan.model_validate_json(text) for text in dict.fromkeys(texts)}  # `--steps K`: one plan
+    cfg = model_config_for(distinct[texts[0]], spec.models_file)
+    for plan in distinct.values():
         validate_plan(plan, world_size, cfg)
-    for plan in plans:
-        yield plan, cfg
+    for text in texts:
+        yield distinct[text], cfg
 
 
 def _online(spec, rank: int, world_size: int) -> Iterator[tuple[Plan, object]]:

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from hydraplan.runtime import watchdog
 from hydraplan.runtime.grad_sync import Box, box_elements
 
 __all__ = ["Transfer", "reshard", "transfers_between"]
@@ -108,7 +109,7 @@ def reshard(
     for name, parameter in new_params.items():
         new_state[name] = {key: torch.zeros_like(parameter) for key in STATE_KEYS}
         new_optimizer.state[parameter] = {"step": step.clone(), **new_state[name]}
-    pending, sent_bytes, received_bytes, received = [], 0, 0, []
+    ops, messages, sent_bytes, received_bytes, received = [], [], 0, 0, []
     for tag, transfer in enumerate(transfers_between(old_layouts, new_layouts)):
         if rank not in (transfer.source, transfer.target):
             continue
@@ -125,15 +126,19 @@ def reshard(
                 continue
             like = new_params[transfer.name]
             buffer = torch.empty(sum(t.numel() for t in targets), dtype=like.dtype, device=like.device)
-            pending.append(dist.irecv(buffer, transfer.source, tag=tag))
+            ops.append(dist.P2POp(dist.irecv, buffer, transfer.source, tag=tag))
+            messages.append(["recv", transfer.source, tag])
             received.append((buffer, targets))
             received_bytes += buffer.numel() * buffer.element_size()
         else:
-            pending.append(dist.isend(payload, transfer.target, tag=tag))
+            ops.append(dist.P2POp(dist.isend, payload, transfer.target, tag=tag))
+            messages.append(["send", transfer.target, tag])
             received.append((payload, None))  # kept alive until sent
             sent_bytes += payload.numel() * payload.element_size()
-    for work in pending:
-        work.wait()
+    if ops:  # every message of this rank in one batch: NCCL-safe (`runtime/p2p_order.py`)
+        with watchdog.waiting():
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
     for buffer, targets in received:
         if targets is not None:
             _unpack(buffer, targets)
@@ -143,4 +148,5 @@ def reshard(
         "weight_bytes": sent_bytes // 3,
         "received_bytes": received_bytes,
         "seconds": time.perf_counter() - started,
+        "p2p_batches": [messages] if messages else [],
     }

@@ -41,6 +41,7 @@ from hydraplan.runtime.checkpoint import load_checkpoint, save_checkpoint
 from hydraplan.runtime.data_feed import StepFeed
 from hydraplan.runtime.faults import MicroBatchOutOfMemoryError
 from hydraplan.runtime.grad_sync import GradSync
+from hydraplan.runtime.launch import check_backend
 from hydraplan.runtime.model import build_stage
 from hydraplan.runtime.parallel import cp_shard, parallelize_stage
 from hydraplan.runtime.pipeline_exec import run_pipeline_step
@@ -162,7 +163,7 @@ def _build_layout(plan: Plan, cfg, spec: RunSpec, rank: int) -> _Layout:
 
 def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
     """Run `spec` on this rank (inside an initialised default process group); returns its report."""
-    watchdog.beat(spec.first_step, "start")
+    watchdog.beat(spec.first_step, "setup")
     layout, steps, grads, grad_boxes, checkpoint, plans, feed = None, [], None, None, {}, [], None
     for index, (plan, cfg) in enumerate(step_plans(spec, rank, world_size)):
         step = spec.first_step + index
@@ -250,6 +251,8 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
 
     def batch_of(index: int):
         watchdog.beat(step, "compute")  # a long step beats at every micro-batch
+        if index == 0:
+            faults.inject(spec.faults, "stop", me.rank, step)
         if spec.inject_oom == (step, index):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected by the test hook)")
         work = me.micro_batches[index]
@@ -257,7 +260,7 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
         return cp_shard(batch, me.cp_rank, me.scheme.cp) if me.scheme.cp > 1 else batch
 
     try:
-        result = run_pipeline_step(stage, me, batch_of, global_tokens, dtype)
+        result = run_pipeline_step(stage, me, batch_of, global_tokens, dtype, layout.sync.arm)
     except MicroBatchOutOfMemoryError as exc:
         raise exc.at_step(step) from None
     compute_s = time.perf_counter() - started
@@ -269,7 +272,8 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
     contributes = me.is_last_stage and me.tp_rank == 0
     loss = torch.tensor([result.loss_sum if contributes else 0.0], dtype=torch.float64, device=_device())
     watchdog.beat(step, "loss")
-    dist.all_reduce(loss)
+    with watchdog.waiting():
+        dist.all_reduce(loss)
     value = float(loss) / global_tokens
     if spec.inject_nan_step == step:
         value = math.nan
@@ -283,6 +287,7 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
         "sync_s": sync_s,
         "sync_cpu_s": sync_cpu_s,
         "p2p_sent_bytes": result.sent_bytes,
+        "p2p_batches": result.p2p_batches,
         "sync": sync_bytes,
         "ops": result.ops,
     }
@@ -322,6 +327,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spec = replace(spec, **run_io)
     if args.backend == "nccl":
+        local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        try:
+            check_backend("nccl", local_ranks)
+        except ValueError as exc:
+            print(f"hydraplan worker: error: {exc}", file=sys.stderr)
+            return 2
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(args.backend, timeout=timedelta(seconds=args.stall_timeout_s))
     try:

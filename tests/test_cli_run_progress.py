@@ -51,22 +51,25 @@ def test_a_run_stopped_inside_a_step_ends_its_line() -> None:
 
 
 def test_the_rank_furthest_behind_is_reported_once_every_rank_has_beaten() -> None:
-    from hydraplan.runtime.watchdog import furthest_behind
+    from hydraplan.runtime.watchdog import PHASES, furthest_behind
 
-    # slots per rank: monotonic time of the last beat (0: none), step, phase index
-    assert furthest_behind([5.0, 1, 3, 0.0, 0, 0], 2) is None
-    assert furthest_behind([5.0, 1, 3, 6.0, 1, 5], 2) == (1, "compute")
-    assert furthest_behind([5.0, 2, 1, 6.0, 1, 6], 2) == (1, "optimizer")
+    # slots per rank: monotonic time of the last beat (0: none), step, phase index, waiting
+    phase = PHASES.index
+    assert furthest_behind([5.0, 1, phase("compute"), 0, 0.0, 0, 0, 0], 2) is None
+    assert furthest_behind([5.0, 1, phase("compute"), 0, 6.0, 1, phase("loss"), 1], 2) == (1, "compute")
+    assert furthest_behind([5.0, 2, phase("plan"), 0, 6.0, 1, phase("optimizer"), 0], 2) == (1, "optimizer")
 
 
 def test_the_launchers_watch_calls_the_hook_on_each_new_position() -> None:
     from hydraplan.runtime.launch import _ProgressWatch
+    from hydraplan.runtime.watchdog import PHASES
 
-    shared = [1.0, 0, 0, 1.0, 0, 0]
+    shared = [1.0, 0, 0, 0, 1.0, 0, 0, 0]
     seen: list[tuple[int, str]] = []
     watch = _ProgressWatch(shared, 2, lambda step, phase: seen.append((step, phase)))
     watch.poll()
     watch.poll()  # unchanged: not reported again
-    shared[:] = [2.0, 0, 3, 2.0, 0, 3]
+    compute = PHASES.index("compute")
+    shared[:] = [2.0, 0, compute, 0, 2.0, 0, compute, 1]
     watch.poll()
     assert seen == [(0, "start"), (0, "compute")]

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from tests.runtime_plans import MINI_MODEL, fixed_plan, write_models_file
-from tests.runtime_support import require_torch
+from tests.runtime_support import assert_nccl_safe, require_torch
 
 torch = require_torch()
 
@@ -49,6 +49,7 @@ def test_eight_ranks_tp_pp_and_cp_in_one_plan_equal_one_process(tmp_path):
     result = compare_with_reference(reports, single_process_run(plan, spec), "float64")
     assert result.passed and result.max_loss_rel <= 1e-9 and result.max_param_rel <= 1e-9, result
     assert len({step["loss"] for step in reports[0]["steps"]}) == 2
+    assert assert_nccl_safe(reports) > 0  # TP, PP and CP stages: the exchanges NCCL would run
 
 
 def test_the_worker_under_torchrun(tmp_path):

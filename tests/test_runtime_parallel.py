@@ -65,9 +65,26 @@ def context_parallel(rank: int, pp: int) -> dict:
     return {"loss": total.item(), "own_loss": out.item(), "grads": grads_of(stage)}
 
 
+def collective_counts(rank: int, tp: int, cp: int) -> dict:
+    """One micro-batch of the whole model under `<tp,1,cp>` on the 2 ranks, its collectives
+    counted by the instrumented `torch.distributed` (`runtime.comm_count`), beside the closed form."""
+    from hydraplan.runtime.comm_count import expected_for, stage_counts
+
+    stage = build_stage(config(), seed=SEED, dtype=torch.float64)
+    world = dist.group.WORLD
+    parallelize_stage(stage, tp=tp, cp=cp, tp_group=world if tp > 1 else None, cp_group=world if cp > 1 else None)
+    cp_rank = rank if cp > 1 else 0
+    return {
+        "measured": stage_counts(stage, batch(), cp_rank, cp),
+        "closed_form": expected_for(config(), batch(), tp, cp, cp_rank, torch.float64),
+    }
+
+
 def scenarios(rank: int, world_size: int) -> dict:
     assert world_size == 2
     return {
+        "counts_tp": collective_counts(rank, tp=2, cp=1),
+        "counts_cp": collective_counts(rank, tp=1, cp=2),
         "tp": tensor_parallel(tied=False),
         "tp_tied": tensor_parallel(tied=True),
         "cp": context_parallel(rank, pp=1),
@@ -79,6 +96,26 @@ def scenarios(rank: int, world_size: int) -> dict:
 @pytest.fixture(scope="module")
 def ranks() -> list[dict]:
     return run_ranks(scenarios, 2, timeout_s=240.0)
+
+
+@pytest.mark.parametrize("scenario", ["counts_tp", "counts_cp"])
+def test_collectives_per_micro_batch_equal_the_megatron_closed_form(ranks, scenario):
+    for rank in ranks:
+        assert rank[scenario]["measured"] == rank[scenario]["closed_form"], rank[scenario]
+
+
+def test_tensor_parallelism_all_reduces_twice_forward_and_twice_backward_per_layer(ranks):
+    # 2 layers: 4 block outputs + the embedding forward, + 3 token-sized loss reductions; 4 block
+    # inputs + the LM head input backward (Megatron-LM's f/g; 9 backward before the f moved to the
+    # block inputs: one per column-parallel linear)
+    tokens, hidden = sum(LENGTHS), SHAPE["hidden_size"]
+    for rank in ranks:
+        measured = rank["counts_tp"]["measured"]
+        assert measured["forward"] == {"all_reduce": (8, 5 * tokens * hidden * 8 + 3 * tokens * 8)}
+        assert measured["backward"] == {"all_reduce": (5, 5 * tokens * hidden * 8)}
+        cp_measured = rank["counts_cp"]["measured"]
+        assert set(cp_measured["forward"]) == {"all_gather"} and set(cp_measured["backward"]) == {"reduce_scatter"}
+        assert cp_measured["forward"]["all_gather"][0] == cp_measured["backward"]["reduce_scatter"][0] == 4
 
 
 def single_process(tied: bool = False):

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import functools
 import json
+import re
+from dataclasses import replace
 
 import pytest
 
 from tests.runtime_plans import MINI_MODEL, FailingPlanner, fixed_plan, tiny_profile, write_models_file
-from tests.runtime_support import require_torch
+from tests.runtime_support import assert_nccl_safe, require_torch
 
 torch = require_torch()
 
@@ -27,7 +29,7 @@ from hydraplan.api.cli.run_planning import LocalPlanner, SessionPlanner, Synthet
 from hydraplan.planner.schemas import Plan, SolverOptions  # noqa: E402
 from hydraplan.runtime import launch  # noqa: E402
 from hydraplan.runtime.assignment import PlanRefusedError  # noqa: E402
-from hydraplan.runtime.equivalence import compare_with_reference, single_process_run  # noqa: E402
+from hydraplan.runtime.equivalence import check_run, compare_with_reference, single_process_run  # noqa: E402
 from hydraplan.runtime.plan_feed import PlanSourceError  # noqa: E402
 from hydraplan.runtime.worker import NonFiniteLossError, RunSpec, run_worker  # noqa: E402
 from tests.runtime_service import TOKEN, running_service  # noqa: E402
@@ -219,6 +221,35 @@ def test_three_steps_switching_strategy_every_step_equal_one_process(ranks):
     )
 
 
+def test_a_cut_sequence_never_passes_as_the_uncut_one(ranks):
+    """Sequence 5 (30 tokens) is trained as chunks of 24 and 6: against the uncut batch (the
+    oracle's default) the run differs; the cut passes only because the plan allows it (the user's
+    `--oversize split`), and the check says so."""
+    spec = ranks[0]["tp_pp"]
+    reports, plan = reports_of(ranks, "tp_pp"), plan_of("tp_pp")
+    uncut = compare_with_reference(reports, single_process_run(plan, spec, uncut=True), "float64")
+    assert not uncut.passed and uncut.max_loss_rel > 1e-9, uncut
+    allowed = check_run(plan, spec, reports)
+    assert allowed["passed"] and allowed["cuts"] == {  # 3 steps of the same plan
+        "sequences": 3,
+        "chunks": 6,
+        "tokens_without_context": 18,
+        "allowed": True,
+        "uncut_max_loss_rel": uncut.max_loss_rel,
+        "uncut_passed": False,
+    }
+    not_allowed = plan.model_copy(update={"split_sequence_ids": []})  # a cut the user did not ask for
+    spec = replace(spec, plan_json=not_allowed.model_dump_json())
+    refused = check_run(not_allowed, spec, reports)
+    assert not refused["passed"] and refused["cuts"]["allowed"] is False
+
+
+def test_online_mode_refuses_oversize_sequences_by_default():
+    from hydraplan.api.cli import build_parser
+
+    assert build_parser().parse_args(["run", "--nproc", "2"]).oversize == "error"
+
+
 def test_a_wrong_shard_fails_the_check(ranks):
     spec = ranks[0]["tp_pp"]
     reports = [dict(report) for report in reports_of(ranks, "tp_pp")]
@@ -248,6 +279,27 @@ def test_layouts_and_sync_groups(ranks):
     cp_dp = reports_of(ranks, "cp_dp")
     assert all(r["num_sync_groups"] == 1 for r in cp_dp)  # every rank holds the whole model: one group
     assert cp_dp[0]["planned_sync"]["replicas"] == 4
+
+
+def test_every_schedule_the_ranks_ran_is_nccl_safe(ranks):
+    """The point-to-point batches every rank posted, step by step, in every scenario that ran steps
+    (plans planned ahead, switches, online plans), complete under NCCL's semantics."""
+    checked = 0
+    for name in ranks[0]:
+        reports = reports_of(ranks, name)
+        if all("steps" in report for report in reports):
+            checked += assert_nccl_safe(reports)
+    assert checked > 0  # the PP pipelines exchanged activations and gradients
+
+
+def test_the_gradient_sync_starts_every_bucket_during_the_last_backward(ranks):
+    """Overlap: each bucket's all-reduce starts (async) once backward has finished its gradients;
+    the float64 equivalence above holds with it."""
+    for name in ("tp_pp", "cp_dp", "switch"):
+        for report in reports_of(ranks, name):
+            for step in report["steps"]:
+                sync = step["sync"]
+                assert sync["num_buckets"] >= 2 and sync["num_started_in_backward"] == sync["num_buckets"], sync
 
 
 def test_micro_batches_ran_in_the_1f1b_order(ranks):
@@ -300,8 +352,9 @@ def test_cli_run_check_and_report(ranks, models_file, tmp_path, monkeypatch, cap
     assert code == 0, out
     assert calls[0][0] is run_worker and calls[0][1:3] == (4, "gloo") and calls[0][4] == 60.0
     assert calls[0][3] == ranks[0]["tp_pp"]  # the CLI's spec is the one the scenario ran
-    assert "check (float64) PASSED" in out and "step 2: loss" in out
-    assert "pipeline 1 <1,2,1>: planned" in out
+    assert "check (float64) PASSED" in out and "  step 2 (1x<2,1,1> + 1x<1,2,1>, 9 sequences): loss" in out
+    assert "pipeline 1 <1,2,1>: planned" in out and "TP/CP collectives" in out
+    assert "predictions from the user profile of rt-mini" in out
     document = json.loads(report_path.read_text())
     assert document["check"]["passed"] and len(document["ranks"]) == 4
     assert len(document["critical_path_s"]) == 3 and sorted(document["critical_path_s"][0]) == ["0", "1"]
@@ -423,10 +476,17 @@ def test_cli_run_online_through_the_server(ranks, models_file, service, tmp_path
     argv = ["run", "--server", service.url, "--token", TOKEN, "--nproc", "4", "--profile", str(profile_path)]
     argv += ["--models-file", models_file, "--steps", "3", "--dtype", "float64", "--check"]
     argv += ["--batch-sequences", "5", "--max-length", "100", "--data-seed", "0", "--plan-time-limit-s", "1"]
+    argv += ["--oversize", "split"]  # the user allows cuts (the default refuses them)
     assert main([*argv, "--report", str(tmp_path / "run.json")]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert "check (float64) PASSED" in out and "step 2: loss" in out
-    assert out.count("strategy switch before it") == 2 and out.startswith("ran 1x<2,1,2> on 4 ranks")
+    assert "check (float64) PASSED against the batch as cut (allowed)" in out
+    assert "  step 2 (1x<2,1,2>, 5 sequences): loss" in out
+    cut = r"\n  \d+ sequence\(s\) in 3 step\(s\) trained as \d+ chunks \(allowed by --oversize split\): [\d,]+ tokens"
+    assert re.search(cut, out), out
+    # every step's strategy, not only the first one's
+    assert out.count("strategy switch before it") == 2 and out.startswith(
+        "ran 3 step(s) on 4 ranks: 1x<2,1,2> (step 0), 2x<2,1,1> (step 1), 1x<2,1,2> (step 2)\n"
+    )
     spec = given[0]
     assert spec.next_lengths == ONLINE_LENGTHS and spec.steps == 3 and spec.planner.max_retries == 5
     # the session is deleted when the run ends

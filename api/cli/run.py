@@ -31,15 +31,16 @@ RUNTIME_MISSING = "the runtime extra is not installed: pip install 'hydraplan[ru
 
 def run_run(args: argparse.Namespace) -> int:
     """`hydraplan run`: see the module docstring."""
+    _require_runtime()
     if args.plan is None and args.plans is None:
         return _run_online(args)
     plans = _read_plans(args)
     plan = plans[0]
-    try:
-        from hydraplan.runtime.assignment import model_config_for, validate_plan
-    except ImportError as exc:
-        raise ValueError(f"{RUNTIME_MISSING} ({exc})") from None
+    from hydraplan.runtime.assignment import model_config_for, validate_plan
+    from hydraplan.runtime.launch import check_backend
+
     nproc = plan.num_gpus if args.nproc is None else args.nproc
+    check_backend(args.backend, nproc)
     cfg = model_config_for(plan, args.models_file)
     for step_plan in plans:
         validate_plan(step_plan, nproc, cfg)
@@ -65,6 +66,14 @@ def run_run(args: argparse.Namespace) -> int:
     return _finish(args, plans, spec, reports)
 
 
+def _require_runtime() -> None:
+    """One line (exit 2) when torch or the runtime cannot be imported, before anything else."""
+    try:
+        import hydraplan.runtime.worker  # noqa: F401  (imports torch)
+    except ImportError as exc:
+        raise ValueError(f"{RUNTIME_MISSING} ({exc})") from None
+
+
 def _training_fields(args: argparse.Namespace) -> dict:
     """The `RunSpec` fields every run takes from its flags alike, planned ahead or step by step."""
     return {
@@ -85,14 +94,13 @@ def _refuse_check_after_load(args: argparse.Namespace) -> None:
 def _run_online(args: argparse.Namespace) -> int:
     """No plan file: rank 0 plans every step, through `--server` or locally (`api.cli.run_online`)."""
     from hydraplan.api.cli.run_online import online_planning
-
-    try:
-        from hydraplan.runtime.worker import RunSpec
-    except ImportError as exc:
-        raise ValueError(f"{RUNTIME_MISSING} ({exc})") from None
+    from hydraplan.runtime.launch import check_backend
     from hydraplan.runtime.run_io import resolve_run_io
+    from hydraplan.runtime.worker import RunSpec
 
     _refuse_check_after_load(args)
+    if args.nproc is not None:
+        check_backend(args.backend, args.nproc)
     online = online_planning(args)
     try:
         # the plans come step by step: each step's documents are checked against its plan on the ranks
@@ -168,6 +176,7 @@ def _print_predicted_vs_measured(plans: list, reports: list[dict]) -> None:
     predicted = [plans[min(index, len(plans) - 1)].step_time_s for index in range(num_steps)]
     measured = [step_timing(reports, index).step_s for index in range(num_steps)]
     stderr_writer()(summary_line(predicted, measured) + "\n")
+    stderr_writer()(f"{PROG}: run: predictions from the {profile_line(plans[-1])}\n")
 
 
 def _finish(args: argparse.Namespace, plans: list, spec, reports: list[dict]) -> int:
@@ -179,7 +188,7 @@ def _finish(args: argparse.Namespace, plans: list, spec, reports: list[dict]) ->
     if _progress_enabled(args):
         _print_predicted_vs_measured(plans, reports)
     if args.report:
-        _write_report(args.report, spec, reports, check)
+        _write_report(args.report, spec, reports, check, plans)
     if check is not None and not check["passed"]:
         print(
             f"{PROG}: error: --check failed: the ranks differ from one process beyond the tolerances", file=sys.stderr
@@ -208,10 +217,9 @@ def _read_plans(args: argparse.Namespace) -> list:
 
 
 def _check(plan, spec, reports: list[dict]) -> dict:
-    from hydraplan.runtime.equivalence import compare_with_reference, single_process_run
+    from hydraplan.runtime.equivalence import check_run
 
-    reference = single_process_run(plan, spec)
-    return compare_with_reference(reports, reference, spec.dtype).as_dict()
+    return check_run(plan, spec, reports)
 
 
 def _public(report: dict) -> dict:
@@ -220,12 +228,74 @@ def _public(report: dict) -> dict:
     return {key: value for key, value in report.items() if key not in hidden}
 
 
+def _strategy_runs(plans: list, num_steps: int, first_step: int) -> str:
+    """Every step's strategy, consecutive equal ones together: `4x<1,1,1> (steps 0-1), 2x<2,1,1> (step 2)`."""
+    runs: list[list] = []
+    for index in range(num_steps):
+        strategy = str(plans[min(index, len(plans) - 1)].strategy)
+        if runs and runs[-1][0] == strategy:
+            runs[-1][2] = first_step + index
+        else:
+            runs.append([strategy, first_step + index, first_step + index])
+    return ", ".join(
+        f"{strategy} (step {start})" if start == stop else f"{strategy} (steps {start}-{stop})"
+        for strategy, start, stop in runs
+    )
+
+
+def profile_line(plan) -> str:
+    """Where the plan's predictions come from: the profile's source, model, machine and date."""
+    profile = plan.cost_profile
+    provenance = profile.provenance
+    where = f"{profile.source} profile of {profile.model or 'an unnamed model'}"
+    if provenance is not None and (provenance.hardware or provenance.date):
+        dtype = f", {provenance.dtype}" if provenance.dtype else ""
+        machine = provenance.hardware or "an unrecorded machine"
+        when = f" at {provenance.date}" if provenance.date else ""
+        where += f", measured on {machine}{when}{dtype}"
+    elif profile.source in ("profiled", "calibrated"):
+        where += " (its machine and date are not recorded)"
+    return where
+
+
+def plan_element_bytes(plan) -> tuple[str, int]:
+    """The gradient dtype the plan's `grad_bytes_per_gpu` counts: the profile's measured dtype, else
+    bf16 (the analytic model's and the planner's default)."""
+    provenance = plan.cost_profile.provenance
+    dtype = provenance.dtype if provenance is not None and provenance.dtype else "bfloat16"
+    sizes = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "bf16": 2, "fp32": 4, "fp16": 2}
+    return dtype, sizes.get(dtype.removeprefix("torch."), 2)
+
+
+def cut_line(plans: list) -> str:
+    """`3 sequence(s) in 2 step(s) trained as 7 chunks (allowed by --oversize split): 412 tokens
+    lost the attention context before their chunk`, or "" without a cut (counted over the steps)."""
+    from hydraplan.runtime.equivalence import cut_summary
+
+    cuts = cut_summary(plans)
+    if not cuts["sequences"]:
+        return ""
+    allowed = "allowed by --oversize split" if cuts["allowed"] else "NOT allowed by the plan"
+    return (
+        f"{cuts['sequences']} sequence(s) in {len(plans)} step(s) trained as {cuts['chunks']} chunks ({allowed}): "
+        f"{cuts['tokens_without_context']:,} tokens lost the attention context before their chunk"
+    )
+
+
 def _print_summary(plans: list, reports: list[dict], check: dict | None) -> None:
-    plan = plans[0]
-    print(f"ran {plan.strategy} on {len(reports)} ranks ({len(plan.input_lengths)} sequences)")
-    for index, step in enumerate(reports[0]["steps"]):  # after --load, step numbers start past 0
+    from hydraplan.runtime.step_timing import step_timing
+
+    steps = reports[0]["steps"]
+    first_step = steps[0]["step"] if steps else 0
+    print(f"ran {len(steps)} step(s) on {len(reports)} ranks: {_strategy_runs(plans, len(steps), first_step)}")
+    print(f"  predictions from the {profile_line(plans[-1])}")
+    for index, step in enumerate(steps):  # after --load, step numbers start past 0
+        plan = plans[min(index, len(plans) - 1)]
         slowest = max(report["steps"][index]["pipeline_s"] for report in reports)
-        print(f"  step {step['step']}: loss {step['loss']:.12g}, slowest rank {slowest:.3f} s (wall)")
+        print(
+            f"  step {step['step']} ({plan.strategy}, {len(plan.input_lengths)} sequences): loss {step['loss']:.12g}, "
+            f"slowest rank {slowest:.3f} s (wall)"
+        )
         switches = [report["steps"][index]["switch"] for report in reports]
         if switches[0] is not None:
             sent = sum(switch["weight_bytes"] for switch in switches)
@@ -234,33 +304,53 @@ def _print_summary(plans: list, reports: list[dict], check: dict | None) -> None
                 f"slowest rank {max(switch['seconds'] for switch in switches):.3f} s; the plan's "
                 f"switch_cost_s {switches[0]['planned_switch_cost_s']:.3g} s"
             )
-    from hydraplan.runtime.timeline import pipeline_critical_paths_s
-
-    last = len(reports[0]["steps"]) - 1
-    measured = pipeline_critical_paths_s(reports, last)
-    print("  pipelines, last step: the plan's simulated 1F1B time vs the critical path of the measured op CPU times")
+    last = len(steps) - 1
+    timing = step_timing(reports, last)
+    print(
+        "  pipelines, last step: the plan's simulated 1F1B time vs the measured critical path (op CPU times with "
+        "their TP/CP collectives and transfers, as the plan counts them)"
+    )
     for pipeline in plans[-1].pipelines:
         scheme = f"<{pipeline.scheme.tp},{pipeline.scheme.pp},{pipeline.scheme.cp}>"
-        print(
-            f"    pipeline {pipeline.index} {scheme}: planned {pipeline.time_s * 1e3:.3f} ms, "
-            f"measured {measured[pipeline.index] * 1e3:.3f} ms"
+        path = timing.pipelines.get(pipeline.index)
+        measured = (
+            "no micro-batch"
+            if path is None
+            else (
+                f"{path.total_s * 1e3:.3f} ms (TP/CP collectives {path.collectives_s * 1e3:.3f} ms, "
+                f"transfers {path.transfer_s * 1e3:.3f} ms)"
+            )
         )
-    print("  gradient sync per rank (last step): bytes sent by a ring all-reduce, vs the planner's model (bf16)")
+        print(f"    pipeline {pipeline.index} {scheme}: planned {pipeline.time_s * 1e3:.3f} ms, measured {measured}")
+    dtype, element_bytes = plan_element_bytes(plans[-1])
+    print(
+        f"  gradient sync per rank (last step): bytes a ring all-reduce sends, in the plan's unit ({dtype} "
+        f"gradients) beside the planner's model; the run's own dtype in brackets"
+    )
     for report in reports:
         sync = report["steps"][-1]["sync"]
         planned = report["planned_sync"]
+        in_plan_unit = sync["ring_sent_bytes"] * element_bytes / _element_bytes(sync)
         print(
-            f"    rank {report['rank']} {report['scheme']} stage {report['stage']}: {sync['num_buckets']} buckets, "
-            f"{sync['elements']:,} elements, {sync['ring_sent_bytes']:,.0f} B sent (bf16 "
-            f"{sync['ring_sent_bytes'] * 2 / _element_bytes(sync):,.0f} B; planner {planned['ring_sent_bytes']:,.0f} B)"
+            f"    rank {report['rank']} {report['scheme']} stage {report['stage']}: {sync['num_buckets']} buckets "
+            f"({sync.get('num_started_in_backward', 0)} started during backward), {sync['elements']:,} elements, "
+            f"{in_plan_unit:,.0f} B; planner {planned['ring_sent_bytes']:,.0f} B "
+            f"[{sync['ring_sent_bytes']:,.0f} B at {_element_bytes(sync):g} bytes per element]"
         )
+    cuts = cut_line([plans[min(index, len(plans) - 1)] for index in range(len(steps))])
+    if cuts:
+        print(f"  {cuts}")
     if check is not None:
         verdict = "PASSED" if check["passed"] else "FAILED"
+        cut = check.get("cuts") or {}
+        against = "the batch as cut (allowed)" if cut.get("sequences") and cut.get("allowed") else "the uncut batch"
         print(
-            f"  check ({check['dtype']}) {verdict}: loss {check['max_loss_rel']:.3g} rel, parameters "
+            f"  check ({check['dtype']}) {verdict} against {against}: loss {check['max_loss_rel']:.3g} rel, parameters "
             f"{check['max_param_rel']:.3g} rel ({check['worst_param']}), first-step gradients "
             f"{check['max_grad_rel_to_norm']:.3g} of their norm ({check['worst_grad']})"
         )
+        if cut.get("sequences"):
+            print(f"    against the uncut batch the loss differs by {cut['uncut_max_loss_rel']:.3g} rel")
 
 
 def _print_checkpoint(reports: list[dict]) -> None:
@@ -278,7 +368,8 @@ def _element_bytes(sync: dict) -> float:
     return sync["buffer_bytes"] / sync["elements"] if sync["elements"] else 2.0
 
 
-def _write_report(path: str, spec, reports: list[dict], check: dict | None) -> None:
+def _write_report(path: str, spec, reports: list[dict], check: dict | None, plans: list) -> None:
+    from hydraplan.runtime.equivalence import cut_summary
     from hydraplan.runtime.timeline import pipeline_critical_paths_s
 
     document = {
@@ -287,6 +378,8 @@ def _write_report(path: str, spec, reports: list[dict], check: dict | None) -> N
         "critical_path_s": [pipeline_critical_paths_s(reports, step) for step in range(len(reports[0]["steps"]))],
         "measured_steps": _measured_steps(reports),
         "ranks": [_public(report) for report in reports],
+        # sequences trained as chunks (--oversize split), over every step run
+        "cuts": cut_summary([plans[min(i, len(plans) - 1)] for i in range(len(reports[0]["steps"]))]),
         "check": check,
     }
     with open(path, "w", encoding="utf-8") as handle:

@@ -74,8 +74,9 @@ def add_online_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--oversize",
         choices=("error", "split", "drop"),
-        default="split",
-        help="sequences longer than every capacity (default: split)",
+        default="error",
+        help="sequences longer than every capacity: refuse the step (the default: nothing is trained "
+        "shorter than the user's data without asking), cut into chunks (reported), or drop",
     )
     group.add_argument(
         "--plan-retries",

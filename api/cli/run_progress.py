@@ -60,7 +60,7 @@ class StepProgress:
         self.started_s = 0.0
 
     def __call__(self, step: int, phase: str) -> None:
-        if phase == "start" or step == self.current:
+        if phase in ("start", "join", "setup") or step == self.current:
             return
         self._end_step()
         if phase == "done":

@@ -93,6 +93,25 @@ def _ms(seconds: float | None) -> str:
     return f"{milliseconds:.3g} ms"
 
 
+def _split(plan: Plan) -> str:
+    """Sequences cut into chunks (`--oversize split`), and the tokens that lost attention context:
+    every token of a chunk after a sequence's first attends only to its own chunk."""
+    if not plan.split_sequence_ids:
+        return "0 sequences cut into chunks"
+    split = set(plan.split_sequence_ids)
+    chunks = lost = 0
+    for pipeline in plan.pipelines:
+        for batch in pipeline.micro_batches:
+            for sequence_id, offset, length in zip(batch.sequence_ids, batch.offsets, batch.lengths):
+                if sequence_id in split:
+                    chunks += 1
+                    lost += length if offset > 0 else 0
+    return (
+        f"{len(split):,} sequences cut into chunks ({chunks:,} chunks; {lost:,} tokens trained without "
+        "the attention context before their chunk)"
+    )
+
+
 def _plan_header(plan: Plan) -> str:
     slowest_s = max((pipeline.time_s for pipeline in plan.pipelines), default=0.0)
     num_tokens = sum(plan.input_lengths)
@@ -117,7 +136,7 @@ def _plan_header(plan: Plan) -> str:
             + (" (cut by the clock: another run may differ)" if solver.cut_by_clock else ""),
         ),
         ("sequences", f"{len(plan.input_lengths):,} ({num_tokens:,} tokens)"),
-        ("split", f"{len(plan.split_sequence_ids):,} sequences cut into chunks"),
+        ("split", _split(plan)),
         ("dropped", _dropped(plan.dropped_sequence_ids)),
     ]
     width = max(len(label) for label, _ in facts)

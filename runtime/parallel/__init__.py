@@ -21,6 +21,7 @@ from hydraplan.runtime.parallel.comm import group_rank, group_size
 from hydraplan.runtime.parallel.cp import ContextParallelAttentionCore
 from hydraplan.runtime.parallel.tp import (
     ColumnParallelLinear,
+    CopyBlockInput,
     RowParallelLinear,
     ShardedWeight,
     VocabParallelCrossEntropy,
@@ -73,6 +74,8 @@ def _shard_tensor_parallel(stage: DecoderStage, tp: int, rank: int, group: dist.
     ffn_rows = even_range(cfg.ffn_hidden_size, tp, rank)
     for layer in stage.layers.values():
         attn, mlp = layer.attn, layer.mlp
+        attn.register_forward_pre_hook(CopyBlockInput(group))
+        mlp.register_forward_pre_hook(CopyBlockInput(group))
         attn.wq = ColumnParallelLinear(attn.wq.weight, *q_rows, group)
         attn.wk = ColumnParallelLinear(attn.wk.weight, *kv_rows, group)
         attn.wv = ColumnParallelLinear(attn.wv.weight, *kv_rows, group)

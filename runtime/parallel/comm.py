@@ -6,9 +6,16 @@ The tensor-parallel pair follows Megatron-LM (Shoeybi et al. 2019, arXiv 1909.08
 Both assume what Megatron assumes: everything after `reduce_from_group` is computed identically
 on every rank of the group, so each rank back-propagates the same upstream gradient.
 
-`gather_along_first_dim` (context parallelism) all-gathers equal-sized pieces; its backward sums
-every rank's gradient of the gathered tensor and keeps this rank's piece (a reduce-scatter,
-written as all-reduce + slice because gloo has no reduce-scatter).
+Megatron-LM applies f once per block input (its QKV projection is one fused column-parallel
+layer, and so is the MLP's first): `parallelize_stage` puts one `copy_to_group` at the input of
+each attention and each MLP (a forward pre-hook), and the column-parallel linears inside do no
+communication of their own. Per transformer layer and micro-batch: 2 activation all-reduces
+forward (the row-parallel outputs) and 2 backward (the block inputs).
+
+`gather_along_first_dim` (context parallelism) all-gathers equal-sized pieces into one tensor;
+its backward sums every rank's gradient of the gathered tensor and keeps this rank's piece: one
+reduce-scatter (`reduce_scatter_single`, the name torch 2.13 gives `reduce_scatter_tensor`; it
+runs on gloo too), a 1/cp of the all-reduce it replaces in bytes received per rank.
 """
 
 from __future__ import annotations
@@ -61,14 +68,26 @@ class _GatherAlongFirstDim(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, group):
         ctx.group = group
-        pieces = [torch.empty_like(tensor) for _ in range(group_size(group))]
+        tensor = tensor.contiguous()
+        size = group_size(group)
+        gathered = tensor.new_empty((size * tensor.shape[0], *tensor.shape[1:]))
+        all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # torch 2.13's name
         with timed("all_gather", tensor.numel() * tensor.element_size()):
-            dist.all_gather(pieces, tensor.contiguous(), group=group)
-        return torch.stack(pieces)
+            all_gather(gathered, tensor, group=group)
+        return gathered.view(size, *tensor.shape)
 
     @staticmethod
     def backward(ctx, grad):
-        return _all_reduce(grad, ctx.group)[group_rank(ctx.group)], None
+        mine = grad.new_empty(grad.shape[1:])
+        with timed("reduce_scatter", mine.numel() * mine.element_size()):
+            _reduce_scatter(mine, grad.contiguous().flatten(0, 1), ctx.group)
+        return mine, None
+
+
+def _reduce_scatter(output: torch.Tensor, tensor: torch.Tensor, group: dist.ProcessGroup | None) -> None:
+    """`output` = this rank's slice (along the first dim) of `tensor` summed over the group."""
+    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    reduce_scatter(output, tensor, group=group)
 
 
 def copy_to_group(tensor: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:

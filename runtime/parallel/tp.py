@@ -27,6 +27,7 @@ from hydraplan.runtime.parallel.comm import copy_to_group, reduce_from_group
 
 __all__ = [
     "ColumnParallelLinear",
+    "CopyBlockInput",
     "RowParallelLinear",
     "VocabParallelCrossEntropy",
     "VocabParallelEmbedding",
@@ -54,14 +55,27 @@ class ShardedWeight(nn.Module):
 
 
 class ColumnParallelLinear(ShardedWeight):
-    """Output rows `[start, stop)` of `x @ W.T`: f operator on the input, no communication after."""
+    """Output rows `[start, stop)` of `x @ W.T`, no communication: the f operator sits once at the
+    input of the block that holds it (`copy_block_input`), as for Megatron-LM's fused QKV."""
 
     def __init__(self, weight: torch.Tensor, start: int, stop: int, group: dist.ProcessGroup | None) -> None:
         super().__init__(weight, 0, start, stop)
         self.group = group
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(copy_to_group(x, self.group), self.weight)
+        return F.linear(x, self.weight)
+
+
+class CopyBlockInput:
+    """A forward pre-hook putting the f operator (`copy_to_group`) on a block's first argument:
+    one gradient all-reduce for all the column-parallel linears that read it (attention's
+    wq/wk/wv, the MLP's w_gate/w_up). A hook keeps the block's canonical parameter names."""
+
+    def __init__(self, group: dist.ProcessGroup | None) -> None:
+        self.group = group
+
+    def __call__(self, module: nn.Module, args: tuple) -> tuple:
+        return (copy_to_group(args[0], self.group), *args[1:])
 
 
 class RowParallelLinear(ShardedWeight):
