@@ -88,3 +88,22 @@ def test_one_chunk_is_plain_1f1b() -> None:
 def test_megatrons_conditions_on_the_group_are_refused_with_the_values(stages, micro, group, named) -> None:
     with pytest.raises(ValueError, match=named):
         simulate_interleaved_1f1b([1.0] * micro, stages, 2, 1 / 3, group)
+
+
+@pytest.mark.parametrize(
+    ("stages", "chunks", "rounds"), [(2, 2, 1), (2, 2, 3), (4, 2, 2), (3, 3, 2), (4, 4, 1), (5, 2, 4)]
+)
+def test_the_memory_models_in_flight_counts_are_the_schedules_peak(stages, chunks, rounds) -> None:
+    """What `cost_models.pipeline_layout` charges each rank's memory with (micro-batches in
+    flight per chunk at the rank's peak) is what the simulated order holds at its fullest."""
+    from hydraplan.cost_models.pipeline_layout import in_flight_micro_batches
+
+    micro = stages * rounds
+    expected = in_flight_micro_batches(stages, chunks, micro)
+    for rank in range(stages):
+        held, fullest = [0] * chunks, [0] * chunks
+        for forward, _, chunk in interleaved_operations(rank, stages, chunks, micro, stages):
+            held[chunk] += 1 if forward else -1
+            if sum(held) > sum(fullest):
+                fullest = list(held)
+        assert fullest == expected[rank], f"rank {rank}"
