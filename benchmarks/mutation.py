@@ -64,7 +64,7 @@ class Target:
 TARGETS = {
     target.name: target
     for target in (
-        Target("checker", "planner/check.py", ("tests/test_check.py",)),
+        Target("checker", "planner/check.py", ("tests/test_check.py", "tests/test_check_claims.py")),
         Target("reference", "planner/reference.py", ("tests/test_check_reference.py", "tests/test_check.py")),
         Target("simulate", "planner/simulate.py", ("tests/test_simulate.py", "tests/test_check_reference.py")),
         Target(
