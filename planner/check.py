@@ -261,7 +261,7 @@ def _check_status(plan: Plan, request: PlanRequest | None) -> list[str]:
     cut_by_clock = plan.solver.cut_by_clock
     if (plan.status == SolveStatus.TIMEOUT_INCUMBENT) != cut_by_clock:
         return [
-            f"status {plan.status.value} with solver.cut_by_clock {cut_by_clock}: timeout_incumbent is the status "
+            f"status {plan.status} with solver.cut_by_clock {cut_by_clock}: timeout_incumbent is the status "
             "of a plan the clock cut, and only of one"
         ]
     recorded = plan.solver.gap_tolerance
@@ -279,7 +279,7 @@ def _check_status(plan: Plan, request: PlanRequest | None) -> list[str]:
     within = plan.gap <= tolerance
     if (plan.status == SolveStatus.OPTIMAL) != within:
         relation = "at most" if within else "above"
-        violations.append(f"status {plan.status.value} with gap {plan.gap}, {relation} the gap tolerance {tolerance}")
+        violations.append(f"status {plan.status} with gap {plan.gap}, {relation} the gap tolerance {tolerance}")
     return violations
 
 

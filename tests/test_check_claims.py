@@ -17,7 +17,8 @@ from hydraplan.planner.schemas import Plan, PlanRequest, SolverOptions
 
 PROFILE = synthetic_profile(max_gpus=16)
 LENGTHS = wikipedia_like_batch(40_000, seed=5)
-OPTIONS = SolverOptions(time_limit_s=2, strategy_pool=["1x<8,1,1> + 1x<4,2,1>"])
+# a budget far above the work (a few tens of ms): the clock never cuts these plans, whatever the load
+OPTIONS = SolverOptions(time_limit_s=30, strategy_pool=["1x<8,1,1> + 1x<4,2,1>"], solver="greedy")
 REQUEST = PlanRequest(lengths=LENGTHS, num_gpus=16, options=OPTIONS)
 
 
@@ -38,7 +39,7 @@ def plan() -> Plan:
 @pytest.fixture(scope="module")
 def cp_plan() -> Plan:
     """Four `<2,1,2>` pipelines: a TP x CP grid of 4 ranks fits a node of 8."""
-    options = SolverOptions(time_limit_s=0.5, strategy_pool=["4x<2,1,2>"], solver="greedy")
+    options = SolverOptions(time_limit_s=30, strategy_pool=["4x<2,1,2>"], solver="greedy")
     return solved(PlanRequest(lengths=wikipedia_like_batch(20_000, seed=3), num_gpus=16, options=options))
 
 
@@ -102,9 +103,26 @@ def test_a_cp_grid_across_nodes_is_named_though_its_tp_pairs_are_not(cp_plan):
     ]
 
 
+def test_a_grid_of_exactly_a_node_must_be_inside_one():
+    """`<4,1,2>`: its TP x CP grid of 8 fills a node; two pipelines trading TP groups keep every
+    TP group inside a node but put each grid on two."""
+    options = SolverOptions(time_limit_s=30, strategy_pool=["2x<4,1,2>"], solver="greedy")
+    full = solved(PlanRequest(lengths=wikipedia_like_batch(20_000, seed=3), num_gpus=16, options=options))
+    assert check_plan(full) == []
+
+    def trade(d):
+        for position in range(4, 8):
+            swap_ranks(d, (0, 0, position), (1, 0, position - 4))
+
+    assert check_plan(edited(full, trade)) == [
+        "pipeline 0 <4,1,2>: TP x CP grid of ranks [0, 1, 2, 3, 8, 9, 10, 11] spans nodes 0 to 1 (gpus_per_node 8)",
+        "pipeline 1 <4,1,2>: TP x CP grid of ranks [4, 5, 6, 7, 12, 13, 14, 15] spans nodes 0 to 1 (gpus_per_node 8)",
+    ]
+
+
 def test_a_grid_larger_than_a_node_may_span_nodes():
     """`<8,1,2>` on 16 GPUs of 8 per node: its two TP groups fill a node each, its grid spans both."""
-    options = SolverOptions(time_limit_s=0.5, strategy_pool=["1x<8,1,2>"], solver="greedy")
+    options = SolverOptions(time_limit_s=30, strategy_pool=["1x<8,1,2>"], solver="greedy")
     wide = solved(PlanRequest(lengths=wikipedia_like_batch(20_000, seed=3), num_gpus=16, options=options))
     assert check_plan(wide) == []
     # the same pipeline with its two TP groups interleaved over the nodes is not
@@ -149,7 +167,7 @@ def test_gpus_per_node_of_the_whole_cluster_is_a_layout_but_not_the_requests(pla
 
 def test_part_of_one_node_is_a_valid_cluster():
     """4 GPUs of a node of 8: every group is on node 0."""
-    options = SolverOptions(time_limit_s=0.3, strategy_pool=["1x<2,1,2>"], solver="greedy")
+    options = SolverOptions(time_limit_s=30, strategy_pool=["1x<2,1,2>"], solver="greedy")
     part = solved(PlanRequest(lengths=[500, 900, 1200, 300], num_gpus=4, options=options))
     assert part.gpus_per_node == 8 and check_plan(part) == []
 
@@ -292,6 +310,10 @@ def test_a_plan_of_another_request_is_named(plan):
     assert check_plan(plan, request=REQUEST.model_copy(update={"lengths": other})) == [
         f"sequence 3: the plan has length {LENGTHS[3]}, the request {other[3]}"
     ]
+    other[5] += 1  # a second difference: the first one is named
+    assert check_plan(plan, request=REQUEST.model_copy(update={"lengths": other})) == [
+        f"sequence 3: the plan has length {LENGTHS[3]}, the request {other[3]}"
+    ]
     assert check_plan(plan, request=REQUEST.model_copy(update={"lengths": LENGTHS[:-1]})) == [
         f"plan covers {len(LENGTHS)} sequences, the request has {len(LENGTHS) - 1}"
     ]
@@ -301,3 +323,23 @@ def test_a_plan_of_another_request_is_named(plan):
     assert check_plan(plan, request=REQUEST.model_copy(update={"previous_strategy": "4x<4,1,1>"})) == [
         "previous_strategy None is not the request's '4x<4,1,1>'"
     ]
+
+
+def test_a_request_read_from_json_compares_lengths_by_value(plan):
+    """The request's lengths are other int objects than the plan's (long ones past CPython's
+    small-int cache): equal lengths are equal, whatever their identity."""
+    parsed = PlanRequest.model_validate_json(REQUEST.model_dump_json())
+    assert max(parsed.lengths) > 256 and check_plan(plan, PROFILE, parsed) == []
+
+
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")  # the plain string, hashed for plan_id
+def test_a_status_set_without_validation_is_still_checked(plan):
+    """`model_copy(update=...)` skips validation: a plain string status is compared by value."""
+    found = check_plan(plan.model_copy(update={"status": "timeout_incumbent"}))
+    assert found[0] == (
+        "status timeout_incumbent with solver.cut_by_clock False: timeout_incumbent is the status of a plan "
+        "the clock cut, and only of one"
+    )
+    opposite = "optimal" if plan.status == "feasible" else "feasible"
+    found = check_plan(plan.model_copy(update={"status": opposite}))
+    assert found[0].startswith(f"status {opposite} with gap {plan.gap}, ")
