@@ -107,7 +107,7 @@ def _check_nodes(plan: Plan) -> list[str]:
         tp, _, cp = _scheme(pipeline)
         for stage in pipeline.stage_ranks:  # a stage's ranks are its TP x CP grid, TP innermost
             groups = [stage[start : start + tp] for start in range(0, len(stage), tp)]
-            if tp * cp <= per_node:
+            if stage and tp * cp <= per_node:
                 groups.append(stage)  # after its TP groups: a TP group that spans nodes is named first
             spanning = next((group for group in groups if _nodes(group, per_node)), None)
             if spanning is not None:

@@ -103,6 +103,11 @@ def test_a_cp_grid_across_nodes_is_named_though_its_tp_pairs_are_not(cp_plan):
     ]
 
 
+def test_an_empty_stage_is_a_rank_violation_not_a_crash(cp_plan):
+    found = check_plan(edited(cp_plan, lambda d: d["pipelines"][0].__setitem__("stage_ranks", [[]])))
+    assert found == ["pipeline 0 <2,1,2>: stage_ranks must be 1 lists of 4 ranks"]
+
+
 def test_a_grid_of_exactly_a_node_must_be_inside_one():
     """`<4,1,2>`: its TP x CP grid of 8 fills a node; two pipelines trading TP groups keep every
     TP group inside a node but put each grid on two."""
