@@ -337,6 +337,16 @@ def test_a_request_read_from_json_compares_lengths_by_value(plan):
     assert max(parsed.lengths) > 256 and check_plan(plan, PROFILE, parsed) == []
 
 
+def test_a_request_read_from_json_compares_its_previous_strategy_by_value():
+    """A plan made after `4x<4,1,1>`, checked against its request read back from JSON: the two
+    strategy texts are equal strings, not the same object."""
+    request = REQUEST.model_copy(update={"previous_strategy": "4x<4,1,1>"})
+    switched = solved(request)
+    parsed = PlanRequest.model_validate_json(request.model_dump_json())
+    assert parsed.previous_strategy is not switched.previous_strategy
+    assert check_plan(switched, PROFILE, parsed) == []
+
+
 @pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")  # the plain string, hashed for plan_id
 def test_a_status_set_without_validation_is_still_checked(plan):
     """`model_copy(update=...)` skips validation: a plain string status is compared by value."""
