@@ -245,9 +245,13 @@ def _check_totals(plan: Plan, profile: CostProfile, pipeline_times: list[float])
 def _check_claims(plan: Plan, profile: CostProfile | None, request: PlanRequest | None) -> list[str]:
     """The plan's status, its `plan_id` and, given the request, that the plan answers it."""
     violations = _check_status(plan, request)
-    plan_id = content_plan_id(plan)
-    if plan.plan_id != plan_id:
-        violations.append(f"plan_id {plan.plan_id!r} is not the hash of the plan's content, {plan_id!r}")
+    try:
+        plan_id = content_plan_id(plan)
+    except ValueError:  # canonical JSON has no NaN or infinity (a float field that allows them)
+        violations.append("plan_id cannot be the hash of the plan's content: it holds NaN or infinity")
+    else:
+        if plan.plan_id != plan_id:
+            violations.append(f"plan_id {plan.plan_id!r} is not the hash of the plan's content, {plan_id!r}")
     if request is not None:
         violations += _check_request(plan, profile, request)
     return violations
@@ -299,12 +303,18 @@ def _check_request(plan: Plan, profile: CostProfile | None, request: PlanRequest
         if planned != asked:
             violations.append(f"{field} {planned!r} is not the request's {asked!r}")
     if profile is not None:
-        expected = content_request_hash(request, profile)
-        if plan.request_hash != expected:
-            violations.append(
-                f"request_hash {plan.request_hash!r} is not the hash of the request and profile, {expected!r}"
-            )
+        violations += _check_request_hash(plan, request, profile)
     return violations
+
+
+def _check_request_hash(plan: Plan, request: PlanRequest, profile: CostProfile) -> list[str]:
+    try:
+        expected = content_request_hash(request, profile)
+    except ValueError:  # canonical JSON has no NaN or infinity (a float field that allows them)
+        return ["request_hash cannot be the hash of the request and profile: one holds NaN or infinity"]
+    if plan.request_hash != expected:
+        return [f"request_hash {plan.request_hash!r} is not the hash of the request and profile, {expected!r}"]
+    return []
 
 
 def content_digest(content: Any) -> str:

@@ -541,6 +541,9 @@ class SolverStats(Frozen):
     )
     gap_tolerance: float | None = Field(
         None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
         description="The request's options.gap_tolerance, which the status was decided by ('optimal' when the gap "
         "is at most this); None in plans written before it was recorded.",
     )

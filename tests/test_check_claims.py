@@ -292,6 +292,24 @@ def test_an_edit_that_keeps_the_old_id_is_named(plan):
     assert len(found) == 1 and found[0].startswith(f"plan_id {plan.plan_id!r} is not the hash of the plan's content")
 
 
+def test_a_number_json_cannot_carry_is_named_not_a_crash(plan):
+    """`solver.time_limit_s` admits NaN; canonical JSON does not, so no hash is the plan's."""
+    data = plan.model_dump(mode="json")
+    data["solver"]["time_limit_s"] = float("nan")
+    assert check_plan(Plan.model_validate(data)) == [
+        "plan_id cannot be the hash of the plan's content: it holds NaN or infinity"
+    ]
+    measured = PROFILE.model_copy(update={"provenance": None, "grad_sync_exposed_fraction": float("inf")})
+    found = check_plan(plan, measured, REQUEST)
+    assert found[-1] == "request_hash cannot be the hash of the request and profile: one holds NaN or infinity"
+
+
+@pytest.mark.parametrize("tolerance", [-0.1, 1.5, float("nan")])
+def test_a_recorded_tolerance_is_a_share(plan, tolerance):
+    with pytest.raises(ValueError, match="gap_tolerance"):
+        edited(plan, lambda d: d["solver"].__setitem__("gap_tolerance", tolerance))
+
+
 def test_request_hash_is_checked_against_the_request_and_its_profile(plan):
     assert check_plan(plan, PROFILE, REQUEST) == []
     edited_hash = "rq-00000000000000000000"
