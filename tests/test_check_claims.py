@@ -13,7 +13,8 @@ from synthetic import synthetic_profile, wikipedia_like_batch
 
 from hydraplan.planner.build import identified
 from hydraplan.planner.check import check_plan
-from hydraplan.planner.schemas import Plan, PlanRequest, SolverOptions
+from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SchemeCost, SolverOptions
+from hydraplan.planner.solve import solve
 
 PROFILE = synthetic_profile(max_gpus=16)
 LENGTHS = wikipedia_like_batch(40_000, seed=5)
@@ -23,8 +24,6 @@ REQUEST = PlanRequest(lengths=LENGTHS, num_gpus=16, options=OPTIONS)
 
 
 def solved(request: PlanRequest) -> Plan:
-    from hydraplan.planner.solve import solve
-
     return solve(request, PROFILE)
 
 
@@ -168,6 +167,16 @@ def test_gpus_per_node_of_the_whole_cluster_is_a_layout_but_not_the_requests(pla
     sixteen = edited(plan, lambda d: d.__setitem__("gpus_per_node", 16))
     assert check_plan(sixteen) == []
     assert check_plan(sixteen, request=REQUEST) == ["gpus_per_node 16 is not the request's 8"]
+
+
+def test_node_indices_past_the_small_int_cache_compare_by_value():
+    """300 nodes of 2 GPUs, one `<2,1,1>` pipeline on each: node indices up to 299 (past
+    CPython's cache of small ints) are equal by value, not by identity."""
+    scheme = SchemeCost(tp=2, pp=1, cp=1, a=1e-10, b=1e-5, c=1e-3, capacity_tokens=100_000)
+    options = SolverOptions(time_limit_s=30, solver="greedy")
+    request = PlanRequest(lengths=[10] * 300, num_gpus=600, gpus_per_node=2, options=options)
+    many = solve(request, CostProfile(num_layers=4, schemes=[scheme]))
+    assert many.strategy == "300x<2,1,1>" and check_plan(many) == []
 
 
 def test_part_of_one_node_is_a_valid_cluster():
