@@ -169,14 +169,16 @@ def test_gpus_per_node_of_the_whole_cluster_is_a_layout_but_not_the_requests(pla
     assert check_plan(sixteen, request=REQUEST) == ["gpus_per_node 16 is not the request's 8"]
 
 
-def test_node_indices_past_the_small_int_cache_compare_by_value():
-    """300 nodes of 2 GPUs, one `<2,1,1>` pipeline on each: node indices up to 299 (past
-    CPython's cache of small ints) are equal by value, not by identity."""
+def test_counts_past_the_small_int_cache_compare_by_value():
+    """300 nodes of 2 GPUs, one `<2,1,1>` pipeline on each: node indices up to 299 and the
+    request's 300 sequences (past CPython's cache of small ints) are equal by value, not by
+    identity."""
     scheme = SchemeCost(tp=2, pp=1, cp=1, a=1e-10, b=1e-5, c=1e-3, capacity_tokens=100_000)
     options = SolverOptions(time_limit_s=30, solver="greedy")
     request = PlanRequest(lengths=[10] * 300, num_gpus=600, gpus_per_node=2, options=options)
     many = solve(request, CostProfile(num_layers=4, schemes=[scheme]))
     assert many.strategy == "300x<2,1,1>" and check_plan(many) == []
+    assert check_plan(many, request=request) == []  # and 300 sequences, 600 GPUs as many as the request's
 
 
 def test_part_of_one_node_is_a_valid_cluster():
