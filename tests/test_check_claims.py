@@ -351,6 +351,15 @@ def test_a_plan_of_another_request_is_named(plan):
     assert check_plan(plan, request=REQUEST.model_copy(update={"lengths": LENGTHS[:-1]})) == [
         f"plan covers {len(LENGTHS)} sequences, the request has {len(LENGTHS) - 1}"
     ]
+    # a request longer than the plan, and one whose sequence is shorter than the plan's
+    assert check_plan(plan, request=REQUEST.model_copy(update={"lengths": [*LENGTHS, 5]})) == [
+        f"plan covers {len(LENGTHS)} sequences, the request has {len(LENGTHS) + 1}"
+    ]
+    shorter = list(LENGTHS)
+    shorter[3] -= 1
+    assert check_plan(plan, request=REQUEST.model_copy(update={"lengths": shorter})) == [
+        f"sequence 3: the plan has length {LENGTHS[3]}, the request {shorter[3]}"
+    ]
     assert check_plan(plan, request=REQUEST.model_copy(update={"num_gpus": 32})) == [
         "num_gpus 16 is not the request's 32"
     ]
