@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the CLI imports pydantic and the planner only inside its commands
     from pydantic import ValidationError
 
-    from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, Plan
+    from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, Plan, PlanRequest
 
 # schema_version of each versioned file hydraplan writes, and what the file is called
 DOCUMENT_KINDS = {
@@ -145,7 +145,7 @@ def first_problem(exc: ValidationError) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Plan, pool, profile and catalog files
+# Plan, request, pool, profile and catalog files
 # ---------------------------------------------------------------------------------------------
 
 
@@ -168,6 +168,23 @@ def read_plan(path: str) -> Plan:
         return Plan.model_validate(data)
     except ValidationError as exc:
         raise InputError(f"{path}: not a valid plan: {first_problem(exc)}") from None
+
+
+def read_request(path: str) -> PlanRequest:
+    """A plan request file (the JSON of `hydraplan schema request`: lengths, cluster, options)."""
+    from pydantic import ValidationError
+
+    from hydraplan.planner.schemas import PlanRequest
+
+    data = read_document(path, "a plan request")
+    if not isinstance(data, dict):
+        raise InputError(
+            f"{path}: not a valid plan request: the top level must be a JSON object, got {_json_type(data)}"
+        )
+    try:
+        return PlanRequest.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(f"{path}: not a valid plan request: {first_problem(exc)}") from None
 
 
 def read_pool(path: str) -> list[str]:

@@ -64,7 +64,7 @@ class Target:
 TARGETS = {
     target.name: target
     for target in (
-        Target("checker", "planner/check.py", ("tests/test_check.py",)),
+        Target("checker", "planner/check.py", ("tests/test_check.py", "tests/test_check_claims.py")),
         Target("reference", "planner/reference.py", ("tests/test_check_reference.py", "tests/test_check.py")),
         Target("simulate", "planner/simulate.py", ("tests/test_simulate.py", "tests/test_check_reference.py")),
         Target(
@@ -98,6 +98,11 @@ def prepare(workdir: Path) -> Path:
     subprocess.run(["tar", "-x", "-C", str(workdir)], input=archive, check=True)
     venv = workdir / ".venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    if sys.prefix != sys.base_prefix:  # run from a venv: the system's packages are not this interpreter's
+        import site
+
+        site_packages = next(venv.glob("lib/python*/site-packages"))
+        (site_packages / "_parent_venv.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     python = venv / "bin" / "python"
     subprocess.run([python, "-m", "pip", "install", "-q", COSMIC_RAY], check=True)
     subprocess.run(

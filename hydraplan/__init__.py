@@ -164,12 +164,14 @@ def estimate(
     return evaluate_strategy(_request(lengths, num_gpus, gpus_per_node, None, options), costs, fixed)
 
 
-def check(plan: Plan, profile: CostProfile | str | Path | None = None) -> list[str]:
+def check(plan: Plan, profile: CostProfile | str | Path | None = None, request: PlanRequest | None = None) -> list[str]:
     """Every constraint the plan breaks (empty when valid), recomputed by the independent
-    checker from `profile` when given, else from the profile embedded in the plan."""
+    checker from `profile` when given, else from the profile embedded in the plan. With
+    `request`, the plan must answer it (and, with the profile it was planned with, its
+    `request_hash` must be their hash)."""
     from hydraplan.planner.check import check_plan
 
-    return check_plan(plan, _profile(profile) if profile is not None else None)
+    return check_plan(plan, _profile(profile) if profile is not None else None, request)
 
 
 def _profile(profile: CostProfile | str | Path) -> CostProfile:

@@ -92,7 +92,7 @@ def build_plan(
         split_sequence_ids=list(items.split_sequence_ids),
         pipelines=pipelines,
         cost_profile=used_profile,
-        solver=stats.model_copy(update={"cut_by_clock": timed_out}),
+        solver=stats.model_copy(update={"cut_by_clock": timed_out, "gap_tolerance": request.options.gap_tolerance}),
     )
     return identified(plan)
 

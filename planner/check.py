@@ -4,38 +4,52 @@ It recomputes everything from the plan's inputs and the cost profile, trusting n
 reported and sharing none of its code: costs, capacities, the 1F1B simulation, the gradient sync
 and the switch cost come from `planner.reference`, written apart from the solver. It checks
 sequence coverage (every sequence placed exactly once, split only when longer than every
-capacity, dropped only then too), capacities, the rank layout, stage times, pipeline times, the
-gradient sync, the step time, the switch cost, the bound (at most the objective) and the gap.
+capacity, dropped only then too), capacities, the rank layout, the cluster layout (whole nodes;
+every TP group, and every TP x CP grid that fits a node, inside one), stage times, pipeline times,
+the gradient sync, the step time, the switch cost, the bound (at most the objective), the gap, the
+status, the `plan_id` and, given the request, that the plan answers it (its `request_hash` too
+when the profile is given).
+
+The two content hashes are recomputed here from their definition (docs/planner.md, "The plan
+JSON"), not by the planner's `build` module: every plan the planner returns passes this checker,
+so the planner's hashing is held to this definition on every plan it makes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections import defaultdict
+from typing import Any
 
 from hydraplan.planner import reference
-from hydraplan.planner.schemas import CostProfile, PipelinePlan, Plan
+from hydraplan.planner.schemas import CostProfile, PipelinePlan, Plan, PlanRequest, SolverOptions, SolveStatus
 
 RELATIVE_TOLERANCE = 1e-6
 
 
-def check_plan(plan: Plan, profile: CostProfile | None = None) -> list[str]:
+def check_plan(plan: Plan, profile: CostProfile | None = None, request: PlanRequest | None = None) -> list[str]:
     """Every violation found (empty when the plan is valid).
 
     Costs are recomputed from `profile` when given (it must contain every scheme the plan uses),
-    else from the profile embedded in the plan.
+    else from the profile embedded in the plan. With `request`, the plan must answer it: its
+    lengths, cluster and previous strategy, a status decided by its `gap_tolerance` and, when
+    `profile` is given too (the whole profile it was planned with: the plan embeds only the
+    schemes it uses), a `request_hash` equal to the hash of the two.
     """
-    profile = profile or plan.cost_profile
+    costs = profile or plan.cost_profile
     violations = _check_ranks(plan)
-    violations += _check_coverage(plan, profile)
+    violations += _check_nodes(plan)
+    violations += _check_coverage(plan, costs)
     pipeline_times = []
     for pipeline in plan.pipelines:
-        pipeline_violations, time_s = _check_pipeline(pipeline, profile)
+        pipeline_violations, time_s = _check_pipeline(pipeline, costs)
         violations += pipeline_violations
         pipeline_times.append(time_s)
-    if violations:
-        return violations
-    return _check_totals(plan, profile, pipeline_times)
+    if not violations:  # the totals are recomputed from consistent pipelines only
+        violations = _check_totals(plan, costs, pipeline_times)
+    return violations + _check_claims(plan, profile, request)
 
 
 def _close(left: float, right: float) -> bool:
@@ -76,6 +90,41 @@ def _check_ranks(plan: Plan) -> list[str]:
     if [p.index for p in plan.pipelines] != list(range(len(plan.pipelines))):
         violations.append("pipeline indices are not 0..P-1 in order")
     return violations
+
+
+def _check_nodes(plan: Plan) -> list[str]:
+    """The cluster rules the planner places by (`PlanRequest`, `strategies.place_pipelines`,
+    DESIGN.md): the GPUs are whole nodes of `gpus_per_node` (or part of one node); every TP group
+    is inside one node; every stage's TP x CP grid is inside one node when it is no larger than a
+    node (the analytic model prices its CP ring at NVLink latency then). Rank r is on node
+    r // gpus_per_node. A grid or a pipeline larger than a node may span nodes, and a pipeline
+    need not start on a node boundary: the placement promises neither."""
+    per_node = plan.gpus_per_node
+    if plan.num_gpus > per_node and plan.num_gpus % per_node:
+        return [f"gpus_per_node {per_node}: num_gpus {plan.num_gpus} is not a whole number of nodes"]
+    violations = []
+    for pipeline in plan.pipelines:
+        tp, _, cp = _scheme(pipeline)
+        for stage in pipeline.stage_ranks:  # a stage's ranks are its TP x CP grid, TP innermost
+            groups = [stage[start : start + tp] for start in range(0, len(stage), tp)]
+            if stage and tp * cp <= per_node:
+                groups.append(stage)  # after its TP groups: a TP group that spans nodes is named first
+            spanning = next((group for group in groups if _nodes(group, per_node)), None)
+            if spanning is not None:
+                first, last = _nodes(spanning, per_node)
+                kind = "TP x CP grid" if spanning is stage else "TP group"
+                violations.append(
+                    f"{_label(pipeline)}: {kind} of ranks {spanning} spans nodes {first} to {last} "
+                    f"(gpus_per_node {per_node})"
+                )
+                break
+    return violations
+
+
+def _nodes(group: list[int], per_node: int) -> tuple[int, int] | None:
+    """The first and last node of a group of ranks that spans nodes; None when it is in one."""
+    first, last = min(group) // per_node, max(group) // per_node
+    return (first, last) if first != last else None
 
 
 def _check_coverage(plan: Plan, profile: CostProfile) -> list[str]:
@@ -203,3 +252,96 @@ def _check_totals(plan: Plan, profile: CostProfile, pipeline_times: list[float])
     if not math.isclose(gap, plan.gap, abs_tol=1e-9):
         violations.append(f"gap {plan.gap} != (objective - bound) / objective = {gap}")
     return violations
+
+
+def _check_claims(plan: Plan, profile: CostProfile | None, request: PlanRequest | None) -> list[str]:
+    """The plan's status, its `plan_id` and, given the request, that the plan answers it."""
+    violations = _check_status(plan, request)
+    try:
+        plan_id = content_plan_id(plan)
+    except ValueError:  # canonical JSON has no NaN or infinity (a float field that allows them)
+        violations.append("plan_id cannot be the hash of the plan's content: it holds NaN or infinity")
+    else:
+        if plan.plan_id != plan_id:
+            violations.append(f"plan_id {plan.plan_id!r} is not the hash of the plan's content, {plan_id!r}")
+    if request is not None:
+        violations += _check_request(plan, profile, request)
+    return violations
+
+
+def _check_status(plan: Plan, request: PlanRequest | None) -> list[str]:
+    """`timeout_incumbent` exactly when the clock cut the search (`solver.cut_by_clock`); else
+    `optimal` exactly when the gap is at most the gap tolerance (the planner's rule, `build`): the
+    request's when it is given, else the one the plan records (the default for an older plan that
+    records none)."""
+    cut_by_clock = plan.solver.cut_by_clock
+    if (plan.status == SolveStatus.TIMEOUT_INCUMBENT) != cut_by_clock:
+        return [
+            f"status {plan.status} with solver.cut_by_clock {cut_by_clock}: timeout_incumbent is the status "
+            "of a plan the clock cut, and only of one"
+        ]
+    recorded = plan.solver.gap_tolerance
+    violations = []
+    if request is not None:
+        tolerance = request.options.gap_tolerance
+        if recorded is not None and recorded != tolerance:
+            violations.append(f"solver.gap_tolerance {recorded} is not the request's gap_tolerance {tolerance}")
+    elif recorded is not None:
+        tolerance = recorded
+    else:
+        tolerance = SolverOptions.model_fields["gap_tolerance"].default
+    if cut_by_clock:
+        return violations
+    within = plan.gap <= tolerance
+    if (plan.status == SolveStatus.OPTIMAL) != within:
+        relation = "at most" if within else "above"
+        violations.append(f"status {plan.status} with gap {plan.gap}, {relation} the gap tolerance {tolerance}")
+    return violations
+
+
+def _check_request(plan: Plan, profile: CostProfile | None, request: PlanRequest) -> list[str]:
+    """The plan is one of `request`: its batch, cluster and previous strategy; with the profile
+    it was planned with, its `request_hash`."""
+    violations = []
+    if len(request.lengths) != len(plan.input_lengths):
+        violations.append(f"plan covers {len(plan.input_lengths)} sequences, the request has {len(request.lengths)}")
+    else:
+        for index, (asked, planned) in enumerate(zip(request.lengths, plan.input_lengths)):
+            if asked != planned:
+                violations.append(f"sequence {index}: the plan has length {planned}, the request {asked}")
+                break
+    for field in ("num_gpus", "gpus_per_node", "previous_strategy"):
+        planned, asked = getattr(plan, field), getattr(request, field)
+        if planned != asked:
+            violations.append(f"{field} {planned!r} is not the request's {asked!r}")
+    if profile is not None:
+        violations += _check_request_hash(plan, request, profile)
+    return violations
+
+
+def _check_request_hash(plan: Plan, request: PlanRequest, profile: CostProfile) -> list[str]:
+    try:
+        expected = content_request_hash(request, profile)
+    except ValueError:  # canonical JSON has no NaN or infinity (a float field that allows them)
+        return ["request_hash cannot be the hash of the request and profile: one holds NaN or infinity"]
+    if plan.request_hash != expected:
+        return [f"request_hash {plan.request_hash!r} is not the hash of the request and profile, {expected!r}"]
+    return []
+
+
+def content_digest(content: Any) -> str:
+    """The format's content hash: SHA-256 of the canonical JSON (sorted keys, no spaces, no NaN),
+    its first 20 hex digits."""
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:20]
+
+
+def content_plan_id(plan: Plan) -> str:
+    """What `plan_id` must be: `hp-` and the hash of the plan's JSON without `plan_id`."""
+    return "hp-" + content_digest(plan.model_dump(mode="json", exclude={"plan_id"}))
+
+
+def content_request_hash(request: PlanRequest, profile: CostProfile) -> str:
+    """What `request_hash` must be: `rq-` and the hash of the request's and the whole profile's JSON."""
+    request_json, profile_json = request.model_dump(mode="json"), profile.model_dump(mode="json")
+    return "rq-" + content_digest({"request": request_json, "profile": profile_json})

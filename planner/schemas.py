@@ -542,6 +542,14 @@ class SolverStats(Frozen):
     time_limit_s: float | None = Field(
         None, description="The budget the search ran under, in seconds (an 'auto' budget resolved)."
     )
+    gap_tolerance: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="The request's options.gap_tolerance, which the status was decided by ('optimal' when the gap "
+        "is at most this); None in plans written before it was recorded.",
+    )
     winner: str = Field(
         "search",
         description="The candidate the plan grew from: 'search' (a strategy the search found and solved) or the "

@@ -195,6 +195,39 @@ def test_check_reports_mismatches_and_violations(client, tiny_plan: dict) -> Non
     assert verdict["valid"] is False and verdict["violations"]
 
 
+def test_check_against_the_whole_request_and_its_cost_source(client, tiny_plan: dict) -> None:
+    """With `options` the body is the request the plan answers: with its cost source (the
+    profile it was planned with) the plan's request_hash is checked too, and an edited one named."""
+    body = {"plan": tiny_plan, **reproducible_body()}
+    assert client.post("/v1/plans/check", json=body).json()["violations"] == []
+    tampered = {**tiny_plan, "request_hash": "rq-00000000000000000000"}
+    verdict = client.post("/v1/plans/check", json={**body, "plan": tampered}).json()
+    assert (
+        verdict["valid"] is False
+        and (
+            f"request_hash 'rq-00000000000000000000' is not the hash of the request and profile, "
+            f"{tiny_plan['request_hash']!r}"
+        )
+        in verdict["violations"]
+    )
+    another_seed = {**body, "options": {**body["options"], "seed": 1}}
+    violations = client.post("/v1/plans/check", json=another_seed).json()["violations"]
+    assert len(violations) == 1 and violations[0].startswith("request_hash ")
+    looser = {**body, "options": {**body["options"], "gap_tolerance": 0.5}}
+    violations = client.post("/v1/plans/check", json=looser).json()["violations"]
+    assert "solver.gap_tolerance 0.01 is not the request's gap_tolerance 0.5" in violations
+    previous = client.post("/v1/plans/check", json={**body, "previous_strategy": "8x<1,1,1>"}).json()["violations"]
+    assert "previous_strategy None is not the request's '8x<1,1,1>'" in previous
+
+
+def test_check_refuses_options_without_the_batch(client, tiny_plan: dict) -> None:
+    problem = assert_problem(client.post("/v1/plans/check", json={"plan": tiny_plan, "options": {}}), 422)
+    assert "give lengths and num_gpus too" in problem["detail"]
+    body = {"plan": tiny_plan, "lengths": [1, 2], "num_gpus": 12, "options": {}}
+    problem = assert_problem(client.post("/v1/plans/check", json=body), 422)
+    assert problem["errors"][0]["loc"] == ["body", "num_gpus"] or "multiple of gpus_per_node" in problem["detail"]
+
+
 def test_check_against_another_profile(client, tiny_plan: dict) -> None:
     """Recomputing times with a slower GPU's profile disagrees with the plan's own times."""
     body = {"plan": tiny_plan, "model": "tiny", "gpu": "a100-40gb"}

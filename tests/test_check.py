@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from synthetic import synthetic_profile, wikipedia_like_batch
 
+from hydraplan.planner.build import identified
 from hydraplan.planner.check import check_plan
 from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SchemeCost, SolverOptions
 from hydraplan.planner.solve import solve
@@ -16,15 +17,18 @@ PROFILE = synthetic_profile(max_gpus=16)
 def plan() -> Plan:
     lengths = wikipedia_like_batch(40_000, seed=5)
     # two pipelines of different schemes, so that cross-pipeline tampering has something to break
-    options = SolverOptions(time_limit_s=2, strategy_pool=["1x<8,1,1> + 1x<4,2,1>"])
+    # a budget far above the work: the clock does not cut it, whatever the load (status not timeout_incumbent)
+    options = SolverOptions(time_limit_s=30, strategy_pool=["1x<8,1,1> + 1x<4,2,1>"])
     return solve(PlanRequest(lengths=lengths, num_gpus=16, options=options), PROFILE)
 
 
 def edited(plan: Plan, edit) -> Plan:
-    """A deep copy of the plan's JSON with `edit` applied to it."""
+    """A deep copy of the plan's JSON with `edit` applied to it, its `plan_id` the hash of the
+    edited content (by the planner's own `identified`), so that the edit is the plan's only fault;
+    `test_an_edited_plan_id_is_a_violation` tampers with the id itself."""
     data = plan.model_dump(mode="json")
     edit(data)
-    return Plan.model_validate(data)
+    return identified(Plan.model_validate(data))
 
 
 def first_batch(data):
@@ -526,6 +530,7 @@ def test_a_bound_equal_to_the_objective_is_valid(plan):
     def tight(d):
         d["lower_bound_s"] = d["objective_s"]
         d["gap"] = 0.0
+        d["status"] = "optimal"  # a gap of 0 is within any tolerance
 
     assert check_plan(edited(plan, tight)) == []
 
@@ -619,3 +624,65 @@ def test_every_missing_sequence_is_named(plan):
 
     found = messages(edited(plan, remove_both))
     assert f"sequence {first} (" in found and f"sequence {second} (" in found
+
+
+# ---------------------------------------------------------------------------------------------
+# The totals one at a time: each edit below is seen by exactly one check, so turning that check
+# off leaves the plan valid and fails its test (issue 28: the grad_sync_s, switch_cost_s and
+# objective_s checks had no test that failed without them).
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def switched_plan() -> Plan:
+    lengths = wikipedia_like_batch(40_000, seed=5)
+    options = SolverOptions(time_limit_s=30, strategy_pool=["1x<8,1,1> + 1x<4,2,1>"], solver="greedy")
+    request = PlanRequest(lengths=lengths, num_gpus=16, previous_strategy="4x<4,1,1>", options=options)
+    return solve(request, PROFILE)
+
+
+def test_a_grad_sync_time_off_by_a_percent_is_the_only_violation(plan):
+    assert plan.grad_sync_s > 0
+    claimed = plan.grad_sync_s * 1.01
+    found = check_plan(edited(plan, lambda d: d.__setitem__("grad_sync_s", claimed)))
+    assert found == [f"grad_sync_s {claimed} != recomputed {plan.grad_sync_s}"]
+
+
+def test_a_free_grad_sync_is_the_only_violation(plan):
+    found = check_plan(edited(plan, lambda d: d.__setitem__("grad_sync_s", 0.0)))
+    assert found == [f"grad_sync_s 0.0 != recomputed {plan.grad_sync_s}"]
+
+
+def test_a_switch_cost_off_by_a_percent_is_the_only_violation(switched_plan):
+    assert check_plan(switched_plan) == [] and switched_plan.switch_cost_s > 0
+    claimed = switched_plan.switch_cost_s * 0.99
+    found = check_plan(edited(switched_plan, lambda d: d.__setitem__("switch_cost_s", claimed)))
+    assert found == [f"switch_cost_s {claimed} != recomputed {switched_plan.switch_cost_s}"]
+
+
+def test_a_switch_claimed_free_is_the_only_violation(switched_plan):
+    found = check_plan(edited(switched_plan, lambda d: d.__setitem__("switch_cost_s", 0.0)))
+    assert found == [f"switch_cost_s 0.0 != recomputed {switched_plan.switch_cost_s}"]
+
+
+def with_objective(d: dict, objective_s: float) -> None:
+    """`objective_s` with the gap (and the status it decides, unless the clock cut the plan) that go with it."""
+    d["objective_s"] = objective_s
+    d["gap"] = (objective_s - d["lower_bound_s"]) / objective_s
+    if not d["solver"]["cut_by_clock"]:
+        d["status"] = "optimal" if d["gap"] <= d["solver"]["gap_tolerance"] else "feasible"
+
+
+@pytest.mark.parametrize("factor", [0.99, 1.01])
+def test_an_objective_off_by_a_percent_with_its_gap_is_the_only_violation(plan, switched_plan, factor):
+    for source in (plan, switched_plan):
+        claimed = source.objective_s * factor
+        found = check_plan(edited(source, lambda d, claimed=claimed: with_objective(d, claimed)))
+        assert len(found) == 1 and found[0].startswith(f"objective_s {claimed} != step time + switch cost "), found
+
+
+def test_an_objective_without_the_switch_cost_is_the_only_violation(switched_plan):
+    """The objective claimed as the step time alone, the switch left out of it."""
+    step_time_s = switched_plan.step_time_s
+    found = check_plan(edited(switched_plan, lambda d: with_objective(d, step_time_s)))
+    assert len(found) == 1 and found[0].startswith(f"objective_s {step_time_s} != step time + switch cost "), found

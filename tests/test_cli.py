@@ -375,6 +375,42 @@ def test_check_with_an_explicit_profile(
     assert code == 0, out + err
 
 
+def test_check_against_the_request_and_its_profile(
+    capsys: pytest.CaptureFixture[str], tiny_plan_path: Path, tmp_path: Path
+) -> None:
+    """--request: the plan must answer it; with --profile (the profile it was planned with) its
+    request_hash must be the hash of the two. An edited request or request_hash is named."""
+    plan = json.loads(tiny_plan_path.read_text())
+    request = {"lengths": list(plan["input_lengths"]), "num_gpus": 8, "options": {"time_limit_s": 0.5}}
+    request_path, profile_path = tmp_path / "request.json", tmp_path / "profile.json"
+    request_path.write_text(json.dumps(request))
+    assert (
+        run(capsys, "profile", "--analytic", "--model", "tiny", "--num-gpus", "8", "--out", str(profile_path))[0] == 0
+    )
+    code, out, err = run(
+        capsys, "check", str(tiny_plan_path), "--request", str(request_path), "--profile", str(profile_path)
+    )
+    assert code == 0, out + err
+
+    request["lengths"][3] += 1
+    request_path.write_text(json.dumps(request))
+    code, out, _ = run(capsys, "check", str(tiny_plan_path), "--request", str(request_path))
+    assert code == 1 and f"sequence 3: the plan has length {plan['input_lengths'][3]}" in out, out
+    request["lengths"][3] -= 1
+    request_path.write_text(json.dumps(request))
+    plan["request_hash"] = "rq-00000000000000000000"
+    tiny_plan_path.write_text(json.dumps(plan))
+    code, out, _ = run(
+        capsys, "check", str(tiny_plan_path), "--request", str(request_path), "--profile", str(profile_path)
+    )
+    assert code == 1 and "request_hash 'rq-00000000000000000000' is not the hash of the request and profile" in out, out
+
+
+def test_check_refuses_a_request_file_that_is_not_one(capsys: pytest.CaptureFixture[str], tiny_plan_path: Path) -> None:
+    code, _, err = run(capsys, "check", str(tiny_plan_path), "--request", str(tiny_plan_path))
+    assert assert_one_line_error(code, err) == f"{tiny_plan_path} is a plan, not a plan request"
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

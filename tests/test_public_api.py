@@ -89,6 +89,14 @@ def test_check_finds_a_tampered_plan() -> None:
     assert any("step_time_s" in violation for violation in hydraplan.check(tampered))
 
 
+def test_check_against_the_request() -> None:
+    plan = hydraplan.plan(LENGTHS, **TINY)
+    request = hydraplan.PlanRequest(lengths=LENGTHS, num_gpus=8, options={"time_limit_s": 0.3})
+    assert hydraplan.check(plan, request=request) == []
+    other = request.model_copy(update={"lengths": [*LENGTHS[:-1], 129]})
+    assert hydraplan.check(plan, request=other) == ["sequence 7: the plan has length 128, the request 129"]
+
+
 def test_importing_hydraplan_loads_nothing_heavy() -> None:
     probe = "import sys, hydraplan; print([m for m in ('pydantic', 'numpy', 'highspy', 'ortools') if m in sys.modules])"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from hydraplan.planner.build import identified
 from hydraplan.planner.simulate import stage_operations
 from hydraplan.runtime.assignment import (
     PlanRefusedError,
@@ -93,7 +94,7 @@ def test_a_plan_failing_the_checker_is_refused(mini):
     plan, _, cfg = mini
     pipelines = list(plan.pipelines)
     pipelines[0] = pipelines[0].model_copy(update={"micro_batches": pipelines[0].micro_batches[1:]})
-    broken = plan.model_copy(update={"pipelines": pipelines})
+    broken = identified(plan.model_copy(update={"pipelines": pipelines}))  # its id that of the broken content
     expected = r"^the plan fails the checker: sequence 5: chunks do not tile its tokens \(at offset 24\) \(and 2 more\)"
     with pytest.raises(PlanRefusedError, match=expected):
         validate_plan(broken, 4, cfg)

@@ -19,7 +19,7 @@ from hydraplan.api.cli.args import (
 )
 from hydraplan.api.cli.inputs import analytic_profile, cluster_profile
 from hydraplan.api.cli.progress import PROG
-from hydraplan.api.files import read_gpus, read_models, read_plan, read_profile
+from hydraplan.api.files import read_gpus, read_models, read_plan, read_profile, read_request
 from hydraplan.api.render.tables import print_table
 
 EXIT_OK, EXIT_INVALID_PLAN = 0, 1
@@ -36,7 +36,8 @@ def run_check(args: argparse.Namespace) -> int:
 
     plan = read_plan(args.plan)
     profile = read_profile(args.profile) if args.profile else None
-    violations = check_plan(plan, profile)
+    request = read_request(args.request) if args.request else None
+    violations = check_plan(plan, profile, request)
     if violations:
         print(f"plan INVALID: {args.plan}: {len(violations)} violation(s)")
         for violation in violations:
@@ -52,11 +53,17 @@ def run_check(args: argparse.Namespace) -> int:
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of `hydraplan check`."""
     parser.description = (
-        "Check a plan independently: every sequence placed once, capacities, ranks, recomputed step "
-        "time. Exit 0 when valid, 1 listing violations, 2 when unreadable (or not a plan)."
+        "Check a plan independently: every sequence placed once, capacities, ranks and nodes, recomputed "
+        "step time, status, plan_id. Exit 0 when valid, 1 listing violations, 2 when unreadable (or not a plan)."
     )
     parser.add_argument("plan", metavar="PLAN.json", help="plan written by `hydraplan plan --out`")
     parser.add_argument("--profile", metavar="FILE", help="re-check costs against this profile (default: the plan's)")
+    parser.add_argument(
+        "--request",
+        metavar="FILE",
+        help="the plan must answer this request (JSON, `hydraplan schema request`): its lengths, cluster, previous "
+        "strategy and gap tolerance; with --profile (the profile it was planned with) also its request_hash",
+    )
     parser.set_defaults(handler=run_check)
 
 

@@ -188,6 +188,15 @@ class CheckBody(SourceMixin, ApiModel):
     lengths: Lengths | None = Field(None, description="The batch the plan must cover, if given.")
     num_gpus: StrictInt | None = Field(None, ge=1, description="The cluster size it must use, if given.")
     gpus_per_node: StrictInt | None = Field(None, ge=1, description="GPUs per node, if given.")
+    options: SolverOptions | None = Field(
+        None,
+        description="The options the plan was made with: with lengths and num_gpus, the body is the whole request "
+        "the plan answers (gpus_per_node 8 unless given): its status is checked against options.gap_tolerance "
+        "and, with a cost source (the profile it was planned with), its request_hash.",
+    )
+    previous_strategy: StrategyText | None = Field(
+        None, description="With options: the previous strategy of the request (the plan's previous_strategy)."
+    )
     model: ModelRef = None
     gpu: GpuRef = None
     recipe: RecipeRef = None
@@ -197,6 +206,10 @@ class CheckBody(SourceMixin, ApiModel):
     @model_validator(mode="after")
     def _at_most_one_source(self) -> CheckBody:
         check_source(self, required=False)
+        if (self.options is not None or self.previous_strategy is not None) and (
+            self.lengths is None or self.num_gpus is None
+        ):
+            raise ValueError("options and previous_strategy describe a request: give lengths and num_gpus too")
         return self
 
     @model_validator(mode="after")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
+from pydantic import ValidationError
 from starlette.responses import Response
 
 from hydraplan.api.service.auth import TOKEN_REQUIRED
@@ -11,7 +12,7 @@ from hydraplan.api.service.planning import Cancel, server_timing_header, start_s
 from hydraplan.api.service.problems import unprocessable
 from hydraplan.api.service.schemas import CheckBody, CheckResult, PlanBody
 from hydraplan.planner.check import check_plan
-from hydraplan.planner.schemas import Plan
+from hydraplan.planner.schemas import Plan, PlanRequest
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"], dependencies=TOKEN_REQUIRED)
 
@@ -51,8 +52,10 @@ def _plan_json(services: Services, body: PlanBody, cancel: Cancel) -> str:
     summary="Check a plan",
     description=(
         "Runs the independent plan checker. With `lengths` / `num_gpus` / `gpus_per_node` the "
-        "plan must also answer that request; with a cost source its times are recomputed from "
-        "that profile instead of the plan's own. An invalid plan is a 200 with `valid: false`. A plan "
+        "plan must also answer that request; with `options` (and `previous_strategy`) too, the body is "
+        "the whole request: its gap tolerance decides the status and, with a cost source, the plan's "
+        "`request_hash` must be its hash. With a cost source the times are recomputed from that "
+        "profile instead of the plan's own. An invalid plan is a 200 with `valid: false`. A plan "
         "whose 1F1B schedule has more operations than the server simulates per request is a 422."
     ),
 )
@@ -64,17 +67,36 @@ async def check(body: CheckBody, services: ServicesDep) -> CheckResult:
 def _check(services: Services, body: CheckBody, cancel: Cancel) -> CheckResult:
     """The checker is linear in the plan's size: it runs in the solver pool like a solve."""
     plan = body.plan
-    violations = _request_mismatches(body)
+    request = _plan_request(body)
+    violations = [] if request is not None else _request_mismatches(body)  # the checker compares a request
     profile = None
     if body.source_kind() is not None:
         num_gpus = body.num_gpus or plan.num_gpus
         gpus_per_node = body.gpus_per_node or plan.gpus_per_node
         profile = services.planning.profile_for(body, num_gpus, gpus_per_node)
     try:
-        violations += check_plan(plan, profile)
+        violations += check_plan(plan, profile, request)
     except (ArithmeticError, IndexError, KeyError, ValueError) as exc:
         raise unprocessable(f"plan is inconsistent and cannot be checked: {exc}", ("body", "plan")) from None
     return CheckResult(plan_id=plan.plan_id, valid=not violations, violations=violations)
+
+
+def _plan_request(body: CheckBody) -> PlanRequest | None:
+    """The whole request the plan claims to answer, when the body gives one (options included)."""
+    if body.options is None or body.lengths is None or body.num_gpus is None:
+        return None
+    try:
+        return PlanRequest(
+            lengths=body.lengths,
+            num_gpus=body.num_gpus,
+            gpus_per_node=body.gpus_per_node or 8,
+            options=body.options,
+            previous_strategy=body.previous_strategy,
+        )
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = str(error["loc"][0]) if error["loc"] else "options"
+        raise unprocessable(f"not a plan request: {error['msg']}", ("body", field)) from None
 
 
 def _request_mismatches(body: CheckBody) -> list[str]:
