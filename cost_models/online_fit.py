@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from scipy.optimize import nnls
 
 from hydraplan.planner import limits
+from hydraplan.planner.measurements import CapacityChange, DriftEvent, StepError
 from hydraplan.planner.schemas import CostProfile, SchemeCost, derive_capacity_tokens
 
 __all__ = [
@@ -71,6 +72,7 @@ DRIFT_RECENT_STEPS = 8  # the recent median is over the last 8 steps (at least 3
 KEPT_VERSIONS = 8  # coefficient snapshots kept, to score a step against the version that planned it
 KEPT_ERRORS = 32
 KEPT_EVENTS = 16
+MAX_ERROR = 1e12  # a relative error is reported up to this
 
 
 class _Frozen(BaseModel):
@@ -99,36 +101,12 @@ class Coefficients(_Frozen):
 class SchemeWindow(_Frozen):
     """The current fit of one measured scheme and its recent micro-batches."""
 
+    prior: Coefficients = Field(description="The session's original coefficients (version 0).")
     current: Coefficients
     capacity_tokens: int | None = Field(None, description="Lowered capacity; None: the profile's own.")
     rows: list[tuple[int, float, float, float, float]] = Field(
         default_factory=list, description="(step, sum of squared lengths, tokens, time_s, fwd_s or -1) per micro-batch."
     )
-
-
-class StepError(_Frozen):
-    step: int = Field(description="1 for the first measured step of the session.")
-    profile_version: int = Field(description="The version that planned the step, which the error is against.")
-    median_error: float = Field(description="Median |predicted - measured| / measured stage time.")
-    num_micro_batches: int
-
-
-class CapacityChange(_Frozen):
-    version: int = Field(description="The profile version that first has the lowered capacity.")
-    step: int
-    scheme: str = Field(description="'<tp,pp,cp>'.")
-    from_tokens: int
-    to_tokens: int
-    measured_peak_bytes: float
-    reason: Literal["near-device-memory", "above-predicted-peak"]
-    limit_bytes: float = Field(description="The usable memory (near-device-memory) or the predicted peak.")
-
-
-class DriftEvent(_Frozen):
-    version: int = Field(description="The profile version current after the step.")
-    step: int
-    median_error: float
-    recent_median_error: float
 
 
 class OnlineFitState(_Frozen):
@@ -339,8 +317,8 @@ def apply_step(
             raise ValueError(f"scheme {scheme_name(pipeline.scheme)} is not in the session's profile")
     planned = coefficients_at(state, profile, planned_version)
     step = state.num_steps + 1
-    errors = [
-        abs(planned[p.scheme].stage_time_s(mb.sum_sq_tokens, mb.num_tokens) - mb.time_s) / mb.time_s
+    errors = [  # capped at MAX_ERROR: an absurd time is still a number the state can keep
+        min(abs(planned[p.scheme].stage_time_s(mb.sum_sq_tokens, mb.num_tokens) - mb.time_s) / mb.time_s, MAX_ERROR)
         for p in pipelines
         for mb in p.micro_batches
     ]
@@ -394,10 +372,12 @@ def _refit_windows(
     for key, rows in new_rows.items():
         if not rows:
             continue
-        prior = prior_coefficients(profile, entries[key])
-        window = windows.get(key) or SchemeWindow(current=prior)
+        window = windows.get(key)
+        if window is None:
+            prior = prior_coefficients(profile, entries[key])
+            window = SchemeWindow(prior=prior, current=prior)
         kept = [row for row in [*window.rows, *rows] if step - row[0] < WINDOW_STEPS][-MAX_WINDOW_SAMPLES:]
-        current = refit_coefficients(prior, window.current, np.array(kept, dtype=float), step)
+        current = refit_coefficients(window.prior, window.current, np.array(kept, dtype=float), step)
         windows[key] = window.model_copy(update={"current": current, "rows": kept})
     return any(new_rows.values())
 
@@ -409,24 +389,26 @@ def _lower_capacities(
     step: int,
     version: int,
 ) -> list[CapacityChange]:
-    """Lower each scheme's capacity (in place) where a pipeline's measured peak calls for it."""
+    """Lower each scheme's capacity (in place) where its pipelines' measured peaks call for it:
+    once per scheme and step, by the most severe of its pipelines."""
     usable = None if profile.gpu_memory_bytes is None else profile.gpu_memory_bytes - profile.memory_reserve_bytes
     entries = {entry.key: entry for entry in profile.schemes}
-    changes = []
+    lowest: dict[tuple[int, int, int], CapacityChange] = {}
     for pipeline in pipelines:
         if pipeline.peak_bytes is None:
             continue
         entry = entries[pipeline.scheme]
-        window = windows.get(pipeline.scheme) or SchemeWindow(current=prior_coefficients(profile, entry))
-        capacity = window.capacity_tokens or derive_capacity_tokens(profile, entry)
-        predicted = predicted_peak_bytes(entry, pipeline.micro_batches)
-        lowered = lowered_capacity(capacity, pipeline.peak_bytes, usable, predicted)
+        window = windows.get(pipeline.scheme)
+        capacity = (window.capacity_tokens if window else None) or derive_capacity_tokens(profile, entry)
+        lowered = lowered_capacity(
+            capacity, pipeline.peak_bytes, usable, predicted_peak_bytes(entry, pipeline.micro_batches)
+        )
         if lowered is None or lowered[0] >= capacity:
             continue
         tokens, reason, limit = lowered
-        windows[pipeline.scheme] = window.model_copy(update={"capacity_tokens": tokens})
-        changes.append(
-            CapacityChange(
+        known = lowest.get(pipeline.scheme)
+        if known is None or tokens < known.to_tokens:
+            lowest[pipeline.scheme] = CapacityChange(
                 version=version,
                 step=step,
                 scheme=scheme_name(pipeline.scheme),
@@ -436,8 +418,13 @@ def _lower_capacities(
                 reason=reason,
                 limit_bytes=limit,
             )
-        )
-    return changes
+    for key, change in lowest.items():
+        window = windows.get(key)
+        if window is None:
+            prior = prior_coefficients(profile, entries[key])
+            window = SchemeWindow(prior=prior, current=prior)
+        windows[key] = window.model_copy(update={"capacity_tokens": change.to_tokens})
+    return [lowest[key] for key in sorted(lowest)]
 
 
 def profile_at(state: OnlineFitState, profile: CostProfile) -> CostProfile:

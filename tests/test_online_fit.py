@@ -187,3 +187,13 @@ def test_error_jump_rule() -> None:
     assert is_error_jump(0.5, [0.02, 0.03, 0.04])[0]
     assert not is_error_jump(0.09, [0.02, 0.03, 0.02])[0]  # 3x the recent median but under 10%
     assert not is_error_jump(0.25, [0.1, 0.1, 0.1])[0]  # over 10% but not 3x
+
+
+def test_pipelines_of_one_scheme_lower_its_capacity_once_by_the_worst_peak(true_profile) -> None:
+    usable = true_profile.gpu_memory_bytes - true_profile.memory_reserve_bytes
+    (pipeline,) = step_of(true_profile, 1)
+    peaks = [0.5 * usable, 2.0 * usable, 1.0 * usable]
+    pipelines = [MeasuredPipeline(SCHEME, pipeline.micro_batches, peak_bytes=peak) for peak in peaks]
+    (change,) = apply_step(OnlineFitState(), true_profile, pipelines, 0).capacity_changes
+    entry = next(entry for entry in true_profile.schemes if entry.key == SCHEME)
+    assert change.from_tokens == entry.capacity_tokens and change.measured_peak_bytes == 2.0 * usable

@@ -1,0 +1,229 @@
+"""A session's closed loop over the API (issue 31): POST /v1/sessions/{id}/measurements refits the
+session's profile into versions that plans name; measured peaks lower capacities at once; error
+jumps are reported in the session, the next plan and the metrics; bad bodies change nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from api_support import TINY_LENGTHS, assert_problem, client_fixture, make_client, session_body  # noqa: F401
+
+from hydraplan.api.service.loop_schemas import MAX_MEASURED_PIPELINES
+from hydraplan.planner.schemas import Plan
+
+pytestmark = pytest.mark.service
+
+
+def open_session(client, **overrides: Any) -> str:
+    response = client.post("/v1/sessions", json=session_body(**overrides))
+    assert response.status_code == 201, response.text
+    return response.json()["session_id"]
+
+
+def plan_in(client, session_id: str, lengths: list[int] = TINY_LENGTHS, **headers: str) -> Plan:
+    response = client.post(f"/v1/sessions/{session_id}/plans", json={"lengths": lengths}, headers=headers)
+    assert response.status_code == 200, response.text
+    return Plan.model_validate(response.json())
+
+
+def measurements_of(plan: Plan, *, slow: float = 1.0, peak_bytes: float | None = None) -> dict[str, Any]:
+    """A body measuring `plan`'s micro-batches as its own profile predicts them, times `slow`."""
+    unit = plan.cost_profile.seconds_per_unit
+    entries = {entry.key: entry for entry in plan.cost_profile.schemes}
+    pipelines = []
+    for pipeline in plan.pipelines:
+        scheme = pipeline.scheme
+        entry = entries[(scheme.tp, scheme.pp, scheme.cp)]
+        micro_batches = []
+        for micro_batch in pipeline.micro_batches:
+            s1, s2 = sum(micro_batch.lengths), sum(length * length for length in micro_batch.lengths)
+            time_s = (entry.a * s2 + entry.b * s1 + entry.c) * unit * slow
+            micro_batches.append({"num_tokens": s1, "sum_sq_tokens": s2, "time_s": time_s, "fwd_s": time_s / 3})
+        measured: dict[str, Any] = {"scheme": scheme.model_dump(), "micro_batches": micro_batches}
+        if peak_bytes is not None:
+            measured["peak_memory_bytes"] = [peak_bytes] * len(pipeline.ranks)
+        pipelines.append(measured)
+    assert plan.session_feedback is not None
+    return {"profile_version": plan.session_feedback.profile_version, "pipelines": pipelines}
+
+
+def post(client, session_id: str, body: Any, **headers: str):
+    return client.post(f"/v1/sessions/{session_id}/measurements", json=body, headers=headers)
+
+
+def test_measurements_advance_the_profile_version_the_next_plan_names(client) -> None:
+    session_id = open_session(client)
+    first = plan_in(client, session_id)
+    assert first.session_feedback is not None and first.session_feedback.profile_version == 0
+    response = post(client, session_id, measurements_of(first, slow=1.5))
+    assert response.status_code == 200, response.text
+    fit = response.json()["fit"]
+    assert fit["version"] == 1 and fit["num_steps"] == 1
+    assert fit["errors"][0]["profile_version"] == 0
+    assert fit["errors"][0]["median_error"] == pytest.approx(1 / 3, rel=1e-6)  # |1 - 1.5| / 1.5
+    (refit,) = fit["schemes"]
+    assert refit["b"] > refit["prior_b"]  # slower than the profile: the fit went up, by at most 20%
+    assert refit["b"] <= refit["prior_b"] * 1.2 * (1 + 1e-9)
+    assert client.get(f"/v1/sessions/{session_id}").json()["fit"] == fit
+
+    second = plan_in(client, session_id)
+    assert second.session_feedback.profile_version == 1
+    assert second.cost_profile.notes.endswith("refitted online (cost_models.online_fit), version 1")
+    entries = {f"<{entry.tp},{entry.pp},{entry.cp}>": entry for entry in second.cost_profile.schemes}
+    if refit["scheme"] in entries:  # the slower scheme may lose its place to another: then it is absent
+        assert entries[refit["scheme"]].b * second.cost_profile.seconds_per_unit == pytest.approx(refit["b"])
+    # the plan made with version 1 is scored against version 1 (its own cost profile, 1.5x off again),
+    # not against version 0 (the original profile)
+    post(client, session_id, measurements_of(second, slow=1.5))
+    errors = client.get(f"/v1/sessions/{session_id}").json()["fit"]["errors"]
+    assert [error["profile_version"] for error in errors] == [0, 1]
+    assert errors[1]["median_error"] == pytest.approx(1 / 3, rel=1e-6)
+
+
+def test_plans_outside_a_session_keep_their_ids(client) -> None:
+    """`session_feedback` is left out of plan_id when unset: /v1/plans ids are as before it existed."""
+    from api_support import reproducible_body
+
+    plan = Plan.model_validate(client.post("/v1/plans", json=reproducible_body()).json())
+    assert plan.session_feedback is None
+    content = plan.model_dump(mode="json", exclude={"plan_id", "session_feedback"})
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    assert plan.plan_id == "hp-" + hashlib.sha256(canonical.encode()).hexdigest()[:20]
+
+
+def test_a_measured_peak_lowers_the_capacity_at_once_and_the_next_plan_says_so(client) -> None:
+    session_id = open_session(client)
+    first = plan_in(client, session_id)
+    profile = first.cost_profile
+    usable = profile.gpu_memory_bytes - profile.memory_reserve_bytes
+    response = post(client, session_id, measurements_of(first, peak_bytes=0.98 * usable))
+    assert response.status_code == 200, response.text
+    (change,) = response.json()["fit"]["capacity_changes"]
+    # near device memory (at least the cut to 90% of the usable memory), and far above the tiny model's
+    # predicted peak: the lower of the two capacities wins
+    assert change["to_tokens"] <= int(change["from_tokens"] * 0.90 / 0.98)
+    assert change["reason"] == "above-predicted-peak" and change["measured_peak_bytes"] == 0.98 * usable
+    assert change["to_tokens"] == int(change["from_tokens"] * change["limit_bytes"] / change["measured_peak_bytes"])
+
+    second = plan_in(client, session_id)
+    assert [c.model_dump() for c in second.session_feedback.capacity_changes] == [change]
+    lowered = {entry.key: entry for entry in second.cost_profile.schemes}
+    scheme = first.pipelines[0].scheme
+    if (scheme.tp, scheme.pp, scheme.cp) in lowered:
+        assert lowered[(scheme.tp, scheme.pp, scheme.cp)].capacity_tokens == change["to_tokens"]
+    for pipeline in second.pipelines:
+        if (pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp) == (scheme.tp, scheme.pp, scheme.cp):
+            assert all(sum(mb.lengths) <= change["to_tokens"] for mb in pipeline.micro_batches)
+    third = plan_in(client, session_id)
+    assert third.session_feedback.capacity_changes == []  # said once, by the plan that first obeyed it
+
+
+def test_an_error_jump_is_reported_in_the_session_the_next_plan_and_the_metrics(client) -> None:
+    session_id = open_session(client)
+    plan = plan_in(client, session_id)
+    for _ in range(4):
+        assert post(client, session_id, measurements_of(plan, slow=1.01)).status_code == 200
+        plan = plan_in(client, session_id)
+    assert plan.session_feedback.error_jumps == []
+    assert post(client, session_id, measurements_of(plan, slow=3.0)).status_code == 200
+    fit = client.get(f"/v1/sessions/{session_id}").json()["fit"]
+    jump = fit["last_error_jump"]
+    assert jump is not None and jump["step"] == 5 and jump["median_error"] > 0.5
+    assert [event.model_dump() for event in plan_in(client, session_id).session_feedback.error_jumps] == [jump]
+    metrics = client.get("/metrics").text
+    assert "hydraplan_session_error_jumps_total 1.0" in metrics
+    assert "hydraplan_session_fit_error_count 5.0" in metrics
+
+
+def _good_micro_batch() -> dict[str, Any]:
+    return {"num_tokens": 100, "sum_sq_tokens": 5000, "time_s": 0.01}
+
+
+def _body(**micro_batch: Any) -> dict[str, Any]:
+    return {"pipelines": [{"scheme": {"tp": 1, "pp": 1, "cp": 1}, "micro_batches": [micro_batch]}]}
+
+
+BAD_BODIES = {
+    "time as a string": (
+        _body(**{**_good_micro_batch(), "time_s": "0.01"}),
+        ["pipelines", 0, "micro_batches", 0, "time_s"],
+    ),
+    "time zero": (_body(**{**_good_micro_batch(), "time_s": 0}), ["pipelines", 0, "micro_batches", 0, "time_s"]),
+    "negative time": (_body(**{**_good_micro_batch(), "time_s": -1.0}), ["pipelines", 0, "micro_batches", 0, "time_s"]),
+    "time too long": (_body(**{**_good_micro_batch(), "time_s": 1e7}), ["pipelines", 0, "micro_batches", 0, "time_s"]),
+    "tokens as a float": (
+        _body(**{**_good_micro_batch(), "num_tokens": 100.0}),
+        ["pipelines", 0, "micro_batches", 0, "num_tokens"],
+    ),
+    "tokens as a bool": (
+        _body(**{**_good_micro_batch(), "num_tokens": True}),
+        ["pipelines", 0, "micro_batches", 0, "num_tokens"],
+    ),
+    "impossible squares": (_body(**{**_good_micro_batch(), "sum_sq_tokens": 99}), ["pipelines", 0, "micro_batches", 0]),
+    "forward over total": (_body(**{**_good_micro_batch(), "fwd_s": 0.02}), ["pipelines", 0, "micro_batches", 0]),
+    "unknown field": (
+        _body(**{**_good_micro_batch(), "lengths": [100]}),
+        ["pipelines", 0, "micro_batches", 0, "lengths"],
+    ),
+    "no pipeline": ({"pipelines": []}, ["pipelines"]),
+    "too many pipelines": (
+        {"pipelines": [_body(**_good_micro_batch())["pipelines"][0]] * (MAX_MEASURED_PIPELINES + 1)},
+        ["pipelines"],
+    ),
+    "more peaks than ranks": (
+        {"pipelines": [{"scheme": {"tp": 1, "pp": 1, "cp": 1}, "peak_memory_bytes": [1e9, 1e9]}]},
+        ["pipelines", 0],
+    ),
+    "infinite peak": (
+        {"pipelines": [{"scheme": {"tp": 1, "pp": 1, "cp": 1}, "peak_memory_bytes": [1e300]}]},
+        ["pipelines", 0, "peak_memory_bytes", 0],
+    ),
+    "nothing measured": ({"pipelines": [{"scheme": {"tp": 1, "pp": 1, "cp": 1}}]}, ["pipelines", 0]),
+    "version as a string": ({**_body(**_good_micro_batch()), "profile_version": "0"}, ["profile_version"]),
+}
+
+
+def test_bad_bodies_are_refused_naming_the_value_and_nothing_is_stored(client) -> None:
+    session_id = open_session(client)
+    for name, (body, where) in BAD_BODIES.items():
+        problem = assert_problem(post(client, session_id, body), 422)
+        locations = [error["loc"] for error in problem["errors"]]
+        assert any(location[: len(where) + 1] == ["body", *where] for location in locations), (name, locations)
+    # valid JSON numbers the planner cannot use: an unknown scheme, a version the session never made
+    problem = assert_problem(
+        post(client, session_id, {"pipelines": [{"scheme": {"tp": 8, "pp": 8, "cp": 8}, "peak_memory_bytes": [1.0]}]}),
+        422,
+        "<8,8,8>",
+    )
+    assert problem["errors"][0]["loc"] == ["body", "pipelines", 0, "scheme"]
+    assert_problem(post(client, session_id, {**_body(**_good_micro_batch()), "profile_version": 3}), 422, "newer")
+    nan = '{"pipelines": [{"scheme": {"tp": 1, "pp": 1, "cp": 1}, "peak_memory_bytes": [NaN]}]}'
+    response = client.post(
+        f"/v1/sessions/{session_id}/measurements", content=nan, headers={"content-type": "application/json"}
+    )
+    assert response.status_code in (400, 422), response.text
+    fit = client.get(f"/v1/sessions/{session_id}").json()["fit"]
+    assert fit["version"] == 0 and fit["num_steps"] == 0 and fit["errors"] == []
+    assert plan_in(client, session_id).session_feedback.profile_version == 0
+
+
+def test_measurements_follow_the_session_owner_rules(tmp_path: Path) -> None:
+    tokens = {"alice": "alice-token", "bob": "bob-token"}
+    lines = [f"{name} sha256:{hashlib.sha256(token.encode()).hexdigest()}" for name, token in tokens.items()]
+    (tmp_path / "tokens").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    alice, bob = ({"Authorization": f"Bearer {tokens[name]}"} for name in ("alice", "bob"))
+    with make_client(api_tokens_file=str(tmp_path / "tokens")) as client:
+        session_id = client.post("/v1/sessions", json=session_body(), headers=alice).json()["session_id"]
+        plan = plan_in(client, session_id, **alice)
+        body = measurements_of(plan)
+        assert_problem(post(client, session_id, body), 401)
+        assert_problem(post(client, session_id, body, **bob), 404, "unknown")
+        assert client.get(f"/v1/sessions/{session_id}", headers=alice).json()["fit"]["version"] == 0
+        assert post(client, session_id, body, **alice).status_code == 200
+        assert_problem(post(client, "ses-nope", body, **alice), 404, "unknown")
+        assert client.delete(f"/v1/sessions/{session_id}", headers=alice).status_code == 204
+        assert_problem(post(client, session_id, body, **alice), 404, "unknown")
