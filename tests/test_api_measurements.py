@@ -227,3 +227,24 @@ def test_measurements_follow_the_session_owner_rules(tmp_path: Path) -> None:
         assert_problem(post(client, "ses-nope", body, **alice), 404, "unknown")
         assert client.delete(f"/v1/sessions/{session_id}", headers=alice).status_code == 204
         assert_problem(post(client, session_id, body, **alice), 404, "unknown")
+
+
+def test_the_client_posts_measurements(client) -> None:
+    """`Session.post_measurements` (and `measured_micro_batch`), over the in-process app."""
+    import hydraplan
+    from hydraplan.api.client import measured_micro_batch
+
+    service = hydraplan.Client(http=client)
+    session = service.open_session(**session_body())
+    plan = session.plan(TINY_LENGTHS)
+    pipeline = plan.pipelines[0]
+    micro_batches = [measured_micro_batch(mb.lengths, 0.05, fwd_s=0.02) for mb in pipeline.micro_batches]
+    assert micro_batches[0]["num_tokens"] == sum(pipeline.micro_batches[0].lengths)
+    measured = {"scheme": pipeline.scheme, "micro_batches": micro_batches, "peak_memory_bytes": [1e9]}
+    view = session.post_measurements([measured], profile_version=plan.session_feedback.profile_version)
+    assert view["fit"]["version"] == 1 and view["fit"]["num_steps"] == 1
+    assert session.plan(TINY_LENGTHS).session_feedback.profile_version == 1
+    with pytest.raises(hydraplan.ServiceError) as refused:
+        session.post_measurements([{**measured, "peak_memory_bytes": [-1.0]}])
+    assert refused.value.status == 422 and refused.value.field == "body.pipelines.0.peak_memory_bytes.0"
+    assert session.view()["fit"]["version"] == 1
