@@ -237,7 +237,8 @@ class Session:
         """POST /v1/sessions/{id}/measurements: one step's measurements (`pipelines` as the
         service documents them; `measured_micro_batch` builds a micro-batch's entry), with the
         `profile_version` of the plan the step ran (`plan.session_feedback.profile_version`).
-        The session's view comes back; its `fit` shows the new profile version."""
+        The session's fit comes back (`version`, `errors`, `capacity_changes`, ...), as the
+        `fit` of `view()`."""
         body = _measurements_body(pipelines, profile_version, collectives)
         return self.client._send(_Call("POST", f"{self.path}/measurements", body))
 

@@ -61,7 +61,7 @@ def test_measurements_advance_the_profile_version_the_next_plan_names(client) ->
     assert first.session_feedback is not None and first.session_feedback.profile_version == 0
     response = post(client, session_id, measurements_of(first, slow=1.5))
     assert response.status_code == 200, response.text
-    fit = response.json()["fit"]
+    fit = response.json()
     assert fit["version"] == 1 and fit["num_steps"] == 1
     assert fit["errors"][0]["profile_version"] == 0
     assert fit["errors"][0]["median_error"] == pytest.approx(1 / 3, rel=1e-6)  # |1 - 1.5| / 1.5
@@ -102,7 +102,7 @@ def test_a_measured_peak_lowers_the_capacity_at_once_and_the_next_plan_says_so(c
     usable = profile.gpu_memory_bytes - profile.memory_reserve_bytes
     response = post(client, session_id, measurements_of(first, peak_bytes=0.98 * usable))
     assert response.status_code == 200, response.text
-    (change,) = response.json()["fit"]["capacity_changes"]
+    (change,) = response.json()["capacity_changes"]
     # near device memory (at least the cut to 90% of the usable memory), and far above the tiny model's
     # predicted peak: the lower of the two capacities wins
     assert change["to_tokens"] <= int(change["from_tokens"] * 0.90 / 0.98)
@@ -241,8 +241,8 @@ def test_the_client_posts_measurements(client) -> None:
     micro_batches = [measured_micro_batch(mb.lengths, 0.05, fwd_s=0.02) for mb in pipeline.micro_batches]
     assert micro_batches[0]["num_tokens"] == sum(pipeline.micro_batches[0].lengths)
     measured = {"scheme": pipeline.scheme, "micro_batches": micro_batches, "peak_memory_bytes": [1e9]}
-    view = session.post_measurements([measured], profile_version=plan.session_feedback.profile_version)
-    assert view["fit"]["version"] == 1 and view["fit"]["num_steps"] == 1
+    fit = session.post_measurements([measured], profile_version=plan.session_feedback.profile_version)
+    assert fit["version"] == 1 and fit["num_steps"] == 1
     assert session.plan(TINY_LENGTHS).session_feedback.profile_version == 1
     with pytest.raises(hydraplan.ServiceError) as refused:
         session.post_measurements([{**measured, "peak_memory_bytes": [-1.0]}])

@@ -18,7 +18,7 @@ import secrets
 from datetime import UTC, datetime
 
 from hydraplan.api.service.leases import Heartbeat
-from hydraplan.api.service.loop_schemas import MeasurementsBody
+from hydraplan.api.service.loop_schemas import MeasurementsBody, SessionFit
 from hydraplan.api.service.planning import Cancel, Planning
 from hydraplan.api.service.problems import conflict, not_found, storage_full, unprocessable
 from hydraplan.api.service.schemas import SessionBody, SessionRecord, SessionView
@@ -147,13 +147,11 @@ class Sessions:
             fit=fit_view(self._loop.state(record.session_id)),
         )
 
-    def record_measurements(self, session_id: str, body: MeasurementsBody) -> SessionView:
+    def record_measurements(self, session_id: str, body: MeasurementsBody) -> SessionFit:
         """Refit the session's profile with one step's measurements (CPU: in the solver pool)."""
-        record = self.get(session_id)
-        config = record.config
+        config = self.get(session_id).config
         profile = self._planning.profile_for(config, config.num_gpus, config.gpus_per_node)
-        self._loop.record(session_id, profile, body)
-        return self.view(record)
+        return fit_view(self._loop.record(session_id, profile, body))
 
     def plan(self, session_id: str, batches: list[list[int]], cancel: Cancel | None = None) -> list[Plan]:
         """Plan `batches` in order, each with the previous plan as context; store the last."""
