@@ -248,3 +248,74 @@ def test_the_client_posts_measurements(client) -> None:
         session.post_measurements([{**measured, "peak_memory_bytes": [-1.0]}])
     assert refused.value.status == 422 and refused.value.field == "body.pipelines.0.peak_memory_bytes.0"
     assert session.view()["fit"]["version"] == 1
+
+
+def test_a_wrong_session_profile_converges_over_the_api(client) -> None:
+    """Issue 31's wrong start, end to end: a session on the bundled CPU profile with its quadratic and
+    linear terms scaled by 2 and 0.5, measured by the true profile, plans with a median stage-time
+    error <= 10% within 10 posted steps; every plan names the version it was planned with."""
+    from hydraplan.cost_models.profile_io import load_profile
+
+    true_profile = load_profile(Path(__file__).resolve().parents[1] / "cost_models" / "data" / "tiny-cpu.json")
+    wrong = true_profile.model_copy(
+        update={
+            "schemes": [
+                entry.model_copy(update={"a": entry.a * 2, "b": entry.b * 0.5}) for entry in true_profile.schemes
+            ]
+        }
+    )
+    session_id = open_session(
+        client,
+        model=None,
+        gpu=None,
+        profile=wrong.model_dump(mode="json"),
+        num_gpus=2,
+        gpus_per_node=2,
+        options={"time_limit_s": 5.0, "seed": 0, "solver": "greedy"},
+    )
+    truth = {entry.key: entry for entry in true_profile.schemes}
+    for step in range(10):
+        plan = plan_in(client, session_id, TINY_LENGTHS[step::3])
+        assert plan.session_feedback.profile_version == step
+        body = measurements_of(plan)
+        for measured, pipeline in zip(body["pipelines"], plan.pipelines, strict=True):
+            entry = truth[(pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp)]
+            for micro_batch in measured["micro_batches"]:
+                micro_batch["time_s"] = entry.a * micro_batch["sum_sq_tokens"] + entry.b * micro_batch["num_tokens"]
+                micro_batch["time_s"] += entry.c
+                micro_batch["fwd_s"] = micro_batch["time_s"] * entry.fwd_fraction
+        assert post(client, session_id, body).status_code == 200
+    errors = [error["median_error"] for error in client.get(f"/v1/sessions/{session_id}").json()["fit"]["errors"]]
+    assert errors[0] > 0.2 and errors[-1] <= 0.10, errors
+
+
+def test_concurrent_posts_on_one_session_get_409_and_planning_goes_on(client, monkeypatch) -> None:
+    """A refit in progress holds the session's fit lease: a second post is 409, while a plan call is
+    served with the last stored version (a refit never blocks planning)."""
+    import threading
+
+    import hydraplan.api.service.session_loop as session_loop
+
+    session_id = open_session(client)
+    plan = plan_in(client, session_id)
+    entered, release = threading.Event(), threading.Event()
+    real_apply_step = session_loop.apply_step
+
+    def slow_apply_step(*args: Any, **kwargs: Any):
+        entered.set()
+        assert release.wait(30)
+        return real_apply_step(*args, **kwargs)
+
+    monkeypatch.setattr(session_loop, "apply_step", slow_apply_step)
+    answers: list[Any] = []
+    first = threading.Thread(target=lambda: answers.append(post(client, session_id, measurements_of(plan))))
+    first.start()
+    try:
+        assert entered.wait(30)
+        assert_problem(post(client, session_id, measurements_of(plan)), 409, "already recording")
+        assert plan_in(client, session_id).session_feedback.profile_version == 0
+    finally:
+        release.set()
+        first.join(30)
+    assert answers[0].status_code == 200 and answers[0].json()["version"] == 1
+    assert plan_in(client, session_id).session_feedback.profile_version == 1
