@@ -180,8 +180,7 @@ def refit_coefficients(prior: Coefficients, current: Coefficients, rows: np.ndar
     old = np.array([current.a, current.b, current.c])
     prior_x = np.array([prior.a, prior.b, prior.c])
     reference_s = float(reference @ prior_x) or float(np.average(measured, weights=decay))
-    huber = np.ones(len(rows))
-    solution = old
+    solution = old  # the first residuals are against the current fit: a straggler step is down-weighted at once
     for _ in range(IRLS_ITERATIONS):
         huber = _huber_weights((features @ solution - measured) / measured)
         solution = _weighted_ridge_nnls(features, measured, decay * huber, reference / reference_s, prior_x)

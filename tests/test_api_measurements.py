@@ -120,6 +120,7 @@ def test_a_measured_peak_lowers_the_capacity_at_once_and_the_next_plan_says_so(c
             assert all(sum(mb.lengths) <= change["to_tokens"] for mb in pipeline.micro_batches)
     third = plan_in(client, session_id)
     assert third.session_feedback.capacity_changes == []  # said once, by the plan that first obeyed it
+    assert 'hydraplan_session_capacity_lowered_total{reason="above-predicted-peak"} 1.0' in client.get("/metrics").text
 
 
 def test_an_error_jump_is_reported_in_the_session_the_next_plan_and_the_metrics(client) -> None:
