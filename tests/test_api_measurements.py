@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from api_support import TINY_LENGTHS, assert_problem, client_fixture, make_client, session_body  # noqa: F401
+from api_support import (  # noqa: F401
+    TINY_LENGTHS,
+    assert_problem,
+    client_fixture,
+    make_client,
+    redis_url_fixture,
+    session_body,
+)
 
 from hydraplan.api.service.loop_schemas import MAX_MEASURED_PIPELINES
 from hydraplan.planner.schemas import Plan
@@ -320,3 +327,28 @@ def test_concurrent_posts_on_one_session_get_409_and_planning_goes_on(client, mo
         first.join(30)
     assert answers[0].status_code == 200 and answers[0].json()["version"] == 1
     assert plan_in(client, session_id).session_feedback.profile_version == 1
+
+
+def test_the_fit_is_shared_through_redis_and_deleted_with_the_session(redis_url: str) -> None:
+    """Two apps on one Redis: a version made on one plans on the other; DELETE drops the fit too."""
+    import time
+
+    from hydraplan.api.service.session_loop import fit_key
+    from hydraplan.api.service.store import open_store
+
+    prefix = f"loop-{time.monotonic_ns()}:"
+    with (
+        make_client(redis_url=redis_url, redis_prefix=prefix) as first,
+        make_client(redis_url=redis_url, redis_prefix=prefix) as second,
+    ):
+        session_id = open_session(first)
+        plan = plan_in(first, session_id)
+        assert post(second, session_id, measurements_of(plan, slow=1.2)).status_code == 200
+        assert plan_in(first, session_id).session_feedback.profile_version == 1
+        store = open_store(redis_url, prefix)
+        try:
+            assert store.get(fit_key(session_id)) is not None
+            assert first.delete(f"/v1/sessions/{session_id}").status_code == 204
+            assert store.get(fit_key(session_id)) is None
+        finally:
+            store.close()
