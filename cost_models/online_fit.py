@@ -10,7 +10,8 @@ The stage-time model is the profile's, `t = a * sum(l^2) + b * sum(l) + c` per s
   `HUBER_K` scales. The first residuals are taken against the current fit, so a straggler step's
   micro-batches are down-weighted from the start (Huber 1964; Holland and Welsch 1977 for IRLS);
 - **recent**: each micro-batch weighs `0.5 ** (age_steps / HALF_LIFE_STEPS)`; a window keeps the
-  last `WINDOW_STEPS` steps, at most `MAX_WINDOW_SAMPLES` micro-batches;
+  last `WINDOW_STEPS` steps, at most `MAX_WINDOW_SAMPLES` micro-batches; two error jumps in a row
+  (a new regime, not a straggler) restart the measured schemes' windows from the first of them;
 - **bounded**: one step moves each coefficient by at most `MAX_STEP_CHANGE` (20%) of its current
   value (of `ZERO_FLOOR_SHARE` of a reference micro-batch's time, for a coefficient at or near 0);
 - **blended with the prior**: the session's original coefficients enter the fit as
@@ -323,10 +324,13 @@ def apply_step(
     ]
     next_version = state.version + 1
     new_errors, new_drift = list(state.errors), list(state.drift)
+    restart_step = None
     if errors:
         median = float(np.median(errors))
         jumped, recent = is_error_jump(median, [error.median_error for error in state.errors])
         if jumped:
+            if state.drift and state.drift[-1].step == step - 1:  # two in a row: a new regime, not a straggler
+                restart_step = step - 1
             new_drift.append(
                 DriftEvent(version=next_version, step=step, median_error=median, recent_median_error=recent)
             )
@@ -334,7 +338,7 @@ def apply_step(
             StepError(step=step, profile_version=planned_version, median_error=median, num_micro_batches=len(errors))
         )
     windows = {window.current.key: window for window in state.schemes}
-    changed = _refit_windows(windows, profile, pipelines, step)
+    changed = _refit_windows(windows, profile, pipelines, step, restart_step)
     changes = _lower_capacities(windows, profile, pipelines, step, next_version)
     if not changed and not changes:
         return state.model_copy(
@@ -358,9 +362,11 @@ def _refit_windows(
     profile: CostProfile,
     pipelines: Sequence[MeasuredPipeline],
     step: int,
+    restart_step: int | None,
 ) -> bool:
     """Add the step's micro-batches to each scheme's window and refit it (in place); True when a
-    scheme was refitted."""
+    scheme was refitted. With `restart_step` (a confirmed error jump), the measured schemes' windows
+    keep only the micro-batches from that step on: the old regime no longer holds the fit back."""
     new_rows: dict[tuple[int, int, int], list[tuple[int, float, float, float, float]]] = {}
     for pipeline in pipelines:
         new_rows.setdefault(pipeline.scheme, []).extend(
@@ -375,7 +381,8 @@ def _refit_windows(
         if window is None:
             prior = prior_coefficients(profile, entries[key])
             window = SchemeWindow(prior=prior, current=prior)
-        kept = [row for row in [*window.rows, *rows] if step - row[0] < WINDOW_STEPS][-MAX_WINDOW_SAMPLES:]
+        oldest = step - WINDOW_STEPS + 1 if restart_step is None else restart_step
+        kept = [row for row in [*window.rows, *rows] if row[0] >= oldest][-MAX_WINDOW_SAMPLES:]
         current = refit_coefficients(window.prior, window.current, np.array(kept, dtype=float), step)
         windows[key] = window.model_copy(update={"current": current, "rows": kept})
     return any(new_rows.values())

@@ -53,6 +53,12 @@ def step_of(
     return [MeasuredPipeline(scheme=SCHEME, micro_batches=tuple(micro_batches), peak_bytes=peak)]
 
 
+def current_window(state: OnlineFitState) -> online_fit.SchemeWindow:
+    window = state.window(SCHEME)
+    assert window is not None
+    return window
+
+
 def current(state: OnlineFitState) -> online_fit.Coefficients:
     window = state.window(SCHEME)
     assert window is not None
@@ -98,18 +104,29 @@ def test_the_first_step_is_capped_too(true_profile) -> None:
 
 
 def test_a_lasting_slowdown_is_followed_and_reported(true_profile) -> None:
-    """A slow node that stays slow: the error jump is reported from its first step on, and the fit
-    follows it within three half-lives (the robust weights hold the old regime until the new one
-    outweighs it)."""
+    """A slow node that stays slow: the error jump is reported from its first step on; a second jump
+    in a row restarts the window from the first slow step, and the fit follows within four steps."""
     state = OnlineFitState()
     for step in range(1, 7):
         state = apply_step(state, true_profile, step_of(true_profile, step), state.version)
     assert state.drift == []
-    for step in range(7, 7 + 3 * int(online_fit.HALF_LIFE_STEPS) + 1):
+    for step in range(7, 20):
         state = apply_step(state, true_profile, step_of(true_profile, step, slow=1.6), state.version)
+        if step == 8:
+            assert {row[0] for row in current_window(state).rows} == {7, 8}  # the old regime is dropped
     assert state.drift[0].step == 7 and state.drift[0].median_error > 0.3
-    errors = [error.median_error for error in state.errors[6:]]
-    assert errors[-1] <= 0.10 and errors[-1] < errors[0] / 3, errors
+    errors = [error.median_error for error in state.errors]
+    assert max(errors[9:]) <= 0.10, errors  # from step 10 on
+
+
+def test_a_straggler_step_does_not_restart_the_window(true_profile) -> None:
+    state = OnlineFitState()
+    for step in range(1, 7):
+        state = apply_step(state, true_profile, step_of(true_profile, step), state.version)
+    state = apply_step(state, true_profile, step_of(true_profile, 7, slow=3.0), state.version)
+    state = apply_step(state, true_profile, step_of(true_profile, 8), state.version)
+    assert [event.step for event in state.drift] == [7]
+    assert {row[0] for row in current_window(state).rows} == set(range(1, 9))
 
 
 def test_profile_at_applies_the_fit_and_keeps_other_schemes(true_profile) -> None:
