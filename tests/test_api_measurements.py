@@ -4,6 +4,7 @@ jumps are reported in the session, the next plan and the metrics; bad bodies cha
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from pathlib import Path
@@ -18,6 +19,8 @@ from api_support import (  # noqa: F401
     redis_url_fixture,
     session_body,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hydraplan.api.service.loop_schemas import MAX_MEASURED_PIPELINES
 from hydraplan.planner.schemas import Plan
@@ -352,3 +355,61 @@ def test_the_fit_is_shared_through_redis_and_deleted_with_the_session(redis_url:
             assert store.get(fit_key(session_id)) is None
         finally:
             store.close()
+
+
+HOSTILE = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, -1, 2**64, 1e308, 5e-324, -0.0, float("nan"), float("inf")]),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=20),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+)
+
+
+@pytest.fixture(scope="module")
+def fuzzed_session():
+    with make_client() as client:
+        session_id = open_session(client)
+        plan = plan_in(client, session_id)
+        body = measurements_of(plan, peak_bytes=1e9)
+        body["pipelines"] = body["pipelines"][:1]
+        body["pipelines"][0]["micro_batches"] = body["pipelines"][0]["micro_batches"][:2]
+        body["collectives"] = [{"op": "all_reduce", "ranks": 8, "bytes": 1024, "seconds": 0.001}]
+        yield client, session_id, body
+
+
+def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
+    found = []
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        found.append((*prefix, key))
+        found.extend(_paths(child, (*prefix, key)))
+    return found
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_hostile_values_are_4xx_and_store_nothing(fuzzed_session, data) -> None:
+    client, session_id, valid = fuzzed_session
+    path = data.draw(st.sampled_from(_paths(valid)), label="path")
+    value = data.draw(HOSTILE, label="value")
+    body = copy.deepcopy(valid)
+    target = body
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = value
+    before = client.get(f"/v1/sessions/{session_id}").json()["fit"]
+    response = client.post(
+        f"/v1/sessions/{session_id}/measurements",
+        content=json.dumps(body),  # NaN and Infinity literals as Python writes them
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code in (200, 400, 422), (path, value, response.text[:300])
+    after = client.get(f"/v1/sessions/{session_id}").json()["fit"]
+    if response.status_code == 200:  # a value that happens to be valid: one more step recorded
+        assert after["num_steps"] == before["num_steps"] + 1, (path, value)
+    else:
+        assert after == before, (path, value)
