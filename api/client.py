@@ -227,6 +227,21 @@ class Session:
     def view(self) -> dict[str, Any]:
         return self.client._send(_Call("GET", self.path))
 
+    def post_measurements(
+        self,
+        pipelines: Sequence[dict[str, Any]],
+        *,
+        profile_version: int | None = None,
+        collectives: Sequence[dict[str, Any]] = (),
+    ) -> dict[str, Any]:
+        """POST /v1/sessions/{id}/measurements: one step's measurements (`pipelines` as the
+        service documents them; `measured_micro_batch` builds a micro-batch's entry), with the
+        `profile_version` of the plan the step ran (`plan.session_feedback.profile_version`).
+        The session's fit comes back (`version`, `errors`, `capacity_changes`, ...), as the
+        `fit` of `view()`."""
+        body = _measurements_body(pipelines, profile_version, collectives)
+        return self.client._send(_Call("POST", f"{self.path}/measurements", body))
+
     def close(self) -> None:
         self.client._send(_Call("DELETE", self.path))
 
@@ -281,6 +296,18 @@ class AsyncClient(_ClientBase):
         body = {"lengths": integer_list(lengths)}
         return Plan.model_validate(await self._send(_Call("POST", f"/v1/sessions/{session_id}/plans", body)))
 
+    async def session_measurements(
+        self,
+        session_id: str,
+        pipelines: Sequence[dict[str, Any]],
+        *,
+        profile_version: int | None = None,
+        collectives: Sequence[dict[str, Any]] = (),
+    ) -> dict[str, Any]:
+        """As `Session.post_measurements`."""
+        body = _measurements_body(pipelines, profile_version, collectives)
+        return await self._send(_Call("POST", f"/v1/sessions/{session_id}/measurements", body))
+
     async def close_session(self, session_id: str) -> None:
         await self._send(_Call("DELETE", f"/v1/sessions/{session_id}"))
 
@@ -293,6 +320,35 @@ class AsyncClient(_ClientBase):
     async def cancel_job(self, job_id: str) -> dict[str, Any] | None:
         """As `Client.cancel_job`."""
         return await self._send(_Call("DELETE", f"/v1/jobs/{job_id}"))
+
+
+def measured_micro_batch(lengths: Sequence[int], time_s: float, fwd_s: float | None = None) -> dict[str, Any]:
+    """One micro-batch's entry of a measurements body: the stage-time model's features of its
+    sequence `lengths` (tokens, sum of squared lengths) and its measured stage time (seconds)."""
+    lengths = integer_list(lengths)
+    entry: dict[str, Any] = {
+        "num_tokens": sum(lengths),
+        "sum_sq_tokens": sum(length * length for length in lengths),
+        "time_s": float(time_s),
+    }
+    if fwd_s is not None:
+        entry["fwd_s"] = float(fwd_s)
+    return entry
+
+
+def _measurements_body(
+    pipelines: Sequence[dict[str, Any]], profile_version: int | None, collectives: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    body: dict[str, Any] = {  # a pipeline's values may be the planner's types (its plan's scheme)
+        "pipelines": [
+            _jsonable(pipeline) if isinstance(pipeline, dict) else _as_json(pipeline) for pipeline in pipelines
+        ]
+    }
+    if profile_version is not None:
+        body["profile_version"] = profile_version
+    if collectives:
+        body["collectives"] = [_as_json(collective) for collective in collectives]
+    return body
 
 
 def _jsonable(values: dict[str, Any]) -> dict[str, Any]:

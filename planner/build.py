@@ -37,8 +37,10 @@ def request_hash(request: PlanRequest, profile: CostProfile) -> str:
 
 def identified(plan: Plan) -> Plan:
     """The plan with `plan_id` set to the hash of everything else in it: equal ids, equal plans
-    (call again after any change to a plan)."""
-    return plan.model_copy(update={"plan_id": "hp-" + _digest(plan.model_dump(mode="json", exclude={"plan_id"}))})
+    (call again after any change to a plan). `session_feedback` counts only when set, so plans made
+    outside a session have the ids they had before the field existed."""
+    excluded = {"plan_id"} if plan.session_feedback is not None else {"plan_id", "session_feedback"}
+    return plan.model_copy(update={"plan_id": "hp-" + _digest(plan.model_dump(mode="json", exclude=excluded))})
 
 
 def build_plan(

@@ -18,7 +18,16 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from hydraplan.planner import limits
 
-__all__ = ["CollectiveSample", "ProfileProvenance", "SchemeFit", "StageSample"]
+__all__ = [
+    "CapacityChange",
+    "CollectiveSample",
+    "DriftEvent",
+    "ProfileProvenance",
+    "SchemeFit",
+    "SessionFeedback",
+    "StageSample",
+    "StepError",
+]
 
 MAX_SAMPLES = 100_000  # stage or collective samples one profile may carry
 MAX_SAMPLE_SEQUENCES = 1_000_000  # sequences of one measured micro-batch
@@ -29,6 +38,8 @@ SampleBytes = Annotated[float, Field(ge=0, le=limits.MAX_BYTES, allow_inf_nan=Fa
 Degree = Annotated[int, Field(ge=1, le=limits.MAX_NUM_GPUS)]
 Ratio = Annotated[float, Field(allow_inf_nan=False)]
 Length = Annotated[StrictInt, Field(ge=1, le=limits.MAX_SEQUENCE_TOKENS)]
+Count = Annotated[int, Field(ge=0, le=2**62)]
+Share = Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False)]
 CollectiveOp = Literal["all_reduce", "all_gather", "send_recv"]
 
 
@@ -134,3 +145,56 @@ class ProfileProvenance(_Frozen):
         None, description="Calibration fit error on its samples: median and p95 |relative error|."
     )
     measured_file: str = Field("", max_length=4096, description="Measured profile a calibration was fitted to.")
+
+
+# ---------------------------------------------------------------------------------------------
+# The closed loop of a planning session (issue 31): cost_models.online_fit and the service
+# ---------------------------------------------------------------------------------------------
+
+
+class StepError(_Frozen):
+    """How far one measured step was from the profile version that planned it (online refit)."""
+
+    step: Count = Field(description="1 for the first measured step of the session.")
+    profile_version: Count = Field(description="The version that planned the step, which the error is against.")
+    median_error: Share = Field(description="Median |predicted - measured| / measured stage time.")
+    num_micro_batches: Count
+
+
+class CapacityChange(_Frozen):
+    """A capacity the online refit lowered at once on a measured peak (cost_models.online_fit)."""
+
+    version: Count = Field(description="The profile version that first has the lowered capacity.")
+    step: Count
+    scheme: str = Field(max_length=64, description="'<tp,pp,cp>'.")
+    from_tokens: Count
+    to_tokens: Count
+    measured_peak_bytes: SampleBytes
+    reason: Literal["near-device-memory", "above-predicted-peak"]
+    limit_bytes: SampleBytes = Field(description="The usable memory (near-device-memory) or the predicted peak.")
+
+
+class DriftEvent(_Frozen):
+    """An error jump: a step's median error over 3x the recent median and over 10% (a slow node, a degraded
+    link, a new kernel)."""
+
+    version: Count = Field(description="The profile version current after the step.")
+    step: Count
+    median_error: Share
+    recent_median_error: Share
+
+
+class SessionFeedback(_Frozen):
+    """What a planning session's closed loop tells the plan it made."""
+
+    profile_version: int = Field(
+        ge=0, description="Version of the session's refitted profile this plan was planned with (0: the original)."
+    )
+    capacity_changes: list[CapacityChange] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Capacities lowered on measured peaks since the session's previous plan (this plan obeys them).",
+    )
+    error_jumps: list[DriftEvent] = Field(
+        default_factory=list, max_length=64, description="Error jumps measured since the session's previous plan."
+    )

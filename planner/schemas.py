@@ -28,7 +28,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from hydraplan.planner import limits
-from hydraplan.planner.measurements import ProfileProvenance
+from hydraplan.planner.measurements import ProfileProvenance, SessionFeedback
 from hydraplan.planner.strategies import check_strategy_fits
 
 PLAN_SCHEMA = "hydraplan.plan/1"
@@ -606,6 +606,12 @@ class Plan(Frozen):
     cost_profile: CostProfile = Field(description="Costs of the schemes used (for re-checking).")
     solver: SolverStats
     baselines: list[BaselineResult] = Field(default_factory=list, max_length=16)
+    session_feedback: SessionFeedback | None = Field(
+        None,
+        description="Set on a plan a planning session made: the version of the session's refitted profile it was "
+        "planned with, and the capacities lowered and the error jumps measured since the session's previous plan. "
+        "Left out of plan_id when None, so plans made outside a session keep their ids.",
+    )
 
     @model_validator(mode="after")
     def _bounded_schedule(self) -> Plan:

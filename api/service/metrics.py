@@ -11,6 +11,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 SOLVE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
+ERROR_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 GAP_BUCKETS = (0.0, 0.0001, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
@@ -66,6 +67,24 @@ class Metrics:
             "hydraplan_jobs_total",
             "Jobs finished, by kind and final status.",
             ("kind", "status"),
+            registry=registry,
+        )
+
+        self.session_fit_error = Histogram(
+            "hydraplan_session_fit_error",
+            "Median relative stage-time error of each measured step against the profile version that planned it.",
+            buckets=ERROR_BUCKETS,
+            registry=registry,
+        )
+        self.session_error_jumps = Counter(
+            "hydraplan_session_error_jumps_total",
+            "Measured steps whose median error jumped (over 3x the recent median and over 10%).",
+            registry=registry,
+        )
+        self.session_capacity_lowered = Counter(
+            "hydraplan_session_capacity_lowered_total",
+            "Scheme capacities a session lowered on a measured peak, by reason.",
+            ("reason",),
             registry=registry,
         )
 

@@ -289,7 +289,7 @@ class _Reservation:
 
 
 # POST routes whose work runs in the solver pool: refused while it has no place, body unread.
-SOLVER_ROUTES = re.compile(r"/v1/(plans(/check|/timeline)?|estimate|sessions(/[^/]+/plans)?)/?")
+SOLVER_ROUTES = re.compile(r"/v1/(plans(/check|/timeline)?|estimate|sessions(/[^/]+/(plans|measurements))?)/?")
 
 
 def uses_solver(scope: Scope) -> bool:

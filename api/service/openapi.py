@@ -14,7 +14,11 @@ from hydraplan.api.service.problems import PROBLEM_MEDIA_TYPE, Problem
 REF_TEMPLATE = "#/components/schemas/{model}"
 SECURITY_SCHEME = "bearerToken"
 BODY_METHODS = {"post", "put", "patch"}
-CONFLICT_OPERATIONS = {("post", "/v1/sessions/{session_id}/plans"), ("delete", "/v1/jobs/{job_id}")}
+CONFLICT_OPERATIONS = {
+    ("post", "/v1/sessions/{session_id}/plans"),
+    ("post", "/v1/sessions/{session_id}/measurements"),
+    ("delete", "/v1/jobs/{job_id}"),
+}
 STORAGE_OPERATIONS = {("post", "/v1/sessions"), ("post", "/v1/profiles"), ("post", "/v1/jobs")}
 
 ERROR_DESCRIPTIONS = {

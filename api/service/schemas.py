@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from hydraplan.api.service.loop_schemas import SessionFit
 from hydraplan.api.service.problems import Problem
 from hydraplan.api.whatif.schemas import WhatifRow
 from hydraplan.planner import limits
@@ -395,6 +396,11 @@ class SessionView(ApiModel):
     last_plan_id: str | None
     last_strategy: str | None
     config: SessionBody
+    fit: SessionFit = Field(
+        default_factory=SessionFit,
+        description="The closed loop: current profile version, schemes refitted, error history, capacities "
+        "lowered and error jumps (POST /v1/sessions/{id}/measurements).",
+    )
 
 
 class SessionRecord(ApiModel):
@@ -407,6 +413,7 @@ class SessionRecord(ApiModel):
     num_plans: int = 0
     last_plan_id: str | None = None
     last_strategy: str | None = Field(None, description="The next plan's previous_strategy.")
+    last_profile_version: int = Field(0, ge=0, description="The profile version the last plan was made with.")
     owner: str | None = Field(
         None, description="The tenant that made it (api/service/tenants.py); only it and admins see it."
     )

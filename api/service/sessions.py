@@ -6,6 +6,10 @@ TTL that every request on the session restarts, and in the `sessions` registry t
 are live (507 when full). A per-session lock (a lease, `api.service.leases`) makes concurrent
 plan calls on one session a 409 instead of a race on "the previous plan"; it lives as long as its
 request, plus at most `lease_ttl_s` if the worker holding it dies.
+
+The closed loop (issue 31, `api.service.session_loop`): measurements posted on a session refit its
+profile into a new version; each plan is made with the version current when it starts and names
+it (`Plan.session_feedback`), with the capacities lowered and error jumps since the previous plan.
 """
 
 from __future__ import annotations
@@ -14,12 +18,16 @@ import secrets
 from datetime import UTC, datetime
 
 from hydraplan.api.service.leases import Heartbeat
+from hydraplan.api.service.loop_schemas import MeasurementsBody, SessionFit
 from hydraplan.api.service.planning import Cancel, Planning
 from hydraplan.api.service.problems import conflict, not_found, storage_full, unprocessable
 from hydraplan.api.service.schemas import SessionBody, SessionRecord, SessionView
+from hydraplan.api.service.session_loop import SessionLoop, feedback, fit_view
 from hydraplan.api.service.settings import Settings
 from hydraplan.api.service.store import Store, StoreUnavailable
 from hydraplan.api.service.tenants import admit, current_tenant_var, forget, tenant_registry
+from hydraplan.cost_models.online_fit import OnlineFitState, profile_at
+from hydraplan.planner.build import identified
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.schemas import Plan, PlanRequest
 
@@ -46,6 +54,7 @@ class Sessions:
         self._store = store
         self._planning = planning
         self._locks = Heartbeat(store, settings.lease_ttl_s, "hydraplan-session-locks")
+        self._loop = SessionLoop(settings, store, planning.metrics, self._locks)
 
     def check(self, body: SessionBody) -> None:
         """Validate a new session's configuration: the cost source resolves now (404/422). CPU
@@ -107,6 +116,7 @@ class Sessions:
             raise not_found(f"session {session_id!r} is unknown or expired")
         idle_s = self._settings.session_idle_timeout_s
         self._store.expire(session_key(session_id), idle_s)
+        self._loop.renew(session_id)
         self._store.admit(SESSIONS_REGISTRY, session_id, idle_s, self._settings.max_sessions)  # renews it
         if record.owner is not None and self._settings.max_sessions_per_tenant is not None:
             own = tenant_registry(SESSIONS_REGISTRY, record.owner)
@@ -116,6 +126,7 @@ class Sessions:
     def delete(self, session_id: str) -> None:
         record = self.get(session_id)  # 404 for another tenant's
         forget(self._store, record.owner, SESSIONS_REGISTRY, session_id)
+        self._loop.forget(session_id)
         if not self._store.delete(session_key(session_id)):
             raise not_found(f"session {session_id!r} is unknown or expired")
 
@@ -133,7 +144,14 @@ class Sessions:
             last_plan_id=record.last_plan_id,
             last_strategy=record.last_strategy,
             config=record.config,
+            fit=fit_view(self._loop.state(record.session_id)),
         )
+
+    def record_measurements(self, session_id: str, body: MeasurementsBody) -> SessionFit:
+        """Refit the session's profile with one step's measurements (CPU: in the solver pool)."""
+        config = self.get(session_id).config
+        profile = self._planning.profile_for(config, config.num_gpus, config.gpus_per_node)
+        return fit_view(self._loop.record(session_id, profile, body))
 
     def plan(self, session_id: str, batches: list[list[int]], cancel: Cancel | None = None) -> list[Plan]:
         """Plan `batches` in order, each with the previous plan as context; store the last."""
@@ -143,13 +161,15 @@ class Sessions:
             raise conflict(f"session {session_id!r} is already planning a batch; retry when it returns")
         try:
             record = self.get(session_id)  # re-read under the lock: the previous plan is current
-            plans = self._plan_batches(record, batches, cancel)
+            state = self._loop.state(session_id)  # the last stored version plans, whatever is refitting
+            plans = self._plan_batches(record, state, batches, cancel)
             self._save(
                 record.model_copy(
                     update={
                         "num_plans": record.num_plans + len(plans),
                         "last_plan_id": plans[-1].plan_id,
                         "last_strategy": plans[-1].strategy,
+                        "last_profile_version": state.version,
                         "last_used_at": datetime.now(UTC),
                     }
                 )
@@ -158,9 +178,12 @@ class Sessions:
         finally:
             self._locks.release(lock_key)
 
-    def _plan_batches(self, record: SessionRecord, batches: list[list[int]], cancel: Cancel | None) -> list[Plan]:
+    def _plan_batches(
+        self, record: SessionRecord, state: OnlineFitState, batches: list[list[int]], cancel: Cancel | None
+    ) -> list[Plan]:
         config = record.config
-        profile = self._planning.profile_for(config, config.num_gpus, config.gpus_per_node)
+        profile = profile_at(state, self._planning.profile_for(config, config.num_gpus, config.gpus_per_node))
+        since_version = record.last_profile_version
         previous = record.last_strategy
         plans: list[Plan] = []
         for index, lengths in enumerate(batches):
@@ -177,8 +200,9 @@ class Sessions:
                 where = ("body", "batches", index) if len(batches) > 1 else ("body", "lengths")
                 prefix = f"batches[{index}]: " if len(batches) > 1 else ""
                 raise unprocessable(prefix + " ".join(str(exc).split()), where) from None
-            plans.append(plan)
+            plans.append(identified(plan.model_copy(update={"session_feedback": feedback(state, since_version)})))
             previous = plan.strategy
+            since_version = state.version  # the next batch's plan reports only what is newer
         return plans
 
     def _save(self, record: SessionRecord) -> None:

@@ -7,6 +7,7 @@ from starlette.concurrency import run_in_threadpool
 
 from hydraplan.api.service.auth import TOKEN_REQUIRED, public_path
 from hydraplan.api.service.dependencies import Services, ServicesDep
+from hydraplan.api.service.loop_schemas import MeasurementsBody, SessionFit
 from hydraplan.api.service.planning import Cancel, start_solve_timing
 from hydraplan.api.service.problems import too_large, unprocessable
 from hydraplan.api.service.routes.plans import json_response
@@ -91,3 +92,25 @@ def _plans_json(
     if body.lengths is not None:
         return plans[0].model_dump_json()
     return SessionPlans(plans=plans).model_dump_json()
+
+
+@router.post(
+    "/{session_id}/measurements",
+    response_model=SessionFit,
+    summary="Post one training step's measurements; the session refits its profile",
+    description=(
+        "Per pipeline: its scheme, each micro-batch's tokens, sum of squared lengths and measured stage time "
+        "(forward+backward on its slowest stage), and its ranks' measured peak memory. The session refits the "
+        "stage-time coefficients of the measured schemes (robust, recent-weighted, at most 20% a step, blended with "
+        "the original profile) into a new profile version, and lowers a scheme's capacity at once when a peak comes "
+        "within 5% of the usable device memory or exceeds the predicted peak. The next plan names the version and "
+        "says what changed (`session_feedback`). Answers the session's fit (as `fit` of GET). Runs in the solver "
+        "pool; nothing is stored for a refused body; a second concurrent post on one session gets 409."
+    ),
+)
+async def post_measurements(session_id: str, body: MeasurementsBody, services: ServicesDep) -> SessionFit:
+    return await services.solver.run(_record_measurements, services, session_id, body)
+
+
+def _record_measurements(services: Services, session_id: str, body: MeasurementsBody, cancel: Cancel) -> SessionFit:
+    return services.sessions.record_measurements(session_id, body)

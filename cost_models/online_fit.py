@@ -1,0 +1,464 @@
+"""Refit a session's cost profile online, step after step, from the runtime's measurements.
+
+The stage-time model is the profile's, `t = a * sum(l^2) + b * sum(l) + c` per scheme (DESIGN.md,
+"Cost model"); each posted step adds its measured micro-batches to a per-scheme window and refits
+`a, b, c` with four safeguards, each with a stated constant:
+
+- **robust**: iteratively reweighted least squares with Huber weights on the *relative* residual
+  (as `cost_models.fit` does, every micro-batch weighs the same whatever its length); the scale is
+  1.4826 x the median |residual| (MAD), floored at `MIN_RESIDUAL_SCALE`, and the Huber threshold is
+  `HUBER_K` scales. The first residuals are taken against the current fit, so a straggler step's
+  micro-batches are down-weighted from the start (Huber 1964; Holland and Welsch 1977 for IRLS);
+- **recent**: each micro-batch weighs `0.5 ** (age_steps / HALF_LIFE_STEPS)`; a window keeps the
+  last `WINDOW_STEPS` steps, at most `MAX_WINDOW_SAMPLES` micro-batches; two error jumps in a row
+  (a new regime, not a straggler) restart the measured schemes' windows from the first of them;
+- **bounded**: one step moves each coefficient by at most `MAX_STEP_CHANGE` (20%) of its current
+  value (of `ZERO_FLOOR_SHARE` of a reference micro-batch's time, for a coefficient at or near 0);
+- **blended with the prior**: the session's original coefficients enter the fit as
+  `PRIOR_SAMPLES` pseudo micro-batches at the reference point (the window's weighted mean
+  features), a ridge towards the prior that the data outweighs after a step or two.
+
+Memory: a measured peak within `MEMORY_MARGIN` of the usable device memory, or above the peak the
+profile predicts, lowers that scheme's capacity at once, in proportion (`lowered_capacity`). An
+error jump (a step's median error over `DRIFT_RATIO` x the recent median and over `DRIFT_MIN_ERROR`)
+is reported (`is_error_jump`).
+
+Pure: numpy and scipy only, no IO, no service imports; the session (`api/service/session_fit.py`)
+stores the `OnlineFitState` and applies it to its profile.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from scipy.optimize import nnls
+
+from hydraplan.planner import limits
+from hydraplan.planner.measurements import CapacityChange, DriftEvent, StepError
+from hydraplan.planner.schemas import CostProfile, SchemeCost, derive_capacity_tokens
+
+__all__ = [
+    "CapacityChange",
+    "Coefficients",
+    "DriftEvent",
+    "MeasuredMicroBatch",
+    "MeasuredPipeline",
+    "OnlineFitState",
+    "StepError",
+    "apply_step",
+    "is_error_jump",
+    "lowered_capacity",
+    "profile_at",
+    "refit_coefficients",
+]
+
+HALF_LIFE_STEPS = 4.0  # a micro-batch 4 steps old weighs half as much as one of this step
+WINDOW_STEPS = 16  # 4 half-lives: older micro-batches (weight < 1/16) are dropped
+MAX_WINDOW_SAMPLES = 256  # micro-batches kept per scheme (the most recent)
+MAX_STEP_CHANGE = 0.20  # one step moves a coefficient by at most 20% of its current value
+ZERO_FLOOR_SHARE = 0.05  # ...or, near 0, by 20% of the value whose term is 5% of a reference micro-batch
+PRIOR_SAMPLES = 4.0  # the prior weighs as much as 4 fresh micro-batches
+HUBER_K = 1.345  # Huber threshold in robust scales (95% efficiency under Gaussian noise)
+MIN_RESIDUAL_SCALE = 0.02  # relative residuals under 2% are noise, never outliers
+IRLS_ITERATIONS = 10
+MEMORY_MARGIN = 0.05  # a peak within 5% of the usable memory lowers the capacity
+DRIFT_RATIO = 3.0  # an error jump: a step's median error > 3x the recent median ...
+DRIFT_MIN_ERROR = 0.10  # ... and > 10%
+DRIFT_RECENT_STEPS = 8  # the recent median is over the last 8 steps (at least 3 needed)
+KEPT_VERSIONS = 8  # coefficient snapshots kept, to score a step against the version that planned it
+KEPT_ERRORS = 32
+KEPT_EVENTS = 16
+MAX_ERROR = 1e12  # a relative error is reported up to this
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Coefficients(_Frozen):
+    """Stage-time coefficients of one scheme, in seconds (whatever the profile's time unit)."""
+
+    tp: int
+    pp: int
+    cp: int
+    a: float = Field(description="Seconds per squared token.")
+    b: float = Field(description="Seconds per token.")
+    c: float = Field(description="Seconds per micro-batch.")
+    fwd_fraction: float = Field(description="Share of the stage time spent in the forward pass.")
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (self.tp, self.pp, self.cp)
+
+    def stage_time_s(self, sum_sq_tokens: float, num_tokens: float) -> float:
+        return self.a * sum_sq_tokens + self.b * num_tokens + self.c
+
+
+class SchemeWindow(_Frozen):
+    """The current fit of one measured scheme and its recent micro-batches."""
+
+    prior: Coefficients = Field(description="The session's original coefficients (version 0).")
+    current: Coefficients
+    capacity_tokens: int | None = Field(None, description="Lowered capacity; None: the profile's own.")
+    rows: list[tuple[int, float, float, float, float]] = Field(
+        default_factory=list, description="(step, sum of squared lengths, tokens, time_s, fwd_s or -1) per micro-batch."
+    )
+
+
+class OnlineFitState(_Frozen):
+    """A session's online fit: version 0 is the session's original profile."""
+
+    version: int = 0
+    num_steps: int = 0
+    schemes: list[SchemeWindow] = Field(default_factory=list)
+    snapshots: list[tuple[int, list[Coefficients]]] = Field(
+        default_factory=list, description="(version, refitted schemes' coefficients) of the last versions."
+    )
+    errors: list[StepError] = Field(default_factory=list)
+    capacity_changes: list[CapacityChange] = Field(default_factory=list)
+    drift: list[DriftEvent] = Field(default_factory=list)
+
+    def window(self, key: tuple[int, int, int]) -> SchemeWindow | None:
+        return next((window for window in self.schemes if window.current.key == key), None)
+
+
+@dataclass(frozen=True)
+class MeasuredMicroBatch:
+    sum_sq_tokens: float
+    num_tokens: float
+    time_s: float
+    fwd_s: float | None = None
+
+
+@dataclass(frozen=True)
+class MeasuredPipeline:
+    """One pipeline's measurements of one step; `peak_bytes` is the largest over its ranks."""
+
+    scheme: tuple[int, int, int]
+    micro_batches: tuple[MeasuredMicroBatch, ...]
+    peak_bytes: float | None = None
+
+
+def scheme_name(key: tuple[int, int, int]) -> str:
+    return f"<{key[0]},{key[1]},{key[2]}>"
+
+
+def prior_coefficients(profile: CostProfile, entry: SchemeCost) -> Coefficients:
+    unit = profile.seconds_per_unit
+    return Coefficients(
+        tp=entry.tp,
+        pp=entry.pp,
+        cp=entry.cp,
+        a=entry.a * unit,
+        b=entry.b * unit,
+        c=entry.c * unit,
+        fwd_fraction=entry.fwd_fraction,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The robust, decayed, capped refit of one scheme
+# ---------------------------------------------------------------------------------------------
+
+
+def refit_coefficients(prior: Coefficients, current: Coefficients, rows: np.ndarray, now_step: int) -> Coefficients:
+    """The next coefficients of one scheme from its window `rows` (step, s2, s1, t, fwd or -1).
+
+    Huber IRLS on relative residuals with decayed weights and a ridge towards `prior`, then each
+    coefficient clipped to within `MAX_STEP_CHANGE` of `current` (module docstring).
+    """
+    if len(rows) == 0:
+        return current
+    features = np.column_stack([rows[:, 1], rows[:, 2], np.ones(len(rows))])
+    measured = rows[:, 3]
+    decay = 0.5 ** ((now_step - rows[:, 0]) / HALF_LIFE_STEPS)
+    reference = decay @ features / decay.sum()
+    old = np.array([current.a, current.b, current.c])
+    prior_x = np.array([prior.a, prior.b, prior.c])
+    reference_s = float(reference @ prior_x) or float(np.average(measured, weights=decay))
+    solution = old  # the first residuals are against the current fit: a straggler step is down-weighted at once
+    for _ in range(IRLS_ITERATIONS):
+        huber = _huber_weights((features @ solution - measured) / measured)
+        solution = _weighted_ridge_nnls(features, measured, decay * huber, reference / reference_s, prior_x)
+    floor = ZERO_FLOOR_SHARE * reference_s / np.maximum(reference, 1e-300)
+    step = MAX_STEP_CHANGE * np.maximum(old, floor)
+    a, b, c = np.clip(solution, np.maximum(old - step, 0.0), old + step)
+    return current.model_copy(
+        update={"a": float(a), "b": float(b), "c": float(c), "fwd_fraction": _fwd_fraction(current, rows, decay)}
+    )
+
+
+def _huber_weights(residuals: np.ndarray) -> np.ndarray:
+    scale = max(1.4826 * float(np.median(np.abs(residuals))), MIN_RESIDUAL_SCALE)
+    threshold = HUBER_K * scale
+    magnitude = np.abs(residuals)
+    return np.where(magnitude <= threshold, 1.0, threshold / np.maximum(magnitude, 1e-300))
+
+
+def _weighted_ridge_nnls(
+    features: np.ndarray, measured: np.ndarray, weights: np.ndarray, ridge_scale: np.ndarray, prior_x: np.ndarray
+) -> np.ndarray:
+    """min sum w_i ((f_i x - t_i) / t_i)^2 + PRIOR_SAMPLES * sum_k (s_k (x_k - p_k))^2 over x >= 0,
+    where s_k is term k's share of the reference micro-batch's prior time per unit of x_k."""
+    root = np.sqrt(weights)
+    rows = np.vstack([features * (root / measured)[:, None], math.sqrt(PRIOR_SAMPLES) * np.diag(ridge_scale)])
+    targets = np.concatenate([root, math.sqrt(PRIOR_SAMPLES) * ridge_scale * prior_x])
+    column = np.linalg.norm(rows, axis=0)
+    column[column == 0] = 1.0
+    solution, _ = nnls(rows / column, targets, maxiter=150)
+    return solution / column
+
+
+def _fwd_fraction(current: Coefficients, rows: np.ndarray, decay: np.ndarray) -> float:
+    """The decay-weighted median of measured fwd/time, within `MAX_STEP_CHANGE` of the current one."""
+    has_fwd = rows[:, 4] > 0
+    if not has_fwd.any():
+        return current.fwd_fraction
+    ratios = rows[has_fwd, 4] / rows[has_fwd, 3]
+    order = np.argsort(ratios)
+    cumulative = np.cumsum(decay[has_fwd][order])
+    median = float(ratios[order][np.searchsorted(cumulative, cumulative[-1] / 2)])
+    low, high = current.fwd_fraction * (1 - MAX_STEP_CHANGE), current.fwd_fraction * (1 + MAX_STEP_CHANGE)
+    return float(min(max(median, low, 0.05), high, 0.95))
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory and drift
+# ---------------------------------------------------------------------------------------------
+
+
+def lowered_capacity(
+    capacity_tokens: int, peak_bytes: float, usable_bytes: float | None, predicted_peak_bytes: float | None
+) -> tuple[int, Literal["near-device-memory", "above-predicted-peak"], float] | None:
+    """(new capacity, reason, limit) when a measured peak calls for a lower capacity, else None.
+
+    Near device memory (`peak >= (1 - MEMORY_MARGIN) * usable`): the capacity is scaled by
+    `(1 - 2 * MEMORY_MARGIN) * usable / peak`, so the same micro-batch would peak a margin below
+    the threshold. Above the predicted peak: scaled by `predicted / peak`, the under-prediction.
+    The whole peak is scaled, static bytes included, which lowers more than the activations alone
+    would need (the safe side); the lower of the two wins, and a capacity is never raised here.
+    """
+    candidates = []
+    if usable_bytes is not None and peak_bytes >= (1 - MEMORY_MARGIN) * usable_bytes:
+        candidates.append(((1 - 2 * MEMORY_MARGIN) * usable_bytes / peak_bytes, "near-device-memory", usable_bytes))
+    if predicted_peak_bytes is not None and peak_bytes > predicted_peak_bytes:
+        candidates.append((predicted_peak_bytes / peak_bytes, "above-predicted-peak", predicted_peak_bytes))
+    if not candidates:
+        return None
+    factor, reason, limit = min(candidates, key=lambda candidate: candidate[0])
+    return max(1, min(capacity_tokens - 1, math.floor(capacity_tokens * factor))), reason, limit
+
+
+def is_error_jump(error: float, history: Sequence[float]) -> tuple[bool, float]:
+    """(jumped, recent median): the step's median error is over DRIFT_RATIO x the median of the
+    last DRIFT_RECENT_STEPS steps' and over DRIFT_MIN_ERROR (at least 3 steps of history)."""
+    recent = list(history)[-DRIFT_RECENT_STEPS:]
+    if len(recent) < 3:
+        return False, float(np.median(recent)) if recent else 0.0
+    median = float(np.median(recent))
+    return error > DRIFT_RATIO * median and error > DRIFT_MIN_ERROR, median
+
+
+def predicted_peak_bytes(entry: SchemeCost, micro_batches: Sequence[MeasuredMicroBatch]) -> float | None:
+    """Static bytes plus the in-flight micro-batches' activations at 1F1B stage 0's peak, each
+    taken as large as the pipeline's largest (the planner's memory model, `derive_capacity_tokens`)."""
+    if entry.static_bytes is None or entry.activation_bytes_per_token is None or not micro_batches:
+        return None
+    in_flight = min(entry.in_flight_micro_batches or entry.pp, len(micro_batches))
+    largest = max(
+        entry.activation_bytes_per_token * mb.num_tokens + entry.activation_bytes_per_token_sq * mb.sum_sq_tokens
+        for mb in micro_batches
+    )
+    return entry.static_bytes + in_flight * largest
+
+
+# ---------------------------------------------------------------------------------------------
+# One step
+# ---------------------------------------------------------------------------------------------
+
+
+def coefficients_at(
+    state: OnlineFitState, profile: CostProfile, version: int
+) -> dict[tuple[int, int, int], Coefficients]:
+    """Every scheme's coefficients at `version` (the profile's where never refitted before it).
+
+    Raises `ValueError` for a version newer than the state's or older than the kept snapshots.
+    """
+    if version > state.version:
+        raise ValueError(f"profile version {version} is newer than the session's current version {state.version}")
+    known = {entry.key: prior_coefficients(profile, entry) for entry in profile.schemes}
+    if version == 0:
+        return known
+    snapshot = next((schemes for kept, schemes in state.snapshots if kept == version), None)
+    if snapshot is None:
+        oldest = min((kept for kept, _ in state.snapshots), default=state.version)
+        raise ValueError(f"profile version {version} is older than the oldest kept ({oldest}, or 0)")
+    known.update({coefficients.key: coefficients for coefficients in snapshot})
+    return known
+
+
+def apply_step(
+    state: OnlineFitState, profile: CostProfile, pipelines: Sequence[MeasuredPipeline], planned_version: int
+) -> OnlineFitState:
+    """The state after one step's measurements, planned with `planned_version` of the profile.
+
+    Scores the step against that version (its median relative error, an error jump), refits every
+    measured scheme, lowers capacities on measured peaks, and makes a new version when anything
+    changed. Raises `ValueError` for a scheme the profile does not have or an unknown version.
+    """
+    entries = {entry.key: entry for entry in profile.schemes}
+    for pipeline in pipelines:
+        if pipeline.scheme not in entries:
+            raise ValueError(f"scheme {scheme_name(pipeline.scheme)} is not in the session's profile")
+    planned = coefficients_at(state, profile, planned_version)
+    step = state.num_steps + 1
+    errors = [  # capped at MAX_ERROR: an absurd time is still a number the state can keep
+        min(abs(planned[p.scheme].stage_time_s(mb.sum_sq_tokens, mb.num_tokens) - mb.time_s) / mb.time_s, MAX_ERROR)
+        for p in pipelines
+        for mb in p.micro_batches
+    ]
+    next_version = state.version + 1
+    new_errors, new_drift = list(state.errors), list(state.drift)
+    restart_step = None
+    if errors:
+        median = float(np.median(errors))
+        jumped, recent = is_error_jump(median, [error.median_error for error in state.errors])
+        if jumped:
+            if state.drift and state.drift[-1].step == step - 1:  # two in a row: a new regime, not a straggler
+                restart_step = step - 1
+            new_drift.append(
+                DriftEvent(version=next_version, step=step, median_error=median, recent_median_error=recent)
+            )
+        new_errors.append(
+            StepError(step=step, profile_version=planned_version, median_error=median, num_micro_batches=len(errors))
+        )
+    windows = {window.current.key: window for window in state.schemes}
+    changed = _refit_windows(windows, profile, pipelines, step, restart_step)
+    changes = _lower_capacities(windows, profile, pipelines, step, next_version)
+    if not changed and not changes:
+        return state.model_copy(
+            update={"num_steps": step, "errors": new_errors[-KEPT_ERRORS:], "drift": new_drift[-KEPT_EVENTS:]}
+        )
+    schemes = [windows[key] for key in sorted(windows)]
+    snapshots = [*state.snapshots, (next_version, [window.current for window in schemes])][-KEPT_VERSIONS:]
+    return OnlineFitState(
+        version=next_version,
+        num_steps=step,
+        schemes=schemes,
+        snapshots=snapshots,
+        errors=new_errors[-KEPT_ERRORS:],
+        capacity_changes=[*state.capacity_changes, *changes][-KEPT_EVENTS:],
+        drift=new_drift[-KEPT_EVENTS:],
+    )
+
+
+def _refit_windows(
+    windows: dict[tuple[int, int, int], SchemeWindow],
+    profile: CostProfile,
+    pipelines: Sequence[MeasuredPipeline],
+    step: int,
+    restart_step: int | None,
+) -> bool:
+    """Add the step's micro-batches to each scheme's window and refit it (in place); True when a
+    scheme was refitted. With `restart_step` (a confirmed error jump), the measured schemes' windows
+    keep only the micro-batches from that step on: the old regime no longer holds the fit back."""
+    new_rows: dict[tuple[int, int, int], list[tuple[int, float, float, float, float]]] = {}
+    for pipeline in pipelines:
+        new_rows.setdefault(pipeline.scheme, []).extend(
+            (step, mb.sum_sq_tokens, mb.num_tokens, mb.time_s, -1.0 if mb.fwd_s is None else mb.fwd_s)
+            for mb in pipeline.micro_batches
+        )
+    entries = {entry.key: entry for entry in profile.schemes}
+    for key, rows in new_rows.items():
+        if not rows:
+            continue
+        window = windows.get(key)
+        if window is None:
+            prior = prior_coefficients(profile, entries[key])
+            window = SchemeWindow(prior=prior, current=prior)
+        oldest = step - WINDOW_STEPS + 1 if restart_step is None else restart_step
+        kept = [row for row in [*window.rows, *rows] if row[0] >= oldest][-MAX_WINDOW_SAMPLES:]
+        current = refit_coefficients(window.prior, window.current, np.array(kept, dtype=float), step)
+        windows[key] = window.model_copy(update={"current": current, "rows": kept})
+    return any(new_rows.values())
+
+
+def _lower_capacities(
+    windows: dict[tuple[int, int, int], SchemeWindow],
+    profile: CostProfile,
+    pipelines: Sequence[MeasuredPipeline],
+    step: int,
+    version: int,
+) -> list[CapacityChange]:
+    """Lower each scheme's capacity (in place) where its pipelines' measured peaks call for it:
+    once per scheme and step, by the most severe of its pipelines."""
+    usable = None if profile.gpu_memory_bytes is None else profile.gpu_memory_bytes - profile.memory_reserve_bytes
+    entries = {entry.key: entry for entry in profile.schemes}
+    lowest: dict[tuple[int, int, int], CapacityChange] = {}
+    for pipeline in pipelines:
+        if pipeline.peak_bytes is None:
+            continue
+        entry = entries[pipeline.scheme]
+        window = windows.get(pipeline.scheme)
+        capacity = (window.capacity_tokens if window else None) or derive_capacity_tokens(profile, entry)
+        lowered = lowered_capacity(
+            capacity, pipeline.peak_bytes, usable, predicted_peak_bytes(entry, pipeline.micro_batches)
+        )
+        if lowered is None or lowered[0] >= capacity:
+            continue
+        tokens, reason, limit = lowered
+        known = lowest.get(pipeline.scheme)
+        if known is None or tokens < known.to_tokens:
+            lowest[pipeline.scheme] = CapacityChange(
+                version=version,
+                step=step,
+                scheme=scheme_name(pipeline.scheme),
+                from_tokens=capacity,
+                to_tokens=tokens,
+                measured_peak_bytes=pipeline.peak_bytes,
+                reason=reason,
+                limit_bytes=limit,
+            )
+    for key, change in lowest.items():
+        window = windows.get(key)
+        if window is None:
+            prior = prior_coefficients(profile, entries[key])
+            window = SchemeWindow(prior=prior, current=prior)
+        windows[key] = window.model_copy(update={"capacity_tokens": change.to_tokens})
+    return [lowest[key] for key in sorted(lowest)]
+
+
+def profile_at(state: OnlineFitState, profile: CostProfile) -> CostProfile:
+    """`profile` with the state's current coefficients and lowered capacities (its version)."""
+    if state.version == 0:
+        return profile
+    windows = {window.current.key: window for window in state.schemes}
+    unit = profile.seconds_per_unit
+    schemes = []
+    for entry in profile.schemes:
+        window = windows.get(entry.key)
+        if window is None:
+            schemes.append(entry)
+            continue
+        current = window.current
+        update = {
+            "a": min(current.a / unit, limits.MAX_COST_A),
+            "b": min(current.b / unit, limits.MAX_COST_B),
+            "c": min(current.c / unit, limits.MAX_COST_C),
+            "fwd_fraction": current.fwd_fraction,
+        }
+        if window.capacity_tokens is not None:
+            update["capacity_tokens"] = window.capacity_tokens
+        schemes.append(entry.model_copy(update=update))
+    notes = f"{profile.notes}; " if profile.notes else ""
+    return profile.model_copy(
+        update={
+            "schemes": schemes,
+            "notes": f"{notes}refitted online (cost_models.online_fit), version {state.version}",
+        }
+    )

@@ -1,0 +1,216 @@
+"""The online refit of a session's profile (cost_models/online_fit.py): robust, recent, capped,
+blended with the prior, versioned; capacity lowering on measured peaks; error jumps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hydraplan.cost_models import online_fit
+from hydraplan.cost_models.online_fit import (
+    MAX_STEP_CHANGE,
+    MeasuredMicroBatch,
+    MeasuredPipeline,
+    OnlineFitState,
+    apply_step,
+    coefficients_at,
+    is_error_jump,
+    lowered_capacity,
+    profile_at,
+)
+from hydraplan.cost_models.profile_io import load_profile
+from hydraplan.planner.schemas import CostProfile
+
+PROFILE_PATH = "cost_models/data/tiny-cpu.json"
+SCHEME = (1, 2, 1)
+
+
+@pytest.fixture(name="true_profile")
+def true_profile_fixture() -> CostProfile:
+    return load_profile(Path(__file__).resolve().parents[1] / PROFILE_PATH)
+
+
+def scaled(profile: CostProfile, a_factor: float, b_factor: float) -> CostProfile:
+    """The deliberately wrong start of issue 31: quadratic and linear terms scaled."""
+    schemes = [entry.model_copy(update={"a": entry.a * a_factor, "b": entry.b * b_factor}) for entry in profile.schemes]
+    return profile.model_copy(update={"schemes": schemes})
+
+
+def step_of(
+    profile: CostProfile, step: int, *, slow: float = 1.0, noise: float = 0.03, peak: float | None = None
+) -> list[MeasuredPipeline]:
+    """Eight micro-batches of varied lengths timed by the true `profile` (deterministic noise)."""
+    entry = next(entry for entry in profile.schemes if entry.key == SCHEME)
+    rng = np.random.default_rng(step)
+    micro_batches = []
+    for _ in range(8):
+        lengths = rng.integers(32, 2048, size=int(rng.integers(1, 6)))
+        s2, s1 = float((lengths.astype(float) ** 2).sum()), float(lengths.sum())
+        time_s = (entry.a * s2 + entry.b * s1 + entry.c) * slow * (1 + rng.uniform(-noise, noise))
+        micro_batches.append(MeasuredMicroBatch(sum_sq_tokens=s2, num_tokens=s1, time_s=time_s, fwd_s=time_s / 3))
+    return [MeasuredPipeline(scheme=SCHEME, micro_batches=tuple(micro_batches), peak_bytes=peak)]
+
+
+def current_window(state: OnlineFitState) -> online_fit.SchemeWindow:
+    window = state.window(SCHEME)
+    assert window is not None
+    return window
+
+
+def current(state: OnlineFitState) -> online_fit.Coefficients:
+    window = state.window(SCHEME)
+    assert window is not None
+    return window.current
+
+
+def test_a_wrong_profile_converges_within_ten_steps(true_profile) -> None:
+    """Quadratic x2 and linear x0.5 (issue 31's wrong start): each step is scored against the version
+    that planned it, and the median error is <= 10% within 10 posted steps."""
+    wrong = scaled(true_profile, 2.0, 0.5)
+    state = OnlineFitState()
+    for step in range(1, 11):
+        state = apply_step(state, wrong, step_of(true_profile, step), state.version)
+    errors = [error.median_error for error in state.errors]
+    assert errors[0] > 0.2, errors  # the start is wrong indeed
+    assert errors[-1] <= 0.10, errors
+    assert state.version == 10
+    assert [error.profile_version for error in state.errors] == list(range(10))
+
+
+def test_an_outlier_step_moves_each_coefficient_by_at_most_the_cap(true_profile) -> None:
+    state = OnlineFitState()
+    for step in range(1, 7):
+        state = apply_step(state, true_profile, step_of(true_profile, step), state.version)
+    before = current(state)
+    straggler = apply_step(state, true_profile, step_of(true_profile, 7, slow=5.0), state.version)
+    after = current(straggler)
+    for name in ("a", "b", "c"):
+        old, new = getattr(before, name), getattr(after, name)
+        assert abs(new - old) <= MAX_STEP_CHANGE * old * (1 + 1e-9), (name, old, new)
+    # robust, not only capped: the prediction of a typical micro-batch barely moves
+    s2, s1 = 4 * 1000.0**2, 4 * 1000.0
+    assert after.stage_time_s(s2, s1) / before.stage_time_s(s2, s1) < 1.05
+
+
+def test_the_first_step_is_capped_too(true_profile) -> None:
+    wrong = scaled(true_profile, 10.0, 10.0)
+    state = apply_step(OnlineFitState(), wrong, step_of(true_profile, 1), 0)
+    entry = next(entry for entry in wrong.schemes if entry.key == SCHEME)
+    fitted = current(state)
+    assert fitted.a == pytest.approx(entry.a * (1 - MAX_STEP_CHANGE))
+    assert fitted.b == pytest.approx(entry.b * (1 - MAX_STEP_CHANGE))
+
+
+def test_a_lasting_slowdown_is_followed_and_reported(true_profile) -> None:
+    """A slow node that stays slow: the error jump is reported from its first step on; a second jump
+    in a row restarts the window from the first slow step, and the fit follows within four steps."""
+    state = OnlineFitState()
+    for step in range(1, 7):
+        state = apply_step(state, true_profile, step_of(true_profile, step), state.version)
+    assert state.drift == []
+    for step in range(7, 20):
+        state = apply_step(state, true_profile, step_of(true_profile, step, slow=1.6), state.version)
+        if step == 8:
+            assert {row[0] for row in current_window(state).rows} == {7, 8}  # the old regime is dropped
+    assert state.drift[0].step == 7 and state.drift[0].median_error > 0.3
+    errors = [error.median_error for error in state.errors]
+    assert max(errors[9:]) <= 0.10, errors  # from step 10 on
+
+
+def test_a_straggler_step_does_not_restart_the_window(true_profile) -> None:
+    state = OnlineFitState()
+    for step in range(1, 7):
+        state = apply_step(state, true_profile, step_of(true_profile, step), state.version)
+    state = apply_step(state, true_profile, step_of(true_profile, 7, slow=3.0), state.version)
+    state = apply_step(state, true_profile, step_of(true_profile, 8), state.version)
+    assert [event.step for event in state.drift] == [7]
+    assert {row[0] for row in current_window(state).rows} == set(range(1, 9))
+
+
+def test_profile_at_applies_the_fit_and_keeps_other_schemes(true_profile) -> None:
+    wrong = scaled(true_profile, 2.0, 0.5)
+    state = apply_step(OnlineFitState(), wrong, step_of(true_profile, 1), 0)
+    refitted = profile_at(state, wrong)
+    CostProfile.model_validate(refitted.model_dump())  # still a valid profile
+    by_key = {entry.key: entry for entry in refitted.schemes}
+    assert by_key[SCHEME].a == pytest.approx(current(state).a)
+    untouched = [entry for entry in wrong.schemes if entry.key != SCHEME]
+    assert all(by_key[entry.key] == entry for entry in untouched)
+    assert profile_at(OnlineFitState(), wrong) is wrong
+
+
+def test_versions_are_kept_to_score_a_step(true_profile) -> None:
+    state = OnlineFitState()
+    for step in range(1, 4):
+        state = apply_step(state, true_profile, step_of(true_profile, step), state.version)
+    assert coefficients_at(state, true_profile, 2)[SCHEME] == state.snapshots[1][1][0]
+    with pytest.raises(ValueError, match="newer"):
+        coefficients_at(state, true_profile, 4)
+    with pytest.raises(ValueError, match="not in the session's profile"):
+        apply_step(state, true_profile, [MeasuredPipeline((8, 8, 8), ())], 0)
+
+
+def test_lowered_capacity_rules() -> None:
+    usable = 100e9
+    assert lowered_capacity(10_000, 50e9, usable, 60e9) is None  # far below both
+    tokens, reason, limit = lowered_capacity(10_000, 97e9, usable, None)
+    assert reason == "near-device-memory" and limit == usable
+    assert tokens == int(10_000 * 0.90 * usable / 97e9)
+    tokens, reason, limit = lowered_capacity(10_000, 60e9, usable, 48e9)
+    assert (tokens, reason, limit) == (8_000, "above-predicted-peak", 48e9)
+    # both: the lower capacity wins
+    tokens, reason, _ = lowered_capacity(10_000, 99e9, usable, 50e9)
+    assert reason == "above-predicted-peak" and tokens == int(10_000 * 50 / 99)
+
+
+def test_a_measured_peak_lowers_the_capacity_at_once(true_profile) -> None:
+    """Near device memory: a profile without a memory model (no predicted peak), only capacities."""
+    no_model = {"static_bytes": None, "activation_bytes_per_token": None}
+    true_profile = true_profile.model_copy(
+        update={"schemes": [entry.model_copy(update=no_model) for entry in true_profile.schemes]}
+    )
+    usable = true_profile.gpu_memory_bytes - true_profile.memory_reserve_bytes
+    entry = next(entry for entry in true_profile.schemes if entry.key == SCHEME)
+    state = apply_step(OnlineFitState(), true_profile, step_of(true_profile, 1, peak=0.97 * usable), 0)
+    assert state.version == 1
+    (change,) = state.capacity_changes
+    assert change.scheme == "<1,2,1>" and change.reason == "near-device-memory"
+    assert change.from_tokens == entry.capacity_tokens
+    assert change.to_tokens == int(entry.capacity_tokens * 0.90 / 0.97)
+    lowered = {scheme.key: scheme for scheme in profile_at(state, true_profile).schemes}[SCHEME]
+    assert lowered.capacity_tokens == change.to_tokens
+    # the same peak again lowers it again (from the lowered value), never raises it
+    again = apply_step(state, true_profile, step_of(true_profile, 2, peak=0.97 * usable), 1)
+    assert again.capacity_changes[-1].from_tokens == change.to_tokens
+    assert again.capacity_changes[-1].to_tokens < change.to_tokens
+
+
+def test_a_peak_above_the_prediction_lowers_the_capacity(true_profile) -> None:
+    pipelines = step_of(true_profile, 1)
+    entry = next(entry for entry in true_profile.schemes if entry.key == SCHEME)
+    predicted = online_fit.predicted_peak_bytes(entry, pipelines[0].micro_batches)
+    assert predicted is not None
+    measured = [MeasuredPipeline(SCHEME, pipelines[0].micro_batches, peak_bytes=predicted * 1.25)]
+    state = apply_step(OnlineFitState(), true_profile, measured, 0)
+    (change,) = state.capacity_changes
+    assert change.reason == "above-predicted-peak"
+    assert change.to_tokens == int(entry.capacity_tokens / 1.25)
+
+
+def test_error_jump_rule() -> None:
+    assert is_error_jump(0.5, [0.02, 0.03]) == (False, 0.025)  # too little history
+    assert is_error_jump(0.5, [0.02, 0.03, 0.04])[0]
+    assert not is_error_jump(0.09, [0.02, 0.03, 0.02])[0]  # 3x the recent median but under 10%
+    assert not is_error_jump(0.25, [0.1, 0.1, 0.1])[0]  # over 10% but not 3x
+
+
+def test_pipelines_of_one_scheme_lower_its_capacity_once_by_the_worst_peak(true_profile) -> None:
+    usable = true_profile.gpu_memory_bytes - true_profile.memory_reserve_bytes
+    (pipeline,) = step_of(true_profile, 1)
+    peaks = [0.5 * usable, 2.0 * usable, 1.0 * usable]
+    pipelines = [MeasuredPipeline(SCHEME, pipeline.micro_batches, peak_bytes=peak) for peak in peaks]
+    (change,) = apply_step(OnlineFitState(), true_profile, pipelines, 0).capacity_changes
+    entry = next(entry for entry in true_profile.schemes if entry.key == SCHEME)
+    assert change.from_tokens == entry.capacity_tokens and change.measured_peak_bytes == 2.0 * usable
