@@ -337,8 +337,11 @@ def content_digest(content: Any) -> str:
 
 
 def content_plan_id(plan: Plan) -> str:
-    """What `plan_id` must be: `hp-` and the hash of the plan's JSON without `plan_id`."""
-    return "hp-" + content_digest(plan.model_dump(mode="json", exclude={"plan_id"}))
+    """What `plan_id` must be: `hp-` and the hash of the plan's JSON without `plan_id`, and
+    without `session_feedback` where it is null (a plan made outside a session hashes as it did
+    before the field existed)."""
+    excluded = {"plan_id"} if plan.session_feedback is not None else {"plan_id", "session_feedback"}
+    return "hp-" + content_digest(plan.model_dump(mode="json", exclude=excluded))
 
 
 def content_request_hash(request: PlanRequest, profile: CostProfile) -> str:

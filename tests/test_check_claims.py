@@ -284,9 +284,24 @@ def test_timeout_incumbent_needs_the_clock_and_then_any_gap_goes(plan):
 
 def test_plan_id_is_the_documented_hash_of_the_content(plan):
     """docs/planner.md: `hp-` and the first 20 hex digits of SHA-256 over the plan's canonical
-    JSON without plan_id (computed here from that definition, apart from planner and checker)."""
-    content = json.dumps(plan.model_dump(mode="json", exclude={"plan_id"}), sort_keys=True, separators=(",", ":"))
+    JSON without plan_id, and without session_feedback where it is null, as here (computed from
+    that definition, apart from planner and checker)."""
+    assert plan.session_feedback is None
+    excluded = {"plan_id", "session_feedback"}
+    content = json.dumps(plan.model_dump(mode="json", exclude=excluded), sort_keys=True, separators=(",", ":"))
     assert plan.plan_id == "hp-" + hashlib.sha256(content.encode()).hexdigest()[:20]
+
+
+def test_a_session_plans_id_covers_its_feedback(plan):
+    """A plan made in a session hashes its session_feedback too: editing it breaks the id."""
+    from hydraplan.planner.measurements import SessionFeedback
+
+    in_session = identified(plan.model_copy(update={"session_feedback": SessionFeedback(profile_version=1)}))
+    assert in_session.plan_id != plan.plan_id and check_plan(in_session) == []
+    edited = in_session.model_copy(update={"session_feedback": SessionFeedback(profile_version=2)})
+    assert check_plan(edited) == [
+        f"plan_id {in_session.plan_id!r} is not the hash of the plan's content, {identified(edited).plan_id!r}"
+    ]
 
 
 def test_an_edited_plan_id_is_named(plan):
