@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hydraplan.planner.bounds import BoundTables, sync_lower_bound_s
-from hydraplan.planner.build import build_plan
+from hydraplan.planner.build import build_plan, identified, request_hash
 from hydraplan.planner.candidate import Candidate
 from hydraplan.planner.check import check_plan
 from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
@@ -602,7 +602,12 @@ def run_baseline(name: str, request: PlanRequest, profile: CostProfile) -> Plan:
     except KeyError:
         raise PlanningError(f"unknown baseline {name!r}; valid: {', '.join(sorted(BASELINES))}") from None
     require_switch_pricing(request.previous_strategy, profile)
-    plan = baseline(request, profile)
+    from hydraplan.planner.solve import placeable_profile  # solve imports this module
+
+    placeable = placeable_profile(profile, request.num_gpus, request.gpus_per_node)
+    plan = baseline(request, placeable)
+    if placeable is not profile:  # the plan answers the request with the profile it came with
+        plan = identified(plan.model_copy(update={"request_hash": request_hash(request, profile)}))
     violations = check_plan(plan)
     if violations:
         raise AssertionError(f"baseline {name} produced an invalid plan: " + "; ".join(violations[:5]))

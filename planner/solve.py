@@ -23,7 +23,7 @@ from hydraplan.planner.schemas import BaselineResult, CostProfile, Plan, PlanReq
 from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.search import Clock, SearchSettings, WorkLimits, search, solve_fixed, solve_strategy
 from hydraplan.planner.speculation import SpeculativeSolver
-from hydraplan.planner.strategies import Strategy, parse_strategy
+from hydraplan.planner.strategies import Strategy, parse_strategy, unplaceable_reason
 from hydraplan.planner.switching import require_switch_pricing
 
 FINISH_SHARE = 0.1  # of the time limit, kept for building and checking the plan ...
@@ -68,18 +68,20 @@ def solve(
         request = request.model_copy(update={"previous_strategy": previous_plan.strategy})
     require_switch_pricing(request.previous_strategy, profile)
     options = request.options
-    cost = ProfileCostModel(profile)
     pool = _parse_pool(options.strategy_pool)
     if pool is not None:
-        _validate_pool(pool, request, cost)
+        _validate_pool(pool, request, ProfileCostModel(profile))
+    # the schemes whose groups the placement keeps inside nodes: what the search and its peers use
+    placeable = placeable_profile(profile, request.num_gpus, request.gpus_per_node)
+    cost = ProfileCostModel(placeable)
     items = _pool_items(request, cost, pool)
     budget_s = _budget_s(request, items, cost)
     settings, clock = _settings(request, budget_s, pool, cancel, started, len(items))
-    peers = _peers(request, profile, cost, items, settings, pool is not None, executor)
+    peers = _peers(request, placeable, cost, items, settings, pool is not None, executor)
     speculative = None
     if executor is not None:
         speculative = SpeculativeSolver(
-            executor, executor_workers, profile, items.lengths, cost, settings.previous, solve_strategy
+            executor, executor_workers, placeable, items.lengths, cost, settings.previous, solve_strategy
         )
     result = search(items.lengths, cost, request.num_gpus, settings, clock, budget_s, peers, speculative)
     if result is None:
@@ -103,6 +105,34 @@ def solve(
     )
     plan = build_plan(request, profile, items, result.best, result.lower_bound_s, stats, result.timed_out)
     return _finish(plan, request, profile, baselines)
+
+
+def placeable_profile(profile: CostProfile, num_gpus: int, gpus_per_node: int) -> CostProfile:
+    """The profile without the schemes `strategies.place_pipelines` cannot keep inside nodes on
+    this cluster (`strategies.unplaceable_reason`: never a power-of-two scheme of the catalog on
+    nodes of 8); raises `PlanningError` when none is left."""
+    kept = [
+        entry
+        for entry in profile.schemes
+        if unplaceable_reason(ParallelScheme(entry.tp, entry.pp, entry.cp), num_gpus, gpus_per_node) is None
+    ]
+    if len(kept) == len(profile.schemes):
+        return profile
+    if not kept:
+        raise PlanningError(
+            f"no scheme of the cost profile keeps its TP groups and grids inside {gpus_per_node}-GPU nodes "
+            f"on {num_gpus} GPUs"
+        )
+    return profile.model_copy(update={"schemes": kept})
+
+
+def _require_placeable(strategy: Strategy, num_gpus: int, gpus_per_node: int, label: str) -> None:
+    for scheme in strategy.schemes:
+        reason = unplaceable_reason(scheme, num_gpus, gpus_per_node)
+        if reason is not None:
+            raise PlanningError(
+                f"{label} {strategy}: scheme {scheme} cannot be placed on {gpus_per_node}-GPU nodes: {reason}"
+            )
 
 
 def _peers(
@@ -145,7 +175,7 @@ def planning_budget_s(request: PlanRequest, profile: CostProfile) -> float:
     """The budget `solve` runs `request` under, in seconds: its time limit, or `auto` resolved for
     the batch (what the plan will record in `solver.time_limit_s`); a few ms, for a caller that
     says it before planning. Raises `PlanningError` where `solve` would refuse the batch's items."""
-    cost = ProfileCostModel(profile)
+    cost = ProfileCostModel(placeable_profile(profile, request.num_gpus, request.gpus_per_node))
     items = _pool_items(request, cost, _parse_pool(request.options.strategy_pool))
     return _budget_s(request, items, cost)
 
@@ -203,6 +233,7 @@ def _validate_pool(pool: tuple[Strategy, ...], request: PlanRequest, cost: Profi
         missing = [str(scheme) for scheme in strategy.schemes if scheme not in known]
         if missing:
             raise PlanningError(f"strategy_pool[{index}] {strategy}: scheme {missing[0]} is not in the cost profile")
+        _require_placeable(strategy, request.num_gpus, request.gpus_per_node, f"strategy_pool[{index}]")
 
 
 def _parse_pool(texts: list[str] | None) -> tuple[Strategy, ...] | None:
@@ -227,6 +258,7 @@ def evaluate_strategy(
     for scheme in fixed.schemes:
         if scheme not in cost.schemes():
             raise PlanningError(f"strategy scheme {scheme} is not in the cost profile")
+    _require_placeable(fixed, request.num_gpus, request.gpus_per_node, "strategy")
     items = _prepare_items(request, cost, fixed.schemes)
     budget_s = _budget_s(request, items, cost)
     settings, clock = _settings(request, budget_s, None, cancel=None, started=started, num_items=len(items))

@@ -98,6 +98,28 @@ def check_strategy_fits(text: str, num_gpus: int, gpus_per_node: int, field: str
     return strategy
 
 
+def unplaceable_reason(scheme: ParallelScheme, num_gpus: int, gpus_per_node: int) -> str | None:
+    """Why `place_pipelines` could put this scheme's TP groups, or a TP x CP grid no larger than a
+    node, across nodes of this cluster (the rule `planner.check` holds plans to); None when it
+    cannot. A cluster of at most one node holds anything. Else blocks are laid out largest grid
+    first, so a grid stays inside a node when it is a whole node, or a power of two dividing the
+    node (every grid laid out before it is then a multiple of it), and a grid larger than a node
+    keeps its TP groups inside nodes when it is a whole number of nodes and TP divides the node."""
+    if num_gpus <= gpus_per_node:
+        return None
+    grid = scheme.gpus_per_stage
+    if grid <= gpus_per_node:
+        if grid == gpus_per_node or (grid & (grid - 1) == 0 and gpus_per_node % grid == 0):
+            return None
+        return f"its TP x CP grid of {grid} GPUs is not a power of two dividing the {gpus_per_node} GPUs of a node"
+    if grid % gpus_per_node == 0 and gpus_per_node % scheme.tp == 0:
+        return None
+    return (
+        f"its TP x CP grid of {grid} GPUs is not a whole number of {gpus_per_node}-GPU nodes with tp "
+        f"{scheme.tp} dividing a node"
+    )
+
+
 def placement_key(scheme: ParallelScheme) -> tuple[int, int, int, int, int]:
     """Pipelines with larger TP*CP grids first, so every grid starts at a multiple of its size."""
     return (-scheme.gpus_per_stage, -scheme.num_gpus, -scheme.tp, scheme.pp, scheme.cp)
