@@ -608,11 +608,12 @@ def _initial_incumbents(
             first.insert(0, settings.previous)  # staying costs no re-sharding: a natural incumbent
     solved: list[Candidate] = []
     tried: set[Strategy] = set()
-    if speculative is not None:
-        speculative.prefetch(list(dict.fromkeys(first))[1:])  # the first is solved here at once
-    for strategy in dict.fromkeys(first):
+    ordered = list(dict.fromkeys(first))
+    for index, strategy in enumerate(ordered):
         if solved and time_up():
             break
+        if speculative is not None:
+            speculative.prefetch(ordered[index + 1 :])
         tried.add(strategy)
         candidate = first_solution(strategy)
         solved += [candidate] if candidate is not None else []

@@ -55,6 +55,11 @@ IN_FLIGHT_PER_WORKER = 2
 # begun more than that earlier on an equally fast core is done by then, and a slow or busy worker
 # costs the search at most this share more than working alone
 WAIT_FACTOR = 0.5
+# solves and expansions are sent ahead only once one of their kind took at least this long here:
+# shipping a task and its result costs ~1 ms of the search's own CPU, more than an expansion at
+# 64-256 GPUs takes (1-2 ms; 8B / 64 planned 0.91x as fast with a worker sending them all, on 2
+# cores); at 1,024 GPUs each takes ~20 ms. Polishes (10-30 ms) always go.
+MIN_TASK_S = 0.005
 
 # the state of the search a worker last served: (key, lengths, cost model, previous strategy),
 # and its frontier's tables and strategies enumerated before the first expansion: (key, frontier)
@@ -128,6 +133,7 @@ class SpeculativeSolver:
         cost: ProfileCostModel,
         previous: Strategy | None,
         local: Solve,
+        min_task_s: float | None = None,
     ) -> None:
         self._executor = executor
         self._slots = max(1, workers) * IN_FLIGHT_PER_WORKER
@@ -137,6 +143,7 @@ class SpeculativeSolver:
         self._frontier_blob: bytes | None = None
         self._futures: dict[object, Future] = {}
         self._local_s: dict[str, float] = {}  # what the last task of each kind took here
+        self._min_task_s = MIN_TASK_S if min_task_s is None else min_task_s
         self.hits = 0  # tasks a worker had started when the search asked
         self.local = 0  # tasks computed here
 
@@ -147,14 +154,19 @@ class SpeculativeSolver:
         seen = [entry.strategy for entry in frontier.strategies]
         self._frontier_blob = pickle.dumps((schemes, frontier.num_gpus, seen), protocol=pickle.HIGHEST_PROTOCOL)
 
+    def _worth(self, kind: str) -> bool:
+        """Whether tasks of this kind take long enough here to be worth sending ahead."""
+        return self._local_s.get(kind, 0.0) >= self._min_task_s
+
     def prefetch(self, strategies: Iterable[Strategy]) -> None:
         """Start solves of these strategies (the most likely next first) while slots are free."""
-        self._submit((strategy, (solve_task, self._key, self._blob, strategy)) for strategy in strategies)
+        if self._worth("solve"):
+            self._submit((strategy, (solve_task, self._key, self._blob, strategy)) for strategy in strategies)
 
     def prefetch_expansions(self, sets: Iterable[tuple[tuple[int, ...], float]], incumbent_s: float) -> None:
         """Start expansions of these scheme sets (columns, bound; the most likely next first)
         under this incumbent, while slots are free."""
-        if self._frontier_blob is None:
+        if self._frontier_blob is None or not self._worth("expand"):
             return
         self._submit(
             (

@@ -49,7 +49,23 @@ def make(setting, executor, workers=1):
         return ("local", str(strategy))
 
     profile, lengths, cost = setting
-    return SpeculativeSolver(executor, workers, profile, lengths, cost, None, local), calls
+    return SpeculativeSolver(executor, workers, profile, lengths, cost, None, local, min_task_s=0.0), calls
+
+
+def test_cheap_tasks_are_not_sent_ahead(setting) -> None:
+    """Solves and expansions go to a worker only once one of their kind took `min_task_s` here."""
+    executor = HeldExecutor()
+    profile, lengths, cost = setting
+    solver = SpeculativeSolver(executor, 1, profile, lengths, cost, None, lambda *args: None, min_task_s=60.0)
+    solver.prefetch(strategies(3))
+    assert executor.submitted == []
+    solver.solve(strategies(1)[0])  # timed here: far below a minute
+    solver.prefetch(strategies(3))
+    assert executor.submitted == []
+    eager = SpeculativeSolver(executor, 1, profile, lengths, cost, None, lambda *args: None, min_task_s=0.0)
+    eager.solve(strategies(1)[0])
+    eager.prefetch(strategies(3))
+    assert len(executor.submitted) == 2  # the slots of one worker
 
 
 def test_prefetch_keeps_at_most_its_slots_in_flight(setting) -> None:
@@ -130,3 +146,37 @@ def test_the_worker_expands_a_set_exactly_as_the_frontier_does(setting) -> None:
         assert pinned not in [entry.strategy for entry in here.entries]
         compared += len(here.entries)
     assert compared >= 4
+
+
+def test_the_worker_polishes_exactly_as_the_search_does(setting) -> None:
+    """`polish_task` (a worker's polish from the blob, under the search's deadline) against
+    `search.polish_candidate` here: the same plan, and no cut under a deadline far away."""
+    import time
+
+    from hydraplan.planner.schemas import SolverBackend
+    from hydraplan.planner.search import Clock, SearchSettings, _candidate, polish_candidate
+    from hydraplan.planner.speculation import polish_task
+
+    profile, lengths, cost = setting
+    settings = SearchSettings(backend=SolverBackend.AUTO, max_schemes=3, max_strategies_solved=16, seed=0)
+    solver = SpeculativeSolver(HeldExecutor(), 1, profile, lengths, cost, None, solve_strategy)
+    polished = 0
+    for strategy in strategies(6):
+        screened = solve_strategy(strategy, lengths, cost, None)
+        if screened is None:
+            continue
+        # a poor dispatch to start from, so that the polish has work to do: the shortest items
+        # one to each pipeline but the roomiest, which takes all the others
+        roomiest = max(range(len(screened.coefs)), key=lambda index: screened.coefs[index].capacity_tokens)
+        shortest = iter(np.argsort(lengths, kind="stable").tolist())
+        poor = [np.array([next(shortest)]) if index != roomiest else None for index in range(len(screened.coefs))]
+        given = {int(items[0]) for items in poor if items is not None}
+        poor[roomiest] = np.array([item for item in range(len(lengths)) if item not in given])
+        candidate = _candidate(strategy, screened.coefs, poor, lengths, cost, None)
+        there, cut = polish_task(solver._key, solver._blob, candidate, settings, time.perf_counter() + 600)
+        here = polish_candidate(candidate, lengths, cost, settings, Clock(lambda: 600.0, lambda: False))
+        assert not cut
+        assert there.objective_s == here.objective_s
+        assert [a.tolist() for a in there.assignment] == [a.tolist() for a in here.assignment]
+        polished += there.objective_s < candidate.objective_s
+    assert polished >= 1  # at least one polish changed its candidate, so the comparison has teeth
