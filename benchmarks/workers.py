@@ -6,11 +6,11 @@
 For each setting's seed-0 batch, `planner.solve.solve` runs with each process count in turn, side
 by side, `--repeats` times each: 1 is the search alone; N > 1 adds a fork pool of N - 1 workers
 (created before the timing, as `hydraplan plan --workers N` does), which make the baselines' own
-plans (`planner.portfolio`) and solve the search's next strategies ahead of it
-(`planner.speculation`). The clock stands still (`benchmarks.quality.clock_standing_still`): every
+plans (`planner.portfolio`) and, from two workers on, compute the search's next solves,
+expansions and polishes ahead of it (`planner.speculation`). The clock stands still (`benchmarks.quality.clock_standing_still`): every
 run makes the plan an uncut run makes, and the table checks that they are the same plan.
-Reported: median wall time of each count, the speed-up over one process, and the share of the
-search's strategy solves a worker delivered.
+Reported: median wall time of each count, the speed-up over one process, and how many of the
+tasks the search asked for (solves, expansions, polishes) a worker had computed.
 
 The results go to the `workers` section of benchmarks/RESULTS.md (`--results` for another file).
 """
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             if pool is not None:
                 pool.shutdown()
     headers = ["setting", *(f"{count} process{'es' if count > 1 else ''} s (median)" for count in counts)]
-    headers += [f"solves from workers, {count} processes" for count in counts if count > 1]
+    headers += [f"tasks from workers, {count} processes" for count in counts if count > 1]
     headers.append("same plan")
     table = markdown_table(headers, rows)
     print(table)

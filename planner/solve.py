@@ -26,6 +26,12 @@ from hydraplan.planner.speculation import SpeculativeSolver
 from hydraplan.planner.strategies import Strategy, parse_strategy, unplaceable_reason
 from hydraplan.planner.switching import require_switch_pricing
 
+# workers from which the search's next tasks are computed ahead (`planner.speculation`); one
+# worker only makes the baselines' plans. Side by side on 2 cores (`benchmarks/workers.py`), one
+# worker that also computed ahead made 70B / 256 H100 plans 0.82x as fast as the search alone
+# (most of what it computed went unused, and it took the second core the search's numpy and
+# HiGHS threads used); making the baselines' plans only, 1.05-1.6x
+SPECULATION_MIN_WORKERS = 2
 FINISH_SHARE = 0.1  # of the time limit, kept for building and checking the plan ...
 # ... or more for large batches: building and checking take 3-4 us per item on a quiet 2-core
 # EPYC (0.19 s for 63K items at 4,096 GPUs, 65 ms for 16K), linear in the items, and up to twice
@@ -53,8 +59,9 @@ def solve(
 
     With an `executor` of `executor_workers` processes (e.g. the fork pool of `hydraplan plan
     --workers N`), the shipped baselines' own plans of the batch are made there while the search
-    runs here, and the strategies the search will likely solve next are solved there ahead of it
-    (`planner.speculation`); the plan is the same as without one.
+    runs here and, with at least SPECULATION_MIN_WORKERS workers, what the search will likely ask
+    for next is computed there ahead of it (`planner.speculation`); the plan is the same as
+    without one.
 
     The search stops at `options.time_limit_s` (`auto`: a share of the step, `planner.budget`),
     or when `cancel()` returns True, with its best incumbent. The shipped baselines' own plans of
@@ -79,7 +86,7 @@ def solve(
     settings, clock = _settings(request, budget_s, pool, cancel, started, len(items))
     peers = _peers(request, placeable, cost, items, settings, pool is not None, executor)
     speculative = None
-    if executor is not None:
+    if executor is not None and executor_workers >= SPECULATION_MIN_WORKERS:
         speculative = SpeculativeSolver(
             executor, executor_workers, placeable, items.lengths, cost, settings.previous, solve_strategy
         )
