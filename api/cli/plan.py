@@ -147,8 +147,8 @@ def _hydraplan_plan(
         try:
             if workers == 1:
                 return solve(request, profile)
-            # this process runs the search; the others make the baselines' plans and solve the
-            # search's next strategies ahead of it (forked: they inherit the loaded planner)
+            # this process runs the search; the others make the baselines' plans and, two or more,
+            # compute the search's next tasks ahead of it (forked: they inherit the loaded planner)
             context = multiprocessing.get_context("fork")
             with ProcessPoolExecutor(max_workers=workers - 1, mp_context=context) as executor:
                 return solve(request, profile, executor=executor, executor_workers=workers - 1)
@@ -253,7 +253,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=positive_int,
         metavar="N",
-        help="processes that plan together (the others make the baselines' own plans and solve and expand "
+        help="processes that plan together (the others make the baselines' own plans and, from 3 on, compute "
         "ahead of the search); the plan is the same for any N (default: the cores this process may use)",
     )
     output = parser.add_argument_group("output")
