@@ -116,8 +116,8 @@ def solve(
 
 def placeable_profile(profile: CostProfile, num_gpus: int, gpus_per_node: int) -> CostProfile:
     """The profile without the schemes `strategies.place_pipelines` cannot keep inside nodes on
-    this cluster (`strategies.unplaceable_reason`: never a power-of-two scheme of the catalog on
-    nodes of 8); raises `PlanningError` when none is left."""
+    this cluster (`strategies.unplaceable_reason`; it removes none of the catalog's power-of-two
+    schemes on nodes of 8); raises `PlanningError` when none is left."""
     kept = [
         entry
         for entry in profile.schemes
