@@ -72,9 +72,10 @@ MAX_STRATEGIES_PER_SET = 4000
 # ~0.6 s of the 2 s budget went to seeding 4,390 sets over 2,500 lengths at 70B / 256 GPUs
 EXACT_SET_BOUND_MAX_LENGTHS = 1024
 SEEDED_BLOCKS_PER_PUSH = 128  # blocks of scheme sets bounded between two pushes into the frontier
-# with the work scale (a longer budget polishes more): at 10 s, 8B / 64 H100 LongAlign seed 2 solved
-# more strategies than at 2 s, and the one that polished best (8x<2,1,4>, 2.868 s) was no longer
-# among the 4 best screened, so the longer budget planned 2.939 s
+# strategies polished at the default budget, scaled with the work limits (a longer budget polishes
+# more): at 10 s, 8B / 64 H100 LongAlign seed 2 solved more strategies than at 2 s, and the one
+# that polished best (8x<2,1,4>, 2.868 s) was no longer among the 4 best screened, so the longer
+# budget planned 2.939 s until the count grew with it
 NUM_POLISHED = 4
 NUM_POLISHED_BRIEF = 2  # under budgets below THOROUGH_MIN_BUDGET_S (e.g. a service's 0.1 s)
 NUM_RUNNERS_UP = 8
@@ -345,9 +346,13 @@ class Frontier:
     def push_strategies(self, strategies: Sequence[Strategy], floor_s: float = -math.inf) -> None:
         """Bound and estimate new strategies (see `bounded`); `floor_s` is a bound known to hold
         for all of them (their scheme set's)."""
-        fresh = [strategy for strategy in dict.fromkeys(strategies) if strategy not in self._seen]
+        fresh = self._unseen(strategies)
         self._seen.update(fresh)
         self.strategies.extend(self.bounded(fresh, floor_s, self.incumbent_s))
+
+    def _unseen(self, strategies: Iterable[Strategy]) -> list[Strategy]:
+        """These strategies, once each, but those already enumerated, in order."""
+        return [strategy for strategy in dict.fromkeys(strategies) if strategy not in self._seen]
 
     def mark_seen(self, strategies: Iterable[Strategy]) -> None:
         """Count these strategies as enumerated (a copy of a frontier in a worker process)."""
@@ -402,8 +407,7 @@ class Frontier:
         order = sorted(range(len(combo)), key=lambda index: placement_key(combo[index]))
         canonical = [combo[index] for index in order]
         strategies = [Strategy(tuple(zip(canonical, [counts[index] for index in order]))) for counts in vectors]
-        fresh = [strategy for strategy in dict.fromkeys(strategies) if strategy not in self._seen]
-        return Expansion(self.bounded(fresh, set_bound_s, incumbent_s), huge)
+        return Expansion(self.bounded(self._unseen(strategies), set_bound_s, incumbent_s), huge)
 
     def expand_next(self, speculative: SpeculativeSolver | None = None) -> None:
         """Expand the set with the smallest bound into its strategies (`expansion`, or the same
@@ -471,9 +475,10 @@ def search(
     like the search's own, so the result is never worse than any of them. Joining at that fixed
     point keeps the plan the same whether they were computed here or in parallel.
 
-    A `speculative` solver (`planner.speculation`) solves the head of the queue ahead in worker
-    processes; the search takes a result from it only where it would have solved that strategy
-    itself, so the plan is the same with or without it.
+    A `speculative` solver (`planner.speculation`) computes ahead, in worker processes, the solves
+    at the head of the queue, the expansions of the next scheme sets and the polishes; the search
+    takes a result from it only where it would have computed the same thing itself, so the plan is
+    the same with or without it.
 
     Alternates: expand scheme sets (in bound order) whose bound beats the incumbent and the best
     queued estimate, then solve the queued strategy with the best estimate, skipping any whose
