@@ -158,9 +158,7 @@ def interleaved_table(num_micro_batches: int, num_chunks: int, group: int) -> li
     """The (micro-batch, chunk) pairs every rank walks, in order."""
     table = []
     for first in range(0, num_micro_batches, group):
-        members = range(first, min(first + group, num_micro_batches))
-        if first + group >= num_micro_batches:
-            members = range(first, num_micro_batches)
+        members = range(first, min(first + group, num_micro_batches))  # the last group: what is left
         table += [(micro_batch, chunk) for chunk in range(num_chunks) for micro_batch in members]
     return table
 
