@@ -55,7 +55,7 @@ from hydraplan.planner.items import Items, prepare_items
 from hydraplan.planner.kernels import first_fit_shuffles, next_fit_starts
 from hydraplan.planner.packing import PackedPipeline, balance_lpt, best_order, by_length_descending, pack_pipeline
 from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SolverStats
-from hydraplan.planner.search import runnable_schemes
+from hydraplan.planner.search import placeable_profile, runnable_schemes
 from hydraplan.planner.simulate import simulate_1f1b
 from hydraplan.planner.strategies import Strategy, count_vectors, parse_strategy
 from hydraplan.planner.switching import pipeline_blocks, require_switch_pricing, switch_cost_s
@@ -602,8 +602,6 @@ def run_baseline(name: str, request: PlanRequest, profile: CostProfile) -> Plan:
     except KeyError:
         raise PlanningError(f"unknown baseline {name!r}; valid: {', '.join(sorted(BASELINES))}") from None
     require_switch_pricing(request.previous_strategy, profile)
-    from hydraplan.planner.solve import placeable_profile  # solve imports this module
-
     placeable = placeable_profile(profile, request.num_gpus, request.gpus_per_node)
     plan = baseline(request, placeable)
     if placeable is not profile:  # the plan answers the request with the profile it came with

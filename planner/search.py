@@ -55,6 +55,7 @@ from hydraplan.planner.candidate import Candidate
 from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
 from hydraplan.planner.counts import capped_count_vectors, fillable, near_ideal
 from hydraplan.planner.dispatch import greedy_dispatch
+from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.few_items import MAX_ITEMS as FEW_ITEMS
 from hydraplan.planner.few_items import few_items_bound
 from hydraplan.planner.fluid import interval_fluid_s
@@ -62,9 +63,10 @@ from hydraplan.planner.lp_dispatch import lp_dispatch
 from hydraplan.planner.milp import solve_milp
 from hydraplan.planner.packing import PackedPipeline, best_order, pack_pipeline
 from hydraplan.planner.refine import polish_packings, refine
-from hydraplan.planner.schemas import SolverBackend
+from hydraplan.planner.schemas import CostProfile, SolverBackend
+from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.speculation import SpeculativeSolver
-from hydraplan.planner.strategies import Strategy, placement_key
+from hydraplan.planner.strategies import Strategy, placement_key, unplaceable_reason
 from hydraplan.planner.switching import pipeline_blocks, switch_cost_s
 
 MAX_STRATEGIES_PER_SET = 4000
@@ -297,6 +299,25 @@ def runnable_schemes(cost: ProfileCostModel, num_gpus: int, keep: Sequence = ())
     np.fill_diagonal(dominates, False)
     dominated = dominates.any(axis=0)
     return [coef for coef, beaten in zip(fitting, dominated.tolist()) if coef.scheme in keep or not beaten]
+
+
+def placeable_profile(profile: CostProfile, num_gpus: int, gpus_per_node: int) -> CostProfile:
+    """The profile without the schemes `strategies.place_pipelines` cannot keep inside nodes on
+    this cluster (`strategies.unplaceable_reason`; it removes none of the catalog's power-of-two
+    schemes on nodes of 8); raises `PlanningError` when none is left."""
+    kept = [
+        entry
+        for entry in profile.schemes
+        if unplaceable_reason(ParallelScheme(entry.tp, entry.pp, entry.cp), num_gpus, gpus_per_node) is None
+    ]
+    if len(kept) == len(profile.schemes):
+        return profile
+    if not kept:
+        raise PlanningError(
+            f"no scheme of the cost profile keeps its TP groups and grids inside {gpus_per_node}-GPU nodes "
+            f"on {num_gpus} GPUs"
+        )
+    return profile.model_copy(update={"schemes": kept})
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,15 @@ from hydraplan.planner.kernels import warm_up
 from hydraplan.planner.portfolio import peer_candidates, peer_task
 from hydraplan.planner.schemas import BaselineResult, CostProfile, Plan, PlanRequest, SolverBackend, SolverStats
 from hydraplan.planner.scheme import ParallelScheme
-from hydraplan.planner.search import Clock, SearchSettings, WorkLimits, search, solve_fixed, solve_strategy
+from hydraplan.planner.search import (
+    Clock,
+    SearchSettings,
+    WorkLimits,
+    placeable_profile,
+    search,
+    solve_fixed,
+    solve_strategy,
+)
 from hydraplan.planner.speculation import SpeculativeSolver
 from hydraplan.planner.strategies import Strategy, parse_strategy, unplaceable_reason
 from hydraplan.planner.switching import require_switch_pricing
@@ -112,25 +120,6 @@ def solve(
     )
     plan = build_plan(request, profile, items, result.best, result.lower_bound_s, stats, result.timed_out)
     return _finish(plan, request, profile, baselines)
-
-
-def placeable_profile(profile: CostProfile, num_gpus: int, gpus_per_node: int) -> CostProfile:
-    """The profile without the schemes `strategies.place_pipelines` cannot keep inside nodes on
-    this cluster (`strategies.unplaceable_reason`; it removes none of the catalog's power-of-two
-    schemes on nodes of 8); raises `PlanningError` when none is left."""
-    kept = [
-        entry
-        for entry in profile.schemes
-        if unplaceable_reason(ParallelScheme(entry.tp, entry.pp, entry.cp), num_gpus, gpus_per_node) is None
-    ]
-    if len(kept) == len(profile.schemes):
-        return profile
-    if not kept:
-        raise PlanningError(
-            f"no scheme of the cost profile keeps its TP groups and grids inside {gpus_per_node}-GPU nodes "
-            f"on {num_gpus} GPUs"
-        )
-    return profile.model_copy(update={"schemes": kept})
 
 
 def _require_placeable(strategy: Strategy, num_gpus: int, gpus_per_node: int, label: str) -> None:
