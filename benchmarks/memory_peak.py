@@ -28,13 +28,17 @@ import statistics
 import sys
 from pathlib import Path
 
-import torch
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
 
-from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_result
-from hydraplan.cost_models.fit import MEMORY_SAFETY_MARGIN, fit_memory, fit_stage
-from hydraplan.planner.measurements import StageSample
-from hydraplan.runtime.model import ModelConfig
-from hydraplan.runtime.profiler import (
+import torch  # noqa: E402
+
+from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_result  # noqa: E402
+from hydraplan.cost_models.fit import MEMORY_SAFETY_MARGIN, fit_memory, fit_stage  # noqa: E402
+from hydraplan.planner.measurements import StageSample  # noqa: E402
+from hydraplan.runtime.model import ModelConfig  # noqa: E402
+from hydraplan.runtime.profiler import (  # noqa: E402
     DEFAULT_TOKEN_COUNTS,
     FIT_MIXES,
     PEAK_STEPS,
