@@ -23,6 +23,7 @@ later change to them must say what changed and keep the first results beside the
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import sys
@@ -151,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--results", type=Path, default=RESULTS_PATH)
     parser.add_argument("--no-write", action="store_true", help="print only; write no results")
+    parser.add_argument(
+        "--section", default="memory_peak", help="results section (a repeat goes beside the first run's)"
+    )
+    parser.add_argument("--samples", type=Path, help="also write every measured sample here (JSON lines)")
     args = parser.parse_args(argv)
     cfg = ModelConfig.from_catalog(args.model)
     options = MeasureOptions(repeats=args.repeats)
@@ -158,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     pooled: dict[str, list[float]] = {}
     for pp, stage in STAGES:
         fitted, held = measure(cfg, pp, stage, options)
+        if args.samples:
+            with args.samples.open("a", encoding="utf-8") as out:
+                for where, sample in [("fit", s) for s in fitted] + [(h[0], s) for h, s in zip(HELD_OUT, held)]:
+                    out.write(json.dumps({"where": where, **sample.model_dump(mode="json")}) + "\n")
         label = f"<1,{pp},1> stage {stage}"
         rows, errors = evaluate(fitted, held)
         detail += [[label, *row] for row in rows]
@@ -217,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         + "\n"
     )
     if not args.no_write:
-        write_result("memory_peak", command_line(), body, tables[1], args.results)
+        write_result(args.section, command_line(), body, tables[1], args.results, file="memory_peak")
     return 0
 
 
