@@ -29,6 +29,7 @@ Samples are yielded one by one, so the caller can stop (budget, Ctrl-C) and keep
 
 from __future__ import annotations
 
+import contextlib
 import math
 import platform
 import statistics
@@ -342,37 +343,41 @@ class StageRunner:
         if hidden is not None:
             hidden.grad = None
 
-    def activation_bytes(self, batch: PackedBatch, hidden, grad) -> float:
-        """Saved-activation bytes (CPU) or allocator peak growth (CUDA) of one step."""
-        if self.device.type == "cuda":
-            with CudaPeakMeter(self.device) as meter:
-                self.step(batch, hidden, grad, [])
-            return meter.bytes
-        with SavedActivationMeter(self.module) as meter:
-            output = self.module(batch, hidden)
-        output.backward() if self.is_last else output.backward(grad)
-        self.module.zero_grad(set_to_none=True)
-        return float(meter.bytes)
-
-    def peak_bytes(self, batch: PackedBatch, hidden, grad) -> float | None:
-        """The real peak one step adds (the largest of `PEAK_STEPS`), gradients allocated before
-        it as in a step that accumulates them; None where the device has no meter."""
-        if peak_meter(self.device) is None:
-            return None
-        peaks = []
-        for _ in range(PEAK_STEPS):
+    def memory(self, batch: PackedBatch, hidden, grad) -> tuple[float, float | None]:
+        """`(activation_bytes, peak_bytes)` over `PEAK_STEPS` steps, gradients allocated before each
+        as in a step that accumulates them. `activation_bytes`: the first step's saved-activation
+        bytes (CPU) or allocator peak growth (CUDA); `peak_bytes`: the largest real peak a step
+        added (`peak_meter`), None where the device has none."""
+        peaks, activation = [], 0.0
+        for index in range(PEAK_STEPS):
             for parameter in self.module.parameters():
                 if parameter.requires_grad and parameter.grad is None:
                     parameter.grad = torch.zeros_like(parameter)
             meter = peak_meter(self.device)
-            with meter:
-                self.step(batch, hidden, grad, [])
-            peaks.append(meter.bytes)
-        return max(peaks)
+            with meter if meter is not None else contextlib.nullcontext():
+                if index == 0 and self.device.type == "cpu":
+                    activation = self._saved_step(batch, hidden, grad)
+                else:
+                    self.step(batch, hidden, grad, [])
+            if meter is not None:
+                peaks.append(meter.bytes)
+            if self.device.type == "cuda" and index == 0:
+                activation = peaks[0]
+        return activation, max(peaks) if peaks else None
+
+    def _saved_step(self, batch: PackedBatch, hidden, grad) -> float:
+        """One forward+backward counting the bytes autograd saves."""
+        with SavedActivationMeter(self.module) as saved:
+            output = self.module(batch, hidden)
+        output.backward() if self.is_last else output.backward(grad)
+        self.module.zero_grad(set_to_none=True)
+        if hidden is not None:
+            hidden.grad = None
+        return float(saved.bytes)
 
     def time(self, batch: PackedBatch, hidden, grad) -> tuple[float, float]:
         """Median forward+backward and forward seconds over the repeats, after the warm-up (the
-        memory-measuring step counts as the first warm-up step)."""
+        memory-measuring steps count as the first warm-up step)."""
         forward_times: list[float] = []
         for _ in range(self.options.warmup - 1):
             self.step(batch, hidden, grad, forward_times)
@@ -411,8 +416,7 @@ class StageRunner:
             if self.shard is not None:
                 batch = self.shard(batch)
             hidden, grad = self.inputs(batch)
-            memory = self.activation_bytes(batch, hidden, grad)
-            peak = self.peak_bytes(batch, hidden, grad)
+            memory, peak = self.memory(batch, hidden, grad)
             total_s, forward_s = self.time(batch, hidden, grad)
         except (RuntimeError, MemoryError) as error:
             if not (isinstance(error, MemoryError) or is_out_of_memory(error)):

@@ -50,13 +50,13 @@ def test_a_micro_batch_out_of_memory_is_a_sample_and_larger_ones_are_skipped(mon
     cfg = ModelConfig.from_catalog("tiny", **SMALL)
     calls = []
 
-    def fake_activation_bytes(self, batch, hidden, grad):
+    def fake_memory(self, batch, hidden, grad):
         calls.append(batch.input_ids.shape[0])
         if batch.input_ids.shape[0] >= 64:
             raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory")
-        return 1.0
+        return 1.0, 2.0
 
-    monkeypatch.setattr(StageRunner, "activation_bytes", fake_activation_bytes)
+    monkeypatch.setattr(StageRunner, "memory", fake_memory)
     batches = [("long", [32]), ("long", [64]), ("short", [32, 32, 32])]
     samples = list(measure_stage(cfg, 1, 0, batches, MeasureOptions(repeats=1)))
     assert [s.oom for s in samples] == [False, True, True]
