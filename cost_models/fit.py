@@ -496,6 +496,10 @@ def build_profiled_profile(
     notes = "fitted to measurements (cost_models.fit): relative-error NNLS per scheme and stage"
     if missing:
         notes += f"; too few samples for {', '.join(f'<{t},{p},{c}>' for t, p, c in missing)}"
+    longest = max(fit.max_measured_length or 0 for fit in fits)
+    notes += f"; sequences measured up to {longest:,} tokens (longer ones: extrapolated)"
+    if any(fit.memory_fitted_to == "real_peak" for fit in fits):
+        notes += f"; memory fitted to real peaks, envelope then a {MEMORY_SAFETY_MARGIN:.0%} margin"
     if provenance.interrupted:
         notes += "; measurement interrupted: partial"
     return CostProfile(

@@ -124,6 +124,7 @@ def test_a_profiled_profile_round_trips_through_the_file_and_plans(tmp_path: Pat
         _provenance(), model="tiny", device_name="cpu", num_layers=4, memory_bytes=8e9, memory_reserve_bytes=1e9
     )
     assert profile.source == "profiled" and len(profile.provenance.fits) == 2
+    assert "sequences measured up to 1,536 tokens" in profile.notes and "real peaks" not in profile.notes
     path = tmp_path / "p.json"
     save_profile(profile, path)
     loaded = load_profile(path)
