@@ -12,7 +12,7 @@ What `hydraplan profile --device cpu|cuda` measures (the fitting is `cost_models
   of one storage counted once and parameters not at all), what the analytic model's activation
   count is calibrated on; on CUDA the allocator's peak growth. `peak_bytes`: the real peak the step
   adds above the memory held just before it, with the gradients already allocated (as in a
-  training step that accumulates them), the figure the capacity is fitted to (`PeakMeter`): on
+  training step that accumulates them), the figure the capacity is fitted to (`peak_meter`): on
   CUDA `torch.cuda.max_memory_allocated` after `reset_peak_memory_stats`, minus what was allocated
   before; on CPU the process's resident high-water mark (Linux `VmHWM`, reset through
   `/proc/self/clear_refs`) minus its resident size before, after handing freed heap memory back
