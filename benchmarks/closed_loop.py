@@ -102,7 +102,12 @@ def online_run(name: str, profile, args, slowdowns: tuple = ()) -> RunResult:
         step_s=[timing.step_s for timing in timings],
         pipelines=[
             [
-                (f"<{p.scheme.tp},{p.scheme.pp},{p.scheme.cp}>", list(p.ranks), p.num_tokens, timing.pipelines[p.index].total_s)
+                (
+                    f"<{p.scheme.tp},{p.scheme.pp},{p.scheme.cp}>",
+                    list(p.ranks),
+                    p.num_tokens,
+                    timing.pipelines[p.index].total_s,
+                )
                 for p in plan.pipelines
                 if p.index in timing.pipelines
             ]
@@ -158,7 +163,8 @@ def slow_table(slow: RunResult, first_slow_step: int, factor: float) -> str:
     rows = []
     for step in range(len(slow.step_s)):
         parts = "; ".join(
-            f"{scheme} ranks {ranks}: {tokens} tok, {seconds:.3f} s" for scheme, ranks, tokens, seconds in slow.pipelines[step]
+            f"{scheme} ranks {ranks}: {tokens} tok, {seconds:.3f} s"
+            for scheme, ranks, tokens, seconds in slow.pipelines[step]
         )
         rows.append(
             [
@@ -188,7 +194,8 @@ def start_verdict(wrong: RunResult, right: RunResult) -> tuple[str, bool, bool]:
     time_ok = abs(ratio) <= TARGET_STEP_RATIO
     first_good = next((s for s, e in enumerate(wrong.errors) if e is not None and e <= TARGET_ERROR), None)
     text = (
-        f"Wrong start, steps {late.start}-{late.stop - 1}: median stage-time error at most {pct(max(errors, default=None))} "
+        f"Wrong start, steps {late.start}-{late.stop - 1}: median stage-time error at most "
+        f"{pct(max(errors, default=None))} "
         f"(target <= {TARGET_ERROR:.0%}: {'met' if error_ok else 'NOT met'}; first step at or under it: {first_good}); "
         f"measured step time {ratio:+.1%} against the right start over those steps (target within "
         f"{TARGET_STEP_RATIO:.0%}: {'met' if time_ok else 'NOT met'}). Right start's median error over the same steps: "
@@ -248,7 +255,8 @@ def plot_svg(wrong: RunResult, right: RunResult, slow: RunResult) -> str:
         if index == 0:
             y = y0 + panel_h - panel_h * TARGET_ERROR / value_max
             parts.append(
-                f"<line x1='{left}' x2='{left + plot_w}' y1='{y:.1f}' y2='{y:.1f}' stroke='#777' stroke-dasharray='4 3'/>"
+                f"<line x1='{left}' x2='{left + plot_w}' y1='{y:.1f}' y2='{y:.1f}' stroke='#777' "
+                "stroke-dasharray='4 3'/>"
             )
         for run, colour, _ in series:
             points = [
@@ -260,7 +268,9 @@ def plot_svg(wrong: RunResult, right: RunResult, slow: RunResult) -> str:
     legend_y = height - 14
     for index, (_, colour, label) in enumerate(series):
         x = left + index * 160
-        parts.append(f"<line x1='{x}' x2='{x + 24}' y1='{legend_y - 4}' y2='{legend_y - 4}' stroke='{colour}' stroke-width='3'/>")
+        parts.append(
+            f"<line x1='{x}' x2='{x + 24}' y1='{legend_y - 4}' y2='{legend_y - 4}' stroke='{colour}' stroke-width='3'/>"
+        )
         parts.append(f"<text x='{x + 30}' y='{legend_y}'>{label}</text>")
     parts.append("</svg>")
     return "\n".join(parts) + "\n"

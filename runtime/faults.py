@@ -15,8 +15,9 @@ part of that step's gradient sync, so the other ranks block in the sync's collec
 "stop" sends that rank SIGSTOP in the forward of its first micro-batch of that step (a process
 frozen by a debugger, the OOM killer's neighbour, a stuck driver: it neither exits nor beats).
 
-A slowdown (`RunSpec.slowdowns`, `(rank, from_step, factor)`; `benchmarks/closed_loop.py` uses it) makes that rank's compute `factor` times slower from that step on: after each
-forward or backward call of the model, the rank burns `(factor - 1)` times the call's thread CPU
+A slowdown (`RunSpec.slowdowns`, `(rank, from_step, factor)`; `benchmarks/closed_loop.py` uses
+it) makes that rank's compute `factor` times slower from that step on: after each forward or
+backward call of the model, the rank burns `(factor - 1)` times the call's thread CPU
 time in a busy loop inside the measured window (`burn_cpu`), so the slowdown shows in the measured
 compute as a slower GPU's would (a sleep would not: the runtime measures thread CPU time).
 """

@@ -130,7 +130,9 @@ def run_pipeline_step(
             if before_last_backward is not None and position == len(order) - 1 and not is_forward:
                 before_last_backward()
             if is_forward:
-                timing = _forward(stage, assignment, batch, index, inbox, outbox, saved, global_tokens, result, slowdown)
+                timing = _forward(
+                    stage, assignment, batch, index, inbox, outbox, saved, global_tokens, result, slowdown
+                )
             else:
                 timing = _backward(assignment, index, inbox, outbox, saved, slowdown)
         result.ops.append(

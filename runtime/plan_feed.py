@@ -21,10 +21,9 @@ picklable, as they travel to spawned ranks, and only rank 0 calls them.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
-
-import sys
 
 import torch.distributed as dist
 

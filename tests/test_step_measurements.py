@@ -56,9 +56,7 @@ def test_a_pipeline_stage_pair_gives_each_micro_batch_its_slowest_stage_and_feat
     stage0 = [op(kind, i, 0.1 if kind == "F" else 0.2) for i in range(count) for kind in "FB"]
     stage1 = [op(kind, i, 0.1 * (i + 1) if kind == "F" else 0.3) for i in range(count) for kind in "FB"]
     bucket = [[[0, 1], 0.02, 4096]]
-    records = [
-        rank_record(rank, 0, rank, step_record(ops, bucket), None) for rank, ops in enumerate((stage0, stage1))
-    ]
+    records = [rank_record(rank, 0, rank, step_record(ops, bucket), None) for rank, ops in enumerate((stage0, stage1))]
     body = measurements_body(plan, records)
     measured = body["pipelines"][0]["micro_batches"]
     assert [entry["num_tokens"] for entry in measured] == [sum(mb.lengths) for mb in pipeline.micro_batches]
@@ -102,7 +100,11 @@ def test_many_micro_batches_are_thinned_evenly_under_the_services_bounds(monkeyp
     sizes = [len(p.micro_batches) for p in plan.pipelines]
     records = [
         rank_record(
-            p.ranks[0], p.index, 0, step_record([op(kind, i, 0.01 * (i + 1)) for i in range(size) for kind in "FB"]), None
+            p.ranks[0],
+            p.index,
+            0,
+            step_record([op(kind, i, 0.01 * (i + 1)) for i in range(size) for kind in "FB"]),
+            None,
         )
         for p, size in zip(plan.pipelines, sizes)
     ]
