@@ -181,6 +181,36 @@ def slow_table(slow: RunResult, first_slow_step: int, factor: float) -> str:
     return markdown_table(headers, rows)
 
 
+def visits_table(wrong: RunResult, right: RunResult) -> str:
+    """The median step error by how many earlier steps ran the step's schemes: the refit is per
+    scheme, so a scheme first run late is still at its starting coefficients."""
+
+    def by_visits(run: RunResult) -> dict[int, list[float]]:
+        seen: dict[str, int] = {}
+        groups: dict[int, list[float]] = {}
+        for step, pipelines in enumerate(run.pipelines):
+            schemes = sorted({scheme for scheme, _, _, _ in pipelines})
+            visits = min(seen.get(scheme, 0) for scheme in schemes)
+            if run.errors[step] is not None:
+                groups.setdefault(min(visits, 3), []).append(run.errors[step])
+            for scheme in schemes:
+                seen[scheme] = seen.get(scheme, 0) + 1
+        return groups
+
+    wrong_groups, right_groups = by_visits(wrong), by_visits(right)
+    rows = []
+    for visits in range(4):
+        label = "3 or more" if visits == 3 else str(visits)
+        row = [label]
+        for groups in (wrong_groups, right_groups):
+            errors = groups.get(visits, [])
+            row += [len(errors), pct(statistics.median(errors)) if errors else "-"]
+        rows.append(row)
+    headers = ["earlier steps of the scheme", "wrong: steps", "wrong: median error"]
+    headers += ["right: steps", "right: median error"]
+    return markdown_table(headers, rows)
+
+
 def start_verdict(wrong: RunResult, right: RunResult) -> tuple[str, bool, bool]:
     """Whether, by step TARGET_WITHIN_STEPS, the wrong start's error is <= TARGET_ERROR (on
     every step from there on) and its step time within TARGET_STEP_RATIO of the right start's
@@ -315,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         runs[name] = online_run(name, profile, args, slowdowns)
         print(f"{name}: {args.steps} steps in {runs[name].wall_s:.0f} s wall", file=sys.stderr, flush=True)
     wrong, right, slow = runs["wrong"], runs["right"], runs["slow"]
-    first = start_table(wrong, right)
+    first = start_table(wrong, right) + "\n\nBy the scheme's earlier steps:\n\n" + visits_table(wrong, right)
     second = slow_table(slow, first_slow_step, args.slow_factor)
     verdict, _, _ = start_verdict(wrong, right)
     moved = slow_verdict(slow, first_slow_step)
