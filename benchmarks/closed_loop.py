@@ -26,7 +26,7 @@ Times: thread CPU time per op (`runtime.step_timing` with the `cpu` clock: on th
 oversubscribed cores a rank's wall clock holds its neighbours' work), the measured step is the
 slowest pipeline's critical path plus the gradient sync, as the planner models it. The full
 report goes to benchmarks/results/closed_loop.md with a plot (closed_loop.svg), the key table to
-the `closed_loop` section of benchmarks/RESULTS.md.
+the `closed_loop` section of benchmarks/RESULTS.md (`--section` names another).
 """
 
 from __future__ import annotations
@@ -323,6 +323,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout-s", type=float, default=1200.0)
     parser.add_argument("--quick", action="store_true", help="3 steps, nothing written")
     parser.add_argument("--results", type=Path, default=RESULTS_PATH)
+    parser.add_argument("--section", default=SECTION, help="section of RESULTS.md and name of the results file")
     args = parser.parse_args(argv)
     if args.quick:
         args.steps = 3
@@ -352,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     print(first, "\n", verdict, "\n\n", second, "\n", moved, sep="")
     if args.quick:
         return 0
-    svg_path = args.results.parent / "results" / "closed_loop.svg"
+    svg_path = args.results.parent / "results" / f"{args.section}.svg"
     svg_path.parent.mkdir(parents=True, exist_ok=True)
     svg_path.write_text(plot_svg(wrong, right, slow))
     setup = (
@@ -365,11 +366,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{slow.wall_s:.0f} s wall."
     )
     body = (
-        f"{setup}\n\n![per-step error and step time](closed_loop.svg)\n\n### Wrong start vs right start\n\n{first}\n\n"
+        f"{setup}\n\n![per-step error and step time]({args.section}.svg)\n\n"
+        f"### Wrong start vs right start\n\n{first}\n\n"
         f"{verdict}\n\n### Slowdown of rank 1\n\n{second}\n\n{moved}\n"
     )
     summary = f"{setup}\n\n{verdict}\n\n{moved}\n"
-    write_result(SECTION, command_line(), body, summary, path=args.results)
+    write_result(args.section, command_line(), body, summary, path=args.results)
     return 0
 
 

@@ -203,3 +203,19 @@ def test_measured_pipelines_take_the_largest_peak():
     (pipeline,) = measured_pipelines(body)
     assert pipeline.scheme == (1, 2, 1) and pipeline.peak_bytes == 7.0
     assert pipeline.micro_batches[0].sum_sq_tokens == 10.0 and pipeline.micro_batches[0].fwd_s is None
+
+
+def test_the_slowdown_hook_burns_the_asked_cpu_time_from_its_step_on():
+    import time
+
+    from tests.runtime_support import require_torch
+
+    require_torch()
+    from hydraplan.runtime.faults import burn_cpu, slowdown_factor
+
+    slowdowns = ((1, 3, 2.0), (1, 5, 4.0), (0, 0, 1.5))
+    assert [slowdown_factor(slowdowns, 1, step) for step in range(7)] == [1.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0]
+    assert slowdown_factor(slowdowns, 0, 0) == 1.5 and slowdown_factor(slowdowns, 2, 9) == 1.0
+    started = time.thread_time()
+    burn_cpu(0.05)
+    assert time.thread_time() - started >= 0.05  # thread CPU time, what the runtime measures
