@@ -245,7 +245,11 @@ def _feed_back(spec: RunSpec, plan: Plan, me: RankAssignment, record: dict, rank
         dist.gather_object(mine, gathered, dst=0)
     if rank != 0:
         return None
-    return post_measurements(spec.planner, measurements_body(plan, gathered), step)
+    try:
+        body = measurements_body(plan, gathered)
+    except Exception as exc:  # noqa: BLE001 - a body that cannot be built is reported, training goes on
+        return {"step": step, "posted": False, "error": " ".join(f"{type(exc).__name__}: {exc}".split())}
+    return post_measurements(spec.planner, body, step)
 
 
 def _peak_memory_bytes() -> float | None:
