@@ -63,6 +63,7 @@ class RunResult:
     step_s: list[float]
     pipelines: list[list[tuple[str, list[int], int, float]]]  # per step: (scheme, ranks, tokens, measured s)
     wall_s: float
+    ratios: list[list[dict]]  # per step: each pipeline's ranks and measured / predicted stage time
 
 
 def wrong_profile(profile):
@@ -114,6 +115,7 @@ def online_run(name: str, profile, args, slowdowns: tuple = ()) -> RunResult:
             for plan, timing in zip(plans, timings)
         ],
         wall_s=wall_s,
+        ratios=[loop.get(step, {}).get("pipeline_ratios", []) for step in range(len(plans))],
     )
 
 
@@ -173,11 +175,13 @@ def slow_table(slow: RunResult, first_slow_step: int, factor: float) -> str:
                 slow.versions[step] if slow.versions[step] is not None else 0,
                 slow.strategies[step],
                 parts,
+                ", ".join(f"{entry['ranks']}: {entry['measured_over_predicted']:.2f}" for entry in slow.ratios[step]),
                 pct(slow.errors[step]),
                 f"{slow.step_s[step]:.3f}",
             ]
         )
-    headers = ["step", "rank 1", "version", "strategy", "pipelines (ranks, tokens, measured)", "median error", "step s"]
+    headers = ["step", "rank 1", "version", "strategy", "pipelines (ranks, tokens, measured)"]
+    headers += ["measured / predicted by ranks", "median error", "step s"]
     return markdown_table(headers, rows)
 
 

@@ -16,6 +16,11 @@ service's `MeasurementsBody` accepts and the local planner applies in-process:
 - the gradient sync's buckets as `all_reduce` collectives (their holders, bytes and the mean
   process CPU time of the holders' wait, the `cpu` clock of `step_timing`).
 
+Beside the body, `pipeline_ratios` gives each pipeline's measured stage time over the time its
+plan predicted (the plan's `stage_time_s` of the same micro-batches), with its ranks: the body
+names schemes only (the refit is per scheme), this names the ranks a slow pipeline runs on. It
+goes to the run's report (`loop`), nothing plans with it yet.
+
 The body is bounded as the service bounds it (`MAX_*`, equal to `api/service/loop_schemas.py`'s,
 a test holds them equal): past a bound, micro-batches are thinned evenly (every k-th kept, the
 body says how many were left out in `left_out`, which the caller strips before posting).
@@ -36,6 +41,7 @@ __all__ = [
     "MAX_PIPELINE_MICRO_BATCHES",
     "MAX_STEP_MICRO_BATCHES",
     "measurements_body",
+    "pipeline_ratios",
     "rank_record",
 ]
 
@@ -85,19 +91,45 @@ def measurements_body(plan: Plan, records: Sequence[dict]) -> dict:
     return body
 
 
-def _pipeline_entry(pipeline, stages: dict[int, list[list[dict]]], peaks: list[float | None]) -> dict | None:
-    """One pipeline's entry: its measured micro-batches and, when every rank knows it, their peaks."""
+def pipeline_ratios(plan: Plan, records: Sequence[dict]) -> list[dict]:
+    """Per pipeline: its ranks and its measured over predicted stage time (summed over its
+    measured micro-batches), from every rank's `rank_record` of the step."""
+    stages: dict[int, dict[int, list[list[dict]]]] = {}
+    for record in records:
+        stages.setdefault(record["pipeline"], {}).setdefault(record["stage"], []).append(record["ops"])
+    ratios = []
+    for pipeline in plan.pipelines:
+        measured = _measured_times(pipeline, stages.get(pipeline.index, {}))
+        predicted = sum(pipeline.micro_batches[index].stage_time_s for index in measured)
+        if measured and predicted > 0:
+            ratio = sum(time_s for _, time_s in measured.values()) / predicted
+            ratios.append({"pipeline": pipeline.index, "ranks": list(pipeline.ranks), "measured_over_predicted": ratio})
+    return ratios
+
+
+def _measured_times(pipeline, stages: dict[int, list[list[dict]]]) -> dict[int, tuple[float, float]]:
+    """Micro-batch index -> (forward, forward + backward) on its slowest stage, where measured."""
     per_stage = [op_times(stage_ops, "cpu") for stage_ops in stages.values()]
-    micro_batches = []
-    for index, work in enumerate(pipeline.micro_batches):
+    measured = {}
+    for index in range(len(pipeline.micro_batches)):
         times = [
             (ops[(True, index)].duration_s, ops[(True, index)].duration_s + ops[(False, index)].duration_s)
             for ops in per_stage
             if (True, index) in ops and (False, index) in ops
         ]
-        if not times:
+        if times:
+            measured[index] = max(times, key=lambda pair: pair[1])
+    return measured
+
+
+def _pipeline_entry(pipeline, stages: dict[int, list[list[dict]]], peaks: list[float | None]) -> dict | None:
+    """One pipeline's entry: its measured micro-batches and, when every rank knows it, their peaks."""
+    measured = _measured_times(pipeline, stages)
+    micro_batches = []
+    for index, work in enumerate(pipeline.micro_batches):
+        if index not in measured:
             continue
-        fwd_s, time_s = max(times, key=lambda pair: pair[1])  # the slowest stage's forward and its sum
+        fwd_s, time_s = measured[index]  # the slowest stage's forward and its sum
         if time_s <= 0:
             continue
         entry = {

@@ -53,7 +53,7 @@ from hydraplan.runtime.plan_feed import post_measurements, step_plans
 from hydraplan.runtime.reshard import reshard
 from hydraplan.runtime.run_io import resolve_run_io
 from hydraplan.runtime.step_data import micro_batch
-from hydraplan.runtime.step_measurements import measurements_body, rank_record
+from hydraplan.runtime.step_measurements import measurements_body, pipeline_ratios, rank_record
 
 __all__ = ["DTYPES", "NonFiniteLossError", "RunSpec", "make_optimizer", "run_worker"]
 
@@ -246,10 +246,11 @@ def _feed_back(spec: RunSpec, plan: Plan, me: RankAssignment, record: dict, rank
     if rank != 0:
         return None
     try:
-        body = measurements_body(plan, gathered)
+        body, ratios = measurements_body(plan, gathered), pipeline_ratios(plan, gathered)
     except Exception as exc:  # noqa: BLE001 - a body that cannot be built is reported, training goes on
         return {"step": step, "posted": False, "error": " ".join(f"{type(exc).__name__}: {exc}".split())}
-    return post_measurements(spec.planner, body, step)
+    # per pipeline its ranks and measured / predicted time: the body names schemes, this the ranks
+    return {**post_measurements(spec.planner, body, step), "pipeline_ratios": ratios}
 
 
 def _peak_memory_bytes() -> float | None:

@@ -17,7 +17,7 @@ from hydraplan.api.service.loop_schemas import (
 from hydraplan.planner.measurements import SessionFeedback
 from hydraplan.planner.schemas import SolverOptions
 from hydraplan.runtime import step_measurements
-from hydraplan.runtime.step_measurements import measurements_body, rank_record
+from hydraplan.runtime.step_measurements import measurements_body, pipeline_ratios, rank_record
 from tests.runtime_plans import fixed_plan, tiny_profile
 
 
@@ -81,6 +81,21 @@ def test_the_body_names_the_plans_profile_version_and_the_ranks_peaks():
     assert body["profile_version"] == 3
     assert [entry["peak_memory_bytes"] for entry in body["pipelines"]] == [[1e9], [1e9 + 1]]
     assert MeasurementsBody.model_validate(body).profile_version == 3
+
+
+def test_the_pipeline_ratios_name_the_ranks_of_a_slow_pipeline():
+    """2x<1,1,1>: the pipeline on rank 1 measured 3x its plan's prediction, the one on rank 0 as
+    predicted; the ratios name each pipeline's ranks (what the per-scheme body cannot say)."""
+    plan = fixed_plan("2x<1,1,1>", [5, 9, 2, 7, 12, 3], 2)
+    records = []
+    for pipeline in plan.pipelines:
+        factor = 3.0 if pipeline.ranks == [1] else 1.0
+        ops = []
+        for index, work in enumerate(pipeline.micro_batches):  # forward a third, backward two thirds
+            ops += [op("F", index, factor * work.stage_time_s / 3), op("B", index, factor * work.stage_time_s * 2 / 3)]
+        records.append(rank_record(pipeline.ranks[0], pipeline.index, 0, step_record(ops), None))
+    ratios = {tuple(entry["ranks"]): entry["measured_over_predicted"] for entry in pipeline_ratios(plan, records)}
+    assert ratios == {(0,): pytest.approx(1.0), (1,): pytest.approx(3.0)}
 
 
 def test_many_micro_batches_are_thinned_evenly_under_the_services_bounds(monkeypatch):
