@@ -12,7 +12,8 @@ profile version. Each step's batch: `--batch-sequences` log-uniform lengths up t
 pretend device of `--memory-bytes` per rank (as `benchmarks/runtime_vs_model.py`: capacities of
 ~1K tokens, so packing matters).
 
-1. **Wrong start vs right start**: the same run from the bundled profile (right) and from the
+1. **Wrong start vs right start** (the two at the same time, so they share the machine's load):
+   the same run from the bundled profile (right) and from the
    bundled profile with every scheme's quadratic term `a` x2 and linear term `b` x0.5 (wrong).
    Per step: the median relative stage-time error of the step's measured micro-batches against
    the profile version that planned it, and the measured step time. Targets (issue 31): within
@@ -35,6 +36,7 @@ import argparse
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -341,14 +343,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     right_profile = benchmark_profile(bundled_profile(), args.memory_bytes)
     first_slow_step = args.steps // 2
-    runs = {}
-    for name, profile, slowdowns in (
-        ("wrong", wrong_profile(right_profile), ()),
-        ("right", right_profile, ()),
-        ("slow", right_profile, ((1, first_slow_step, args.slow_factor),)),
-    ):
-        runs[name] = online_run(name, profile, args, slowdowns)
-        print(f"{name}: {args.steps} steps in {runs[name].wall_s:.0f} s wall", file=sys.stderr, flush=True)
+    # the wrong and the right start run at the same time, so both see the same load (run one after
+    # the other, a change of this machine's load between them moved step times by 30%)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        starts = {
+            name: pool.submit(online_run, name, profile, args)
+            for name, profile in (("wrong", wrong_profile(right_profile)), ("right", right_profile))
+        }
+        runs = {name: future.result() for name, future in starts.items()}
+    runs["slow"] = online_run("slow", right_profile, args, ((1, first_slow_step, args.slow_factor),))
+    for name, run in runs.items():
+        print(f"{name}: {args.steps} steps in {run.wall_s:.0f} s wall", file=sys.stderr, flush=True)
     wrong, right, slow = runs["wrong"], runs["right"], runs["slow"]
     first = start_table(wrong, right) + "\n\nBy the scheme's earlier steps:\n\n" + visits_table(wrong, right)
     second = slow_table(slow, first_slow_step, args.slow_factor)
@@ -366,8 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.memory_bytes / 1e6:.0f} MB per rank, local planner (plan budget {args.plan_time_limit_s} s) with the "
         f"in-process refit; wrong start: a x{WRONG_A:g}, b x{WRONG_B:g}; slowdown: rank 1 x{args.slow_factor:g} from "
         f"step {first_slow_step}. Times: thread CPU per op (`runtime.step_timing`, clock `cpu`), wall time is "
-        f"meaningless on these oversubscribed cores. Runs took {wrong.wall_s:.0f} / {right.wall_s:.0f} / "
-        f"{slow.wall_s:.0f} s wall."
+        f"meaningless on these oversubscribed cores. The wrong and the right start ran at the same time (4 ranks on "
+        f"the cores, the same load for both), then the slowdown run alone. Runs took {wrong.wall_s:.0f} / "
+        f"{right.wall_s:.0f} / {slow.wall_s:.0f} s wall."
     )
     body = (
         f"{setup}\n\n![per-step error and step time]({args.section}.svg)\n\n"
