@@ -14,6 +14,12 @@ goodbye to its peers: a crash or a kill); "hang" makes that rank sleep for ever 
 part of that step's gradient sync, so the other ranks block in the sync's collective waiting for it;
 "stop" sends that rank SIGSTOP in the forward of its first micro-batch of that step (a process
 frozen by a debugger, the OOM killer's neighbour, a stuck driver: it neither exits nor beats).
+
+A slowdown (`RunSpec.slowdowns`, `(rank, from_step, factor)`; `benchmarks/closed_loop.py` uses
+it) makes that rank's compute `factor` times slower from that step on: after each forward or
+backward call of the model, the rank burns `(factor - 1)` times the call's thread CPU
+time in a busy loop inside the measured window (`burn_cpu`), so the slowdown shows in the measured
+compute as a slower GPU's would (a sleep would not: the runtime measures thread CPU time).
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ __all__ = [
     "inject",
     "is_out_of_memory",
     "oom_guard",
+    "burn_cpu",
+    "slowdown_factor",
 ]
 
 MAX_LISTED_SEQUENCES = 8
@@ -105,3 +113,18 @@ def inject(faults: Sequence[tuple[str, int, int]], kind: str, rank: int, step: i
             return
         while True:  # "hang": never returns; the watchdog or the launcher's deadline ends the process
             time.sleep(3600)
+
+
+def slowdown_factor(slowdowns: Sequence[tuple[int, int, float]], rank: int, step: int) -> float:
+    """How many times slower `rank` computes at `step`: the largest factor of the slowdowns
+    `(rank, from_step, factor)` in force (1.0 without one)."""
+    return max((factor for who, first, factor in slowdowns if who == rank and step >= first), default=1.0)
+
+
+def burn_cpu(seconds: float) -> None:
+    """Keep this thread busy for `seconds` of its own CPU time (a busy loop of float work)."""
+    deadline = time.thread_time() + seconds
+    value = 1.0
+    while time.thread_time() < deadline:
+        for _ in range(1000):
+            value = value * 1.000001 + 1e-9

@@ -232,7 +232,7 @@ class GradSync:
         overlapped = len(self._started)
         while len(self._started) < len(self.buckets):
             self._start(self.buckets[len(self._started)])
-        sent_ring_bytes, buffer_bytes, elements, bucket_walls = 0.0, 0, 0, []
+        sent_ring_bytes, buffer_bytes, elements, bucket_walls, bucket_bytes = 0.0, 0, 0, [], []
         for bucket, (work, flat, views, _) in zip(self.buckets, self._started):
             started, cpu = time.perf_counter(), time.process_time()
             with watchdog.waiting():
@@ -247,6 +247,7 @@ class GradSync:
             # a ring all-reduce sends 2(n-1)/n of the buffer per rank (Patarasuk & Yuan 2009)
             sent_ring_bytes += 2 * (num_ranks - 1) / num_ranks * size_bytes
             buffer_bytes += size_bytes
+            bucket_bytes.append(size_bytes)
             elements += flat.numel()
         self._started, self._ready = [], set()
         return {
@@ -257,4 +258,5 @@ class GradSync:
             "ring_sent_bytes": sent_ring_bytes,
             # [holders, wall seconds, process CPU seconds] of each bucket's wait after backward, in order
             "bucket_walls_s": bucket_walls,
+            "bucket_bytes": bucket_bytes,  # each bucket's buffer, in the same order
         }

@@ -31,7 +31,7 @@ import torch.distributed as dist
 from hydraplan.runtime import comm_meter, watchdog
 from hydraplan.runtime.assignment import RankAssignment, one_f_one_b
 from hydraplan.runtime.batch import PackedBatch
-from hydraplan.runtime.faults import oom_guard
+from hydraplan.runtime.faults import burn_cpu, oom_guard
 from hydraplan.runtime.model import DecoderStage
 from hydraplan.runtime.p2p_order import Exchange, stage_exchanges, tag_of
 
@@ -107,11 +107,13 @@ def run_pipeline_step(
     global_tokens: int,
     dtype: torch.dtype,
     before_last_backward: Callable[[], None] | None = None,
+    slowdown: float = 1.0,
 ) -> StepResult:
     """Forward and backward every micro-batch of the plan on this rank's stage (gradients are
     accumulated in `.grad`; the caller synchronises and steps). `batch_of(i)` is micro-batch i as
     this rank sees it (its CP shard); `before_last_backward()` is called before the step's last
-    backward (the gradient sync then starts its buckets as they become ready: `GradSync.arm`)."""
+    backward (the gradient sync then starts its buckets as they become ready: `GradSync.arm`).
+    `slowdown` > 1 makes every model call that many times slower (a fault hook: `faults.burn_cpu`)."""
     result = StepResult()
     channel = _Channel(dtype, next(stage.parameters()).device, result)
     saved: dict[int, tuple[torch.Tensor | None, torch.Tensor, int]] = {}
@@ -128,9 +130,11 @@ def run_pipeline_step(
             if before_last_backward is not None and position == len(order) - 1 and not is_forward:
                 before_last_backward()
             if is_forward:
-                timing = _forward(stage, assignment, batch, index, inbox, outbox, saved, global_tokens, result)
+                timing = _forward(
+                    stage, assignment, batch, index, inbox, outbox, saved, global_tokens, result, slowdown
+                )
             else:
-                timing = _backward(assignment, index, inbox, outbox, saved)
+                timing = _backward(assignment, index, inbox, outbox, saved, slowdown)
         result.ops.append(
             {
                 "op": "F" if is_forward else "B",
@@ -160,13 +164,14 @@ def _exchange(channel: _Channel, assignment: RankAssignment, exchange: Exchange 
     return dict(zip(exchange.recvs, tensors)), timing
 
 
-def _forward(stage, assignment, batch, index, inbox, outbox, saved, global_tokens, result) -> dict:
+def _forward(stage, assignment, batch, index, inbox, outbox, saved, global_tokens, result, slowdown) -> dict:
     hidden = None
     if not assignment.is_first_stage:
         hidden = inbox[(-1, index)]
         hidden.requires_grad_(True)
     compute = time.thread_time()
     output = stage(batch, hidden)
+    _slow(compute, slowdown)
     compute_cpu_s = time.thread_time() - compute
     if assignment.is_last_stage:
         result.loss_sum += float(output.detach())
@@ -177,15 +182,22 @@ def _forward(stage, assignment, batch, index, inbox, outbox, saved, global_token
     return _timing(batch.num_tokens, compute_cpu_s)
 
 
-def _backward(assignment, index, inbox, outbox, saved) -> dict:
+def _backward(assignment, index, inbox, outbox, saved, slowdown) -> dict:
     hidden, output, tokens = saved.pop(index)
     grad = None if assignment.is_last_stage else inbox[(+1, index)]
     compute = time.thread_time()
     output.backward(grad)
+    _slow(compute, slowdown)
     compute_cpu_s = time.thread_time() - compute
     if hidden is not None:
         outbox[(-1, index)] = hidden.grad
     return _timing(tokens, compute_cpu_s)
+
+
+def _slow(started_cpu_s: float, slowdown: float) -> None:
+    """The slowdown fault: burn `slowdown - 1` times the thread CPU the call took since `started_cpu_s`."""
+    if slowdown > 1.0:
+        burn_cpu((slowdown - 1.0) * (time.thread_time() - started_cpu_s))
 
 
 def _timing(tokens: int, compute_cpu_s: float) -> dict:

@@ -7,6 +7,13 @@ plan, giving it the previous step's plan (the switch context); it broadcasts the
 the one-line reason it got none, to every rank, so every rank runs the same plan or stops with
 the same error (`PlanSourceError`). Each plan is checked like an offline one before its step.
 
+Closing the loop (`RunSpec.post_measurements`): after each step rank 0 hands the step's measured
+body (`runtime.step_measurements`) to the planner's `record(body)` (`post_measurements` here):
+the session's refit, or the local planner's in-process one, plans the next step. A failed or
+refused record never stops training: it is one entry of the run's report (`loop`), and a refusal
+that means a bug in the body (`MeasurementsRefused`, a 4xx other than 409 or 429) is also printed
+as a warning on standard error, every time.
+
 The runtime holds no planner itself: `planner` and `next_lengths` are objects the caller gives
 (the CLI's local planner or its REST-session client, `api/cli/run_planning.py`); they must be
 picklable, as they travel to spawned ranks, and only rank 0 calls them.
@@ -14,6 +21,7 @@ picklable, as they travel to spawned ranks, and only rank 0 calls them.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
@@ -23,7 +31,14 @@ from hydraplan.planner.schemas import Plan
 from hydraplan.runtime.assignment import PlanRefusedError, model_config_for, validate_plan
 from hydraplan.runtime.watchdog import hold
 
-__all__ = ["LengthSource", "PlanSourceError", "StepPlanner", "step_plans"]
+__all__ = [
+    "LengthSource",
+    "MeasurementsRefused",
+    "PlanSourceError",
+    "StepPlanner",
+    "post_measurements",
+    "step_plans",
+]
 
 
 class StepPlanner(Protocol):
@@ -33,6 +48,10 @@ class StepPlanner(Protocol):
 
 
 LengthSource = Callable[[int], list[int]]  # step -> the lengths of that step's global batch
+
+
+class MeasurementsRefused(ValueError):
+    """The planner refused a step's measurements as malformed (a bug on this side, not a load)."""
 
 
 class PlanSourceError(RuntimeError):
@@ -89,3 +108,32 @@ def _ask(spec, step: int, previous: Plan | None) -> list:
     except Exception as exc:  # noqa: BLE001 - any failure becomes the one line every rank stops with
         return [None, " ".join(f"{type(exc).__name__}: {exc}".split())]
     return [plan.model_dump_json(), None]
+
+
+def post_measurements(planner, body: dict, step: int) -> dict:
+    """Rank 0: hand one step's measurements to `planner.record(body)`; what became of them, as
+    one entry of the report's `loop` (never raises: a failed record must not stop training)."""
+    left_out = body.pop("left_out", 0)
+    entry = {"step": step, "profile_version": body.get("profile_version"), "posted": False, "left_out": left_out}
+    entry["num_micro_batches"] = sum(len(pipeline["micro_batches"]) for pipeline in body["pipelines"])
+    if not body["pipelines"]:
+        entry["error"] = "nothing measured"
+        return entry
+    record = getattr(planner, "record", None)
+    if record is None:
+        entry["error"] = f"the planner ({type(planner).__name__}) takes no measurements"
+        return entry
+    try:
+        with hold(step, "measurements"):  # bounded by the planner's own retries and timeouts
+            fit = record(body)
+    except Exception as exc:  # noqa: BLE001 - reported, training goes on
+        line = " ".join(f"{type(exc).__name__}: {exc}".split())
+        entry["error"] = line
+        if isinstance(exc, MeasurementsRefused):
+            print(f"hydraplan run: warning: step {step}: measurements refused: {line}", file=sys.stderr, flush=True)
+        return entry
+    errors = fit.get("errors") or []
+    entry.update(posted=True, fit_version=fit.get("version"))
+    if errors and errors[-1].get("step") == fit.get("num_steps"):
+        entry["median_error"] = errors[-1].get("median_error")
+    return entry

@@ -227,9 +227,11 @@ def step_timing(reports: Sequence[dict], step: int, clock: str = "cpu") -> StepT
     stages: dict[int, dict[int, list[list[dict]]]] = {}
     shapes: dict[int, int] = {}
     for report in reports:
-        ops = report["steps"][step]["ops"]
-        stages.setdefault(report["pipeline"], {}).setdefault(report["stage"], []).append(ops)
-        shapes[report["pipeline"]] = int(report["scheme"].strip("<>").split(",")[1])
+        record = report["steps"][step]
+        # the step's own place (a strategy switch moves a rank), else the report's (its last layout)
+        pipeline, stage = record.get("pipeline", report["pipeline"]), record.get("stage", report["stage"])
+        stages.setdefault(pipeline, {}).setdefault(stage, []).append(record["ops"])
+        shapes[pipeline] = int(record.get("scheme", report["scheme"]).strip("<>").split(",")[1])
     timing = StepTiming()
     for pipeline, by_stage in sorted(stages.items()):
         times: dict[OpKey, OpTime] = {}

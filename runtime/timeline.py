@@ -29,11 +29,14 @@ def pipeline_critical_paths_s(reports: Sequence[dict], step: int) -> dict[int, f
     durations: dict[int, dict[tuple[int, bool, int], float]] = {}
     shapes: dict[int, tuple[int, int]] = {}
     for report in reports:
-        ops = report["steps"][step]["ops"]
-        table = durations.setdefault(report["pipeline"], {})
+        record = report["steps"][step]
+        ops = record["ops"]
+        # the step's own place (a strategy switch moves a rank), else the report's (its last layout)
+        pipeline, stage = record.get("pipeline", report["pipeline"]), record.get("stage", report["stage"])
+        table = durations.setdefault(pipeline, {})
         for op in ops:
-            key = (report["stage"], op["op"] == "F", op["micro_batch"])
+            key = (stage, op["op"] == "F", op["micro_batch"])
             table[key] = max(table.get(key, 0.0), op["cpu_s"])
-        num_stages = int(report["scheme"].strip("<>").split(",")[1])
-        shapes[report["pipeline"]] = (num_stages, len(ops) // 2)
+        num_stages = int(record.get("scheme", report["scheme"]).strip("<>").split(",")[1])
+        shapes[pipeline] = (num_stages, len(ops) // 2)
     return {index: critical_path_s(durations[index], *shapes[index]) for index in sorted(durations)}

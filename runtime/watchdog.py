@@ -45,7 +45,7 @@ __all__ = [
     "waiting",
 ]
 
-PHASES = ("start", "join", "setup", "plan", "switch", "compute", "sync", "loss", "optimizer", "done")
+PHASES = ("start", "join", "setup", "plan", "switch", "compute", "sync", "loss", "optimizer", "measurements", "done")
 STARTUP_PHASES = ("start", "join", "setup")  # before the first step: the text names no step
 PHASE_TEXT = {
     "start": "starting",
@@ -57,6 +57,7 @@ PHASE_TEXT = {
     "sync": "in the gradient sync",
     "loss": "in the loss all-reduce",
     "optimizer": "in the optimizer step",
+    "measurements": "sending the step's measurements to the planner",
     "done": "done",
 }
 SLOTS_PER_RANK = 4  # monotonic time of the last beat (0: none yet), step, phase index, waiting (0/1)

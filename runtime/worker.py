@@ -11,7 +11,11 @@
    (`parallelize_stage`);
 4. builds the cross-pipeline gradient sync once for the strategy (`grad_sync.GradSync`);
 5. per step: the plan's micro-batches under 1F1B (`pipeline_exec`), the sync, one AdamW step on
-   its shard (AdamW is elementwise, so stepping every shard equals stepping the full model).
+   its shard (AdamW is elementwise, so stepping every shard equals stepping the full model);
+6. online with `post_measurements`: every rank sends rank 0 its measurements of the step
+   (`step_measurements.rank_record`, one `gather_object`), and rank 0 hands the step's body to
+   the planner before it asks for the next plan (`plan_feed.post_measurements`); what became of
+   each step's body is rank 0's report's `loop`.
 """
 
 from __future__ import annotations
@@ -45,10 +49,11 @@ from hydraplan.runtime.launch import check_backend
 from hydraplan.runtime.model import build_stage
 from hydraplan.runtime.parallel import cp_shard, parallelize_stage
 from hydraplan.runtime.pipeline_exec import run_pipeline_step
-from hydraplan.runtime.plan_feed import step_plans
+from hydraplan.runtime.plan_feed import post_measurements, step_plans
 from hydraplan.runtime.reshard import reshard
 from hydraplan.runtime.run_io import resolve_run_io
 from hydraplan.runtime.step_data import micro_batch
+from hydraplan.runtime.step_measurements import measurements_body, pipeline_ratios, rank_record
 
 __all__ = ["DTYPES", "NonFiniteLossError", "RunSpec", "make_optimizer", "run_worker"]
 
@@ -85,6 +90,8 @@ class RunSpec:
     planner: object | None = None  # a `plan_feed.StepPlanner`
     next_lengths: object | None = None  # a `plan_feed.LengthSource`: step -> the batch's lengths
     faults: tuple[tuple[str, int, int], ...] = ()  # test hooks `(kind, rank, step)`, see `runtime.faults`
+    slowdowns: tuple[tuple[int, int, float], ...] = ()  # fault hook `(rank, from_step, factor)`: slower compute
+    post_measurements: bool = False  # online: rank 0 hands each step's measurements to `planner.record`
 
     def step_plans(self) -> list[str]:
         """The plan of every step."""
@@ -165,6 +172,7 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
     """Run `spec` on this rank (inside an initialised default process group); returns its report."""
     watchdog.beat(spec.first_step, "setup")
     layout, steps, grads, grad_boxes, checkpoint, plans, feed = None, [], None, None, {}, [], None
+    loop: list[dict] = []
     for index, (plan, cfg) in enumerate(step_plans(spec, rank, world_size)):
         step = spec.first_step + index
         plans.append(plan)
@@ -195,6 +203,11 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
         wall, cpu = time.perf_counter(), time.thread_time()
         layout.optimizer.step()
         record["optimizer_s"] = {"wall_s": time.perf_counter() - wall, "cpu_s": time.thread_time() - cpu}
+        if spec.planner is not None and spec.post_measurements:
+            watchdog.beat(step, "measurements")
+            entry = _feed_back(spec, plan, layout.me, record, rank, step)
+            if entry is not None:
+                loop.append(entry)
     if spec.save_dir is not None:
         meta = _checkpoint_meta(spec, cfg, plans, feed)
         checkpoint["saved"] = save_checkpoint(spec.save_dir, layout.stage, layout.optimizer, layout.sync.layouts, meta)
@@ -214,12 +227,37 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
     }
     if spec.planner is not None and rank == 0:  # the plans the planner made (for --check and the report)
         report["plan_jsons"] = [plan.model_dump_json() for plan in plans]
+        report["loop"] = loop
     if spec.collect_state:
         report["boxes"] = {name: box for name, (box, _) in layout.sync.layout.items()}
         report["params"] = {name: p.detach().cpu().clone() for name, p in layout.stage.named_parameters()}
         report["grads"] = {name: grad.cpu() for name, grad in grads.items()}
         report["grad_boxes"] = grad_boxes  # the first step's layout (a later switch changes "boxes")
     return report
+
+
+def _feed_back(spec: RunSpec, plan: Plan, me: RankAssignment, record: dict, rank: int, step: int) -> dict | None:
+    """Every rank: send rank 0 this step's measurements (collective); rank 0: hand the step's
+    body to the planner. Rank 0's entry of the report's `loop` (None on the other ranks)."""
+    mine = rank_record(rank, me.pipeline_index, me.stage, record, record.get("peak_memory_bytes"))
+    gathered: list | None = [None] * dist.get_world_size() if rank == 0 else None
+    with watchdog.waiting():
+        dist.gather_object(mine, gathered, dst=0)
+    if rank != 0:
+        return None
+    try:
+        body, ratios = measurements_body(plan, gathered), pipeline_ratios(plan, gathered)
+    except Exception as exc:  # noqa: BLE001 - a body that cannot be built is reported, training goes on
+        return {"step": step, "posted": False, "error": " ".join(f"{type(exc).__name__}: {exc}".split())}
+    # per pipeline its ranks and measured / predicted time: the body names schemes, this the ranks
+    return {**post_measurements(spec.planner, body, step), "pipeline_ratios": ratios}
+
+
+def _peak_memory_bytes() -> float | None:
+    """The allocator's peak of the step on CUDA (reset at the step's start); None on the CPU."""
+    if dist.get_backend() != "nccl":
+        return None
+    return float(torch.cuda.max_memory_allocated())
 
 
 def _planned_switch(plan: Plan) -> dict:
@@ -247,6 +285,9 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
     global_tokens = global_token_count(plan)
     layout.optimizer.zero_grad(set_to_none=True)
     watchdog.beat(step, "compute")
+    if dist.get_backend() == "nccl":
+        torch.cuda.reset_peak_memory_stats()
+    slowdown = faults.slowdown_factor(spec.slowdowns, me.rank, step)
     started = time.perf_counter()
 
     def batch_of(index: int):
@@ -260,7 +301,7 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
         return cp_shard(batch, me.cp_rank, me.scheme.cp) if me.scheme.cp > 1 else batch
 
     try:
-        result = run_pipeline_step(stage, me, batch_of, global_tokens, dtype, layout.sync.arm)
+        result = run_pipeline_step(stage, me, batch_of, global_tokens, dtype, layout.sync.arm, slowdown)
     except MicroBatchOutOfMemoryError as exc:
         raise exc.at_step(step) from None
     compute_s = time.perf_counter() - started
@@ -281,6 +322,9 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
         raise NonFiniteLossError(f"step {step}: the loss is {value} (stopped before the optimizer step)")
     return {
         "step": step,
+        "pipeline": me.pipeline_index,  # this rank's place in the step's strategy
+        "stage": me.stage,
+        "scheme": str(me.scheme),
         "loss": value,
         "global_tokens": global_tokens,
         "pipeline_s": compute_s,
@@ -290,6 +334,8 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
         "p2p_batches": result.p2p_batches,
         "sync": sync_bytes,
         "ops": result.ops,
+        "slowdown": slowdown,
+        "peak_memory_bytes": _peak_memory_bytes(),
     }
 
 

@@ -69,6 +69,7 @@ def switch_spec(models_file: str, dtype: str = "float64") -> RunSpec:
 # step 2's: both layouts give rank r TP half r % 2 of every layer, so each switch is free
 ONLINE_LENGTHS = SyntheticLengths(num_sequences=5, max_length=100, seed=0)
 ONLINE_OPTIONS = {"time_limit_s": 1.0, "seed": 0, "oversize": "split"}
+LOOP_SLOWDOWN = 2.0
 
 
 def mini_profile():
@@ -81,7 +82,7 @@ def service_planner(url: str) -> SessionPlanner:
     return open_session(SessionPlanner(url, "", token=TOKEN, max_retries=3), {**body, "options": ONLINE_OPTIONS})
 
 
-def specs(models_file: str, service_url: str) -> dict[str, RunSpec]:
+def specs(models_file: str, service_url: str, loop_url: str) -> dict[str, RunSpec]:
     def spec(name: str, **options) -> RunSpec:
         return RunSpec(plan_json=plan_of(name).model_dump_json(), models_file=models_file, **options)
 
@@ -111,6 +112,10 @@ def specs(models_file: str, service_url: str) -> dict[str, RunSpec]:
             steps=3, models_file=models_file, planner=FailingPlanner(local), next_lengths=ONLINE_LENGTHS
         ),
         "world_size": RunSpec(plan_json=two_gpus.model_dump_json(), models_file=models_file),
+        # the closed loop: each step's measurements posted to the session, rank 1 twice as slow from step 1
+        "online_loop": replace(
+            online(service_planner(loop_url)), post_measurements=True, slowdowns=((1, 1, LOOP_SLOWDOWN),)
+        ),
     }
 
 
@@ -140,8 +145,15 @@ def service():
 
 
 @pytest.fixture(scope="module")
-def ranks(models_file, service) -> tuple[dict[str, RunSpec], list[dict]]:
-    all_specs = specs(models_file, service.url)
+def loop_service():
+    """A service of its own for the closed loop (the 503 shim's counts stay the other runs')."""
+    with running_service(shed=0) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def ranks(models_file, service, loop_service) -> tuple[dict[str, RunSpec], list[dict]]:
+    all_specs = specs(models_file, service.url, loop_service.url)
     return all_specs, launch.run_ranks(scenarios, 4, args=(all_specs,), timeout_s=600.0)
 
 
@@ -439,6 +451,33 @@ def test_online_every_step_planned_on_rank_0_equals_one_process(ranks, name):
     assert all([step["switch"] is not None for step in report["steps"]] == [False, True, True] for report in reports)
     assert all(report["steps"][step]["switch"]["sent_bytes"] == 0 for report in reports for step in (1, 2))
     result = checked_online(ranks, name)
+    assert result.passed and result.max_loss_rel <= 1e-9 and result.max_param_rel <= 1e-9, result
+
+
+def test_online_loop_posts_each_steps_measurements_and_plans_with_the_next_version(ranks, loop_service):
+    """Rank 0 posted every step's measurements to the session; each plan names the profile
+    version it was made with, one newer per step; the slowdown hook ran where it was asked and
+    changed nothing but time (the run still equals one process)."""
+    from hydraplan.api.client import Client, Session
+
+    plans = online_plans(ranks, "online_loop")
+    assert [plan.session_feedback.profile_version for plan in plans] == [0, 1, 2]
+    loop = reports_of(ranks, "online_loop")[0]["loop"]
+    assert [entry["posted"] for entry in loop] == [True] * 3, loop
+    assert [(entry["step"], entry["profile_version"], entry["fit_version"]) for entry in loop] == [
+        (0, 0, 1),
+        (1, 1, 2),
+        (2, 2, 3),
+    ]
+    assert all(entry["median_error"] > 0 and entry["num_micro_batches"] >= 1 for entry in loop)
+    session_id = ranks[0]["online_loop"].planner.session_id
+    with Client(loop_service.url, token=TOKEN) as client:
+        fit = Session(client, session_id).view()["fit"]
+    assert (fit["version"], fit["num_steps"]) == (3, 3)
+    assert [error["profile_version"] for error in fit["errors"]] == [0, 1, 2]
+    slowdowns = [[step["slowdown"] for step in report["steps"]] for report in reports_of(ranks, "online_loop")]
+    assert slowdowns == [[1.0] * 3, [1.0, LOOP_SLOWDOWN, LOOP_SLOWDOWN], [1.0] * 3, [1.0] * 3]
+    result = checked_online(ranks, "online_loop")
     assert result.passed and result.max_loss_rel <= 1e-9 and result.max_param_rel <= 1e-9, result
 
 

@@ -185,6 +185,7 @@ def _finish(args: argparse.Namespace, plans: list, spec, reports: list[dict]) ->
     check = _check(plan, spec, reports) if args.check else None
     _print_summary(plans, reports, check)
     _print_checkpoint(reports)
+    _print_loop(reports[0].get("loop"))
     if _progress_enabled(args):
         _print_predicted_vs_measured(plans, reports)
     if args.report:
@@ -364,6 +365,24 @@ def _print_checkpoint(reports: list[dict]) -> None:
             )
 
 
+def _print_loop(loop: list[dict] | None) -> None:
+    """One line on the closed loop of an online run: the measurements taken, the last profile
+    version and error, and the steps whose measurements were not taken (the first reason)."""
+    if not loop:
+        return
+    taken = [entry for entry in loop if entry["posted"]]
+    line = f"  closed loop: {len(taken)} of {len(loop)} steps' measurements taken"
+    if taken:
+        last = taken[-1]
+        line += f", profile version {last.get('fit_version')}"
+        if last.get("median_error") is not None:
+            line += f", last step's median stage-time error {last['median_error']:.1%}"
+    missed = [entry for entry in loop if not entry["posted"]]
+    if missed:
+        line += f"; not taken: step {missed[0]['step']}: {missed[0].get('error')}"
+    print(line)
+
+
 def _element_bytes(sync: dict) -> float:
     return sync["buffer_bytes"] / sync["elements"] if sync["elements"] else 2.0
 
@@ -380,6 +399,12 @@ def _write_report(path: str, spec, reports: list[dict], check: dict | None, plan
         "ranks": [_public(report) for report in reports],
         # sequences trained as chunks (--oversize split), over every step run
         "cuts": cut_summary([plans[min(i, len(plans) - 1)] for i in range(len(reports[0]["steps"]))]),
+        # the profile version each step's plan was made with (None: no session, no refit yet)
+        "profile_versions": [
+            None if plan.session_feedback is None else plan.session_feedback.profile_version for plan in plans
+        ],
+        # online: what became of each step's measurements (`runtime.plan_feed.post_measurements`)
+        "loop": reports[0].get("loop"),
         "check": check,
     }
     with open(path, "w", encoding="utf-8") as handle:

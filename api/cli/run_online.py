@@ -8,7 +8,10 @@ to `--max-length`, by `--data-seed` and the step; with `--data`, `DocumentLength
 `--batch-sequences` documents), asks the session for its plan, broadcasts it,
 and every rank runs it; strategies switch as the service decides. Without `--server`, the same
 loop plans each step with the local planner (`LocalPlanner`) in rank 0. The session is deleted
-when the run ends. See `api/cli/run_planning.py` and `runtime/plan_feed.py`.
+when the run ends. After each step rank 0 hands the step's measured stage times, gradient-sync
+times and (on CUDA) peak memory to the planner, the session's or the local one's refit, so the
+next steps are planned with the refitted, versioned profile (`--no-feedback`: not). See
+`api/cli/run_planning.py` and `runtime/plan_feed.py`.
 """
 
 from __future__ import annotations
@@ -79,6 +82,12 @@ def add_online_arguments(parser: argparse.ArgumentParser) -> None:
         "shorter than the user's data without asking), cut into chunks (reported), or drop",
     )
     group.add_argument(
+        "--no-feedback",
+        action="store_true",
+        help="do not send each step's measurements to the planner (default: send them; the profile is refitted "
+        "online and each plan names its version)",
+    )
+    group.add_argument(
         "--plan-retries",
         type=non_negative_int,
         default=5,
@@ -90,16 +99,19 @@ def add_online_arguments(parser: argparse.ArgumentParser) -> None:
 class OnlinePlanning:
     """The planner and batch source of a run, and the session to close when it ends."""
 
-    def __init__(self, planner, next_lengths: SyntheticLengths, session: SessionPlanner | None, cfg) -> None:
+    def __init__(
+        self, planner, next_lengths: SyntheticLengths, session: SessionPlanner | None, cfg, feedback: bool = True
+    ) -> None:
         self.planner, self.next_lengths, self.session = planner, next_lengths, session
         self.cfg = cfg  # the runtime's config of the profile's model
+        self.feedback = feedback  # rank 0 hands each step's measurements to the planner
 
     def read_documents(self, path: str, start: int, num_sequences: int) -> None:
         """Take each step's batch from the token directory (`--data`) instead of synthetic lengths."""
         self.next_lengths = DocumentLengths(path, start, num_sequences)
 
     def spec_fields(self) -> dict[str, Any]:
-        return {"planner": self.planner, "next_lengths": self.next_lengths}
+        return {"planner": self.planner, "next_lengths": self.next_lengths, "post_measurements": self.feedback}
 
     def close(self) -> None:
         if self.session is not None:
@@ -121,7 +133,7 @@ def online_planning(args: argparse.Namespace) -> OnlinePlanning:
         planner = LocalPlanner(
             profile.model_dump_json(), args.nproc, gpus_per_node, SolverOptions(**options).model_dump_json()
         )
-        return OnlinePlanning(planner, lengths, None, cfg)
+        return OnlinePlanning(planner, lengths, None, cfg, not args.no_feedback)
     unopened = SessionPlanner(args.server, "", token=args.token, max_retries=args.plan_retries)
     body = {
         "num_gpus": args.nproc,
@@ -130,7 +142,7 @@ def online_planning(args: argparse.Namespace) -> OnlinePlanning:
         "options": options,
     }
     session = open_session(unopened, body)
-    return OnlinePlanning(session, lengths, session, cfg)
+    return OnlinePlanning(session, lengths, session, cfg, not args.no_feedback)
 
 
 def _check_buildable(profile, args: argparse.Namespace):

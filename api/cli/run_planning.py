@@ -6,9 +6,14 @@ step's global batch, `planner.plan(lengths, previous)` its plan. Both are small 
 
 - `SyntheticLengths`: deterministic long-tailed batch lengths by (seed, step); the tokens then
   come from the runtime's synthetic data (`runtime/step_data.py`).
-- `LocalPlanner`: `planner.solve` in rank 0's process, the previous plan as the switch context.
+- `LocalPlanner`: `planner.solve` in rank 0's process, the previous plan as the switch context;
+  `record(body)` refits its profile in-process with each step's measurements
+  (`cost_models.online_fit.apply_step`, the session's refit), so the next plan uses the new
+  version (`plan.session_feedback.profile_version`, as a session's plans say).
 - `SessionPlanner`: a planning session of `hydraplan serve` (`POST /v1/sessions/{id}/plans`,
-  which keeps the previous plan's strategy as the switch context itself), through
+  which keeps the previous plan's strategy as the switch context itself; `record(body)` posts a
+  step's measurements to `/v1/sessions/{id}/measurements`, at most `MEASUREMENT_RETRIES` 503s
+  waited out), through
   `api.client.Client`: a 503's `Retry-After` waited out at most `max_retries` times, each wait
   capped at `max_retry_wait_s`, each request at `timeout_s`, so rank 0 never waits unboundedly;
   every other answer than a plan becomes one line.
@@ -18,12 +23,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SolverOptions
 
-__all__ = ["LocalPlanner", "SessionPlanner", "SyntheticLengths", "close_session", "open_session"]
+__all__ = [
+    "LocalPlanner",
+    "SessionPlanner",
+    "SyntheticLengths",
+    "close_session",
+    "measured_pipelines",
+    "open_session",
+]
+
+MEASUREMENT_RETRIES = 2  # a step's measurements wait out fewer 503s than a plan: training goes on
+KEEP_GOING_STATUSES = (409, 429)  # a busy session or tenant: skip this step's measurements, no bug
 
 
 @dataclass(frozen=True)
@@ -66,17 +81,21 @@ class DocumentLengths:
         return data.sequence_lengths(first, self.num_sequences)
 
 
-@dataclass(frozen=True)
+@dataclass
 class LocalPlanner:
     """The planner run where rank 0 runs; `profile_json` and `options_json` are the JSON of a
-    `CostProfile` and `SolverOptions`."""
+    `CostProfile` and `SolverOptions`. `fit` is its closed loop's state (`record`)."""
 
     profile_json: str
     num_gpus: int
     gpus_per_node: int
     options_json: str
+    fit: Any = field(default=None, compare=False, repr=False)  # an `OnlineFitState` once recorded
 
     def plan(self, lengths: Sequence[int], previous: Plan | None) -> Plan:
+        from hydraplan.cost_models.online_fit import OnlineFitState, profile_at
+        from hydraplan.planner.build import identified
+        from hydraplan.planner.measurements import SessionFeedback
         from hydraplan.planner.solve import solve
 
         request = PlanRequest(
@@ -86,7 +105,44 @@ class LocalPlanner:
             options=SolverOptions.model_validate_json(self.options_json),
             previous_strategy=previous.strategy if previous is not None else None,
         )
-        return solve(request, CostProfile.model_validate_json(self.profile_json))
+        state = self.fit or OnlineFitState()
+        plan = solve(request, profile_at(state, CostProfile.model_validate_json(self.profile_json)))
+        if self.fit is None:  # never measured: the plan the planner alone makes
+            return plan
+        return identified(plan.model_copy(update={"session_feedback": SessionFeedback(profile_version=state.version)}))
+
+    def record(self, body: dict) -> dict:
+        """Refit the profile with one step's measurements (a `runtime.step_measurements` body);
+        the fit as the service shows it (`version`, `num_steps`, `errors`)."""
+        from hydraplan.cost_models.online_fit import OnlineFitState, apply_step
+
+        state = self.fit or OnlineFitState()
+        profile = CostProfile.model_validate_json(self.profile_json)
+        version = body.get("profile_version", state.version)
+        self.fit = apply_step(state, profile, measured_pipelines(body), version)
+        return {
+            "version": self.fit.version,
+            "num_steps": self.fit.num_steps,
+            "errors": [error.model_dump(mode="json") for error in self.fit.errors[-1:]],
+        }
+
+
+def measured_pipelines(body: dict) -> list:
+    """The refit's pipelines (`cost_models.online_fit.MeasuredPipeline`) of a measurements body."""
+    from hydraplan.cost_models.online_fit import MeasuredMicroBatch, MeasuredPipeline
+
+    pipelines = []
+    for pipeline in body["pipelines"]:
+        scheme = pipeline["scheme"]
+        micro_batches = tuple(
+            MeasuredMicroBatch(float(mb["sum_sq_tokens"]), float(mb["num_tokens"]), mb["time_s"], mb.get("fwd_s"))
+            for mb in pipeline["micro_batches"]
+        )
+        peaks = pipeline.get("peak_memory_bytes")
+        pipelines.append(
+            MeasuredPipeline((scheme["tp"], scheme["pp"], scheme["cp"]), micro_batches, max(peaks) if peaks else None)
+        )
+    return pipelines
 
 
 @dataclass(frozen=True)
@@ -110,14 +166,32 @@ class SessionPlanner:
             except ServiceError as exc:
                 raise RuntimeError(f"{self.url}: {describe_service_error(exc)}") from None
 
-    def _client(self):
+    def record(self, body: dict) -> dict:
+        """POST one step's measurements (a `runtime.step_measurements` body); the session's fit.
+        A 4xx other than 409/429 raises `MeasurementsRefused` (a malformed body: a bug to show);
+        anything else that is not a fit raises `RuntimeError` (the run reports and goes on)."""
+        from hydraplan.api.client import ServiceError, Session
+        from hydraplan.runtime.plan_feed import MeasurementsRefused
+
+        with self._client(max_retries=min(self.max_retries, MEASUREMENT_RETRIES)) as client:
+            try:
+                return Session(client, self.session_id).post_measurements(
+                    body["pipelines"], profile_version=body.get("profile_version"), collectives=body["collectives"]
+                )
+            except ServiceError as exc:
+                line = f"{self.url}: {describe_service_error(exc)}"
+                if exc.status and 400 <= exc.status < 500 and exc.status not in KEEP_GOING_STATUSES:
+                    raise MeasurementsRefused(line) from None
+                raise RuntimeError(line) from None
+
+    def _client(self, max_retries: int | None = None):
         from hydraplan.api.client import Client
 
         return Client(
             self.url,
             token=self.token,
             timeout_s=self.timeout_s,
-            max_retries=self.max_retries,
+            max_retries=self.max_retries if max_retries is None else max_retries,
             max_retry_wait_s=self.max_retry_wait_s,
         )
 

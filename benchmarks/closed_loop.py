@@ -1,0 +1,389 @@
+"""The closed loop on CPU: online runs of the tiny model that refit their profile step after step (issue 31.6).
+
+    python benchmarks/closed_loop.py            # both scenarios, 14 steps each (~5 min on 2 busy cores)
+    python benchmarks/closed_loop.py --quick    # a smoke run: 3 steps, nothing written
+
+Every run is `hydraplan run`'s online mode without a server: 2 gloo ranks, float32, rank 0 plans
+each step with the local planner (`api.cli.run_planning.LocalPlanner`) and, after each step,
+hands it the step's measurements (`runtime.step_measurements`), which it refits in-process with
+the session's code (`cost_models.online_fit.apply_step`); the next step is planned with the new
+profile version. Each step's batch: `--batch-sequences` log-uniform lengths up to `--max-length`
+(`SyntheticLengths`, the same batches in every run). The profile: the bundled `tiny-cpu` one on a
+pretend device of `--memory-bytes` per rank (as `benchmarks/runtime_vs_model.py`: capacities of
+~1K tokens, so packing matters).
+
+1. **Wrong start vs right start** (the two at the same time, so they share the machine's load):
+   the same run from the bundled profile (right) and from the
+   bundled profile with every scheme's quadratic term `a` x2 and linear term `b` x0.5 (wrong).
+   Per step: the median relative stage-time error of the step's measured micro-batches against
+   the profile version that planned it, and the measured step time. Targets (issue 31): within
+   10 steps the wrong start's median error is <= 10%, and its measured step time within 5% of
+   the right start's (same batches).
+2. **Slowdown**: the right start, with rank 1's compute made `--slow-factor` times slower from
+   the middle step on (`RunSpec.slowdowns`, `runtime.faults.burn_cpu`): per step the plan's
+   strategy, each pipeline's ranks and tokens, the median error and the measured step time.
+
+Times: thread CPU time per op (`runtime.step_timing` with the `cpu` clock: on these
+oversubscribed cores a rank's wall clock holds its neighbours' work), the measured step is the
+slowest pipeline's critical path plus the gradient sync, as the planner models it. The full
+report goes to benchmarks/results/closed_loop.md with a plot (closed_loop.svg), the key table to
+the `closed_loop` section of benchmarks/RESULTS.md (`--section` names another).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_result  # noqa: E402
+
+SECTION = "closed_loop"
+TARGET_ERROR = 0.10
+TARGET_STEP_RATIO = 0.05
+TARGET_WITHIN_STEPS = 10
+WRONG_A, WRONG_B = 2.0, 0.5
+NUM_RANKS = 2
+
+
+@dataclass
+class RunResult:
+    """One online run: per step its plan's facts, the loop's entry and the measured step."""
+
+    name: str
+    strategies: list[str]
+    versions: list[int | None]
+    errors: list[float | None]
+    step_s: list[float]
+    pipelines: list[list[tuple[str, list[int], int, float]]]  # per step: (scheme, ranks, tokens, measured s)
+    wall_s: float
+    ratios: list[list[dict]]  # per step: each pipeline's ranks and measured / predicted stage time
+
+
+def wrong_profile(profile):
+    """The profile with every scheme's `a` x WRONG_A and `b` x WRONG_B."""
+    schemes = [entry.model_copy(update={"a": entry.a * WRONG_A, "b": entry.b * WRONG_B}) for entry in profile.schemes]
+    return profile.model_copy(update={"schemes": schemes})
+
+
+def online_run(name: str, profile, args, slowdowns: tuple = ()) -> RunResult:
+    from hydraplan.api.cli.run_planning import LocalPlanner, SyntheticLengths
+    from hydraplan.planner.schemas import Plan, SolverOptions
+    from hydraplan.runtime.launch import run_ranks
+    from hydraplan.runtime.step_timing import step_timing
+    from hydraplan.runtime.worker import RunSpec, run_worker
+
+    options = SolverOptions(time_limit_s=args.plan_time_limit_s, seed=0, oversize="split")
+    planner = LocalPlanner(profile.model_dump_json(), NUM_RANKS, NUM_RANKS, options.model_dump_json())
+    spec = RunSpec(
+        steps=args.steps,
+        dtype="float32",
+        planner=planner,
+        next_lengths=SyntheticLengths(args.batch_sequences, args.max_length, args.data_seed),
+        post_measurements=True,
+        slowdowns=slowdowns,
+    )
+    started = time.perf_counter()
+    reports = run_ranks(run_worker, NUM_RANKS, args=(spec,), timeout_s=args.timeout_s)
+    wall_s = time.perf_counter() - started
+    plans = [Plan.model_validate_json(text) for text in reports[0]["plan_jsons"]]
+    loop = {entry["step"]: entry for entry in reports[0]["loop"]}
+    timings = [step_timing(reports, step) for step in range(len(plans))]
+    return RunResult(
+        name=name,
+        strategies=[plan.strategy for plan in plans],
+        versions=[None if plan.session_feedback is None else plan.session_feedback.profile_version for plan in plans],
+        errors=[loop.get(step, {}).get("median_error") for step in range(len(plans))],
+        step_s=[timing.step_s for timing in timings],
+        pipelines=[
+            [
+                (
+                    f"<{p.scheme.tp},{p.scheme.pp},{p.scheme.cp}>",
+                    list(p.ranks),
+                    p.num_tokens,
+                    timing.pipelines[p.index].total_s,
+                )
+                for p in plan.pipelines
+                if p.index in timing.pipelines
+            ]
+            for plan, timing in zip(plans, timings)
+        ],
+        wall_s=wall_s,
+        ratios=[loop.get(step, {}).get("pipeline_ratios", []) for step in range(len(plans))],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables, verdicts, plot
+# ---------------------------------------------------------------------------------------------
+
+
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def start_table(wrong: RunResult, right: RunResult) -> str:
+    rows = []
+    for step in range(len(wrong.step_s)):
+        ratio = wrong.step_s[step] / right.step_s[step] - 1
+        rows.append(
+            [
+                step,
+                wrong.versions[step] if wrong.versions[step] is not None else 0,
+                wrong.strategies[step],
+                pct(wrong.errors[step]),
+                f"{wrong.step_s[step]:.3f}",
+                right.versions[step] if right.versions[step] is not None else 0,
+                right.strategies[step],
+                pct(right.errors[step]),
+                f"{right.step_s[step]:.3f}",
+                f"{ratio:+.1%}",
+            ]
+        )
+    headers = [
+        "step",
+        "wrong: version",
+        "wrong: strategy",
+        "wrong: median error",
+        "wrong: step s",
+        "right: version",
+        "right: strategy",
+        "right: median error",
+        "right: step s",
+        "wrong / right - 1",
+    ]
+    return markdown_table(headers, rows)
+
+
+def slow_table(slow: RunResult, first_slow_step: int, factor: float) -> str:
+    rows = []
+    for step in range(len(slow.step_s)):
+        parts = "; ".join(
+            f"{scheme} ranks {ranks}: {tokens} tok, {seconds:.3f} s"
+            for scheme, ranks, tokens, seconds in slow.pipelines[step]
+        )
+        rows.append(
+            [
+                step,
+                f"x{factor:g}" if step >= first_slow_step else "-",
+                slow.versions[step] if slow.versions[step] is not None else 0,
+                slow.strategies[step],
+                parts,
+                ", ".join(f"{entry['ranks']}: {entry['measured_over_predicted']:.2f}" for entry in slow.ratios[step]),
+                pct(slow.errors[step]),
+                f"{slow.step_s[step]:.3f}",
+            ]
+        )
+    headers = ["step", "rank 1", "version", "strategy", "pipelines (ranks, tokens, measured)"]
+    headers += ["measured / predicted by ranks", "median error", "step s"]
+    return markdown_table(headers, rows)
+
+
+def visits_table(wrong: RunResult, right: RunResult) -> str:
+    """The median step error by how many earlier steps ran the step's schemes: the refit is per
+    scheme, so a scheme first run late is still at its starting coefficients."""
+
+    def by_visits(run: RunResult) -> dict[int, list[float]]:
+        seen: dict[str, int] = {}
+        groups: dict[int, list[float]] = {}
+        for step, pipelines in enumerate(run.pipelines):
+            schemes = sorted({scheme for scheme, _, _, _ in pipelines})
+            visits = min(seen.get(scheme, 0) for scheme in schemes)
+            if run.errors[step] is not None:
+                groups.setdefault(min(visits, 3), []).append(run.errors[step])
+            for scheme in schemes:
+                seen[scheme] = seen.get(scheme, 0) + 1
+        return groups
+
+    wrong_groups, right_groups = by_visits(wrong), by_visits(right)
+    rows = []
+    for visits in range(4):
+        label = "3 or more" if visits == 3 else str(visits)
+        row = [label]
+        for groups in (wrong_groups, right_groups):
+            errors = groups.get(visits, [])
+            row += [len(errors), pct(statistics.median(errors)) if errors else "-"]
+        rows.append(row)
+    headers = ["earlier steps of the scheme", "wrong: steps", "wrong: median error"]
+    headers += ["right: steps", "right: median error"]
+    return markdown_table(headers, rows)
+
+
+def start_verdict(wrong: RunResult, right: RunResult) -> tuple[str, bool, bool]:
+    """Whether, by step TARGET_WITHIN_STEPS, the wrong start's error is <= TARGET_ERROR (on
+    every step from there on) and its step time within TARGET_STEP_RATIO of the right start's
+    (summed over those steps)."""
+    late = range(TARGET_WITHIN_STEPS, len(wrong.step_s))
+    if not late:
+        return "too few steps for the targets (need more than 10)", False, False
+    errors = [wrong.errors[step] for step in late if wrong.errors[step] is not None]
+    error_ok = bool(errors) and max(errors) <= TARGET_ERROR
+    ratio = sum(wrong.step_s[step] for step in late) / sum(right.step_s[step] for step in late) - 1
+    time_ok = abs(ratio) <= TARGET_STEP_RATIO
+    first_good = next((s for s, e in enumerate(wrong.errors) if e is not None and e <= TARGET_ERROR), None)
+    text = (
+        f"Wrong start, steps {late.start}-{late.stop - 1}: median stage-time error at most "
+        f"{pct(max(errors, default=None))} "
+        f"(target <= {TARGET_ERROR:.0%}: {'met' if error_ok else 'NOT met'}; first step at or under it: {first_good}); "
+        f"measured step time {ratio:+.1%} against the right start over those steps (target within "
+        f"{TARGET_STEP_RATIO:.0%}: {'met' if time_ok else 'NOT met'}). Right start's median error over the same steps: "
+        f"{pct(statistics.median([e for s in late if (e := right.errors[s]) is not None] or [0.0]))}."
+    )
+    return text, error_ok, time_ok
+
+
+def slow_verdict(slow: RunResult, first_slow_step: int) -> str:
+    """Tokens given to the pipelines holding the slowed rank (1), before and after the slowdown."""
+
+    def share(step: int) -> float:
+        total = sum(tokens for _, _, tokens, _ in slow.pipelines[step])
+        on_slow = sum(tokens for _, ranks, tokens, _ in slow.pipelines[step] if 1 in ranks)
+        return on_slow / total if total else 0.0
+
+    before = [share(step) for step in range(first_slow_step)]
+    after = [share(step) for step in range(first_slow_step, len(slow.step_s))]
+    return (
+        f"Share of each step's tokens on pipelines that hold rank 1: mean {statistics.fmean(before):.0%} before the "
+        f"slowdown, {statistics.fmean(after):.0%} after it (per step: {', '.join(f'{s:.0%}' for s in before + after)})."
+    )
+
+
+def plot_svg(wrong: RunResult, right: RunResult, slow: RunResult) -> str:
+    """Two panels: median stage-time error per step, and measured step time per step."""
+    width, height, left, top, panel_h, gap = 760, 520, 70, 30, 190, 60
+    plot_w = width - left - 30
+    steps = len(wrong.step_s)
+    series = [(wrong, "#c62828", "wrong start"), (right, "#2b62a8", "right start"), (slow, "#e59b2e", "slowdown")]
+    max_error = max([e for run, _, _ in series for e in run.errors if e is not None] + [TARGET_ERROR]) * 1.1
+    max_step = max(s for run, _, _ in series for s in run.step_s) * 1.1
+    parts = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+        "font-family='DejaVu Sans, Arial, sans-serif' font-size='11'>",
+        f"<rect width='{width}' height='{height}' fill='white'/>",
+    ]
+
+    def x_of(step: int) -> float:
+        return left + plot_w * step / max(1, steps - 1)
+
+    for index, (title, value_max, values_of, fmt) in enumerate(
+        (
+            ("median stage-time error vs the planning version", max_error, lambda r: r.errors, "{:.0%}"),
+            ("measured step time, s (thread CPU)", max_step, lambda r: r.step_s, "{:.2f}"),
+        )
+    ):
+        y0 = top + index * (panel_h + gap)
+        parts.append(f"<text x='{left}' y='{y0 - 8}' font-weight='bold'>{title}</text>")
+        parts.append(f"<rect x='{left}' y='{y0}' width='{plot_w}' height='{panel_h}' fill='none' stroke='#999'/>")
+        for tick in range(5):
+            value = value_max * tick / 4
+            y = y0 + panel_h - panel_h * tick / 4
+            parts.append(f"<text x='{left - 6}' y='{y + 4:.1f}' text-anchor='end'>{fmt.format(value)}</text>")
+        for step in range(steps):
+            parts.append(f"<text x='{x_of(step):.1f}' y='{y0 + panel_h + 14}' text-anchor='middle'>{step}</text>")
+        if index == 0:
+            y = y0 + panel_h - panel_h * TARGET_ERROR / value_max
+            parts.append(
+                f"<line x1='{left}' x2='{left + plot_w}' y1='{y:.1f}' y2='{y:.1f}' stroke='#777' "
+                "stroke-dasharray='4 3'/>"
+            )
+        for run, colour, _ in series:
+            points = [
+                f"{x_of(step):.1f},{y0 + panel_h - panel_h * value / value_max:.1f}"
+                for step, value in enumerate(values_of(run))
+                if value is not None
+            ]
+            parts.append(f"<polyline points='{' '.join(points)}' fill='none' stroke='{colour}' stroke-width='2'/>")
+    legend_y = height - 14
+    for index, (_, colour, label) in enumerate(series):
+        x = left + index * 160
+        parts.append(
+            f"<line x1='{x}' x2='{x + 24}' y1='{legend_y - 4}' y2='{legend_y - 4}' stroke='{colour}' stroke-width='3'/>"
+        )
+        parts.append(f"<text x='{x + 30}' y='{legend_y}'>{label}</text>")
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=14)
+    parser.add_argument("--batch-sequences", type=int, default=12)
+    parser.add_argument("--max-length", type=int, default=768)
+    parser.add_argument("--data-seed", type=int, default=0)
+    parser.add_argument("--memory-bytes", type=float, default=150e6, help="pretend device memory per rank")
+    parser.add_argument("--plan-time-limit-s", type=float, default=0.5)
+    parser.add_argument("--slow-factor", type=float, default=3.0)
+    parser.add_argument("--timeout-s", type=float, default=1200.0)
+    parser.add_argument("--quick", action="store_true", help="3 steps, nothing written")
+    parser.add_argument("--results", type=Path, default=RESULTS_PATH)
+    parser.add_argument("--section", default=SECTION, help="section of RESULTS.md and name of the results file")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.steps = 3
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.runtime_vs_model import benchmark_profile
+    from hydraplan.cost_models.profile_io import bundled_profile
+
+    args = parse_args(argv)
+    right_profile = benchmark_profile(bundled_profile(), args.memory_bytes)
+    first_slow_step = args.steps // 2
+    # the wrong and the right start run at the same time, so both see the same load (run one after
+    # the other, a change of this machine's load between them moved step times by 30%)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        starts = {
+            name: pool.submit(online_run, name, profile, args)
+            for name, profile in (("wrong", wrong_profile(right_profile)), ("right", right_profile))
+        }
+        runs = {name: future.result() for name, future in starts.items()}
+    runs["slow"] = online_run("slow", right_profile, args, ((1, first_slow_step, args.slow_factor),))
+    for name, run in runs.items():
+        print(f"{name}: {args.steps} steps in {run.wall_s:.0f} s wall", file=sys.stderr, flush=True)
+    wrong, right, slow = runs["wrong"], runs["right"], runs["slow"]
+    first = start_table(wrong, right) + "\n\nBy the scheme's earlier steps:\n\n" + visits_table(wrong, right)
+    second = slow_table(slow, first_slow_step, args.slow_factor)
+    verdict, _, _ = start_verdict(wrong, right)
+    moved = slow_verdict(slow, first_slow_step)
+    print(first, "\n", verdict, "\n\n", second, "\n", moved, sep="")
+    if args.quick:
+        return 0
+    svg_path = args.results.parent / "results" / f"{args.section}.svg"
+    svg_path.parent.mkdir(parents=True, exist_ok=True)
+    svg_path.write_text(plot_svg(wrong, right, slow))
+    setup = (
+        f"2 gloo ranks, float32, tiny model, {args.steps} steps of {args.batch_sequences} log-uniform lengths up to "
+        f"{args.max_length} (data seed {args.data_seed}), bundled tiny-cpu profile on a pretend device of "
+        f"{args.memory_bytes / 1e6:.0f} MB per rank, local planner (plan budget {args.plan_time_limit_s} s) with the "
+        f"in-process refit; wrong start: a x{WRONG_A:g}, b x{WRONG_B:g}; slowdown: rank 1 x{args.slow_factor:g} from "
+        f"step {first_slow_step}. Times: thread CPU per op (`runtime.step_timing`, clock `cpu`), wall time is "
+        f"meaningless on these oversubscribed cores. The wrong and the right start ran at the same time (4 ranks on "
+        f"the cores, the same load for both), then the slowdown run alone. Runs took {wrong.wall_s:.0f} / "
+        f"{right.wall_s:.0f} / {slow.wall_s:.0f} s wall."
+    )
+    body = (
+        f"{setup}\n\n![per-step error and step time]({args.section}.svg)\n\n"
+        f"### Wrong start vs right start\n\n{first}\n\n"
+        f"{verdict}\n\n### Slowdown of rank 1\n\n{second}\n\n{moved}\n"
+    )
+    summary = f"{setup}\n\n{verdict}\n\n{moved}\n"
+    write_result(args.section, command_line(), body, summary, path=args.results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
