@@ -269,7 +269,9 @@ def runnable_schemes(cost: ProfileCostModel, num_gpus: int, keep: Sequence = ())
     one that uses the same GPUs and is no worse in every cost, capacity, bubble and sync term,
     and better in one of them or first in scheme order. All pairs at once (~150 schemes at 64
     GPUs: 20 ms as a Python double loop)."""
-    fitting = [cost.coefficients(scheme) for scheme in cost.schemes() if scheme.num_gpus <= num_gpus]
+    # the enumeration is plain 1F1B; an interleaved scheme enters only when a pinned strategy names it
+    interleaved = sorted(scheme for scheme in keep if scheme.v > 1)
+    fitting = [cost.coefficients(scheme) for scheme in [*cost.schemes(), *interleaved] if scheme.num_gpus <= num_gpus]
     if not fitting:
         return []
     terms = np.array(
@@ -507,7 +509,7 @@ def search(
     Then the backend polishes the best strategies found.
     """
     pinned = [strategy for strategy in (*(settings.pool or ()), settings.previous) if strategy is not None]
-    pinned = [s for s in pinned if s.num_gpus == num_gpus and all(x in cost.schemes() for x in s.schemes)]
+    pinned = [s for s in pinned if s.num_gpus == num_gpus and all(cost.knows(x) for x in s.schemes)]
     keep = {scheme for strategy in pinned for scheme in strategy.schemes}
     coefs = runnable_schemes(cost, num_gpus, keep)
     tables = BoundTables.build(lengths, coefs)

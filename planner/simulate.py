@@ -10,6 +10,7 @@ every stage. Point-to-point transfer time is inside the stage-time coefficient `
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from hydraplan.planner.cache import WeightedLru
 from hydraplan.planner.kernels import one_f_one_b_end_times, one_f_one_b_order
+from hydraplan.planner.scheme import ParallelScheme
 
 
 def stage_operations(stage: int, num_stages: int, num_micro_batches: int) -> list[tuple[bool, int]]:
@@ -256,3 +258,43 @@ def simulate_interleaved_1f1b(
     durations = np.concatenate([forwards, times - forwards])
     order = interleaved_dependency_order(num_stages, num_chunks, num_micro, group)
     return float(one_f_one_b_end_times(durations, order)[:-1].max())
+
+
+# ---------------------------------------------------------------------------------------------
+# One pipeline of a plan, whichever schedule its scheme runs
+# ---------------------------------------------------------------------------------------------
+#
+# The rule hydraplan plans interleaved pipelines by: Megatron-Core's default group size
+# (`microbatch_group_size_per_vp_stage = pp`), so a pipeline with v > 1 runs a multiple of pp
+# micro-batches (none at all when idle). Its memory model (rank 0's in-flight count
+# `2 (pp - 1) + (v - 1) pp + 1`, `schemas.default_in_flight_micro_batches`) is then the one its
+# capacity was derived for; a larger group would hold more. Other counts are priced infinite, so
+# the packer never keeps one.
+
+
+def interleaved_count_ok(scheme: ParallelScheme, num_micro_batches: int) -> bool:
+    """Whether a pipeline of this scheme may run this many micro-batches (see above)."""
+    return scheme.v == 1 or num_micro_batches % scheme.pp == 0
+
+
+def pipeline_time_s(stage_times_s: Sequence[float], scheme: ParallelScheme, fwd_fraction: float) -> float:
+    """Time of one pipeline: `simulate_1f1b` for v = 1, `simulate_interleaved_1f1b` with groups of
+    pp for v > 1 (`stage_times_s[i]`: micro-batch i on one rank, all its chunks); inf for a micro-batch
+    count the interleaved rule refuses."""
+    if scheme.v == 1:
+        return simulate_1f1b(stage_times_s, scheme.pp, fwd_fraction)
+    if not interleaved_count_ok(scheme, len(stage_times_s)):
+        return math.inf
+    return simulate_interleaved_1f1b(stage_times_s, scheme.pp, scheme.v, fwd_fraction, scheme.pp)
+
+
+def approximate_pipeline_s(stage_times_s: Sequence[float], scheme: ParallelScheme) -> float:
+    """`approximate_1f1b_s` with the bubble shrunk v times for an interleaved scheme (Narayanan
+    et al. 2021 §2.2.2), inf for a micro-batch count it refuses."""
+    if scheme.v == 1:
+        return approximate_1f1b_s(stage_times_s, scheme.pp)
+    if not interleaved_count_ok(scheme, len(stage_times_s)):
+        return math.inf
+    if not stage_times_s:
+        return 0.0
+    return float(sum(stage_times_s) + (scheme.pp - 1) * max(stage_times_s) / scheme.v)

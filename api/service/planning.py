@@ -308,7 +308,8 @@ class Planning:
 def schedule_operations(plan: Plan) -> int:
     """1F1B operations of a plan's pipelines (the work of simulating its schedule)."""
     return sum(
-        limits.schedule_operations(pipeline.scheme.pp, len(pipeline.micro_batches)) for pipeline in plan.pipelines
+        limits.schedule_operations(pipeline.scheme.pp * pipeline.scheme.v, len(pipeline.micro_batches))
+        for pipeline in plan.pipelines
     )
 
 
