@@ -64,7 +64,6 @@ from hydraplan.planner.milp import solve_milp
 from hydraplan.planner.packing import PackedPipeline, best_order, pack_pipeline
 from hydraplan.planner.refine import polish_packings, refine
 from hydraplan.planner.schemas import CostProfile, SolverBackend
-from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.speculation import SpeculativeSolver
 from hydraplan.planner.strategies import Strategy, placement_key, unplaceable_reason
 from hydraplan.planner.switching import pipeline_blocks, switch_cost_s
@@ -310,7 +309,7 @@ def placeable_profile(profile: CostProfile, num_gpus: int, gpus_per_node: int) -
     kept = [
         entry
         for entry in profile.schemes
-        if unplaceable_reason(ParallelScheme(entry.tp, entry.pp, entry.cp), num_gpus, gpus_per_node) is None
+        if unplaceable_reason(entry.scheme, num_gpus, gpus_per_node) is None
     ]
     if len(kept) == len(profile.schemes):
         return profile

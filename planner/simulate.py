@@ -260,6 +260,31 @@ def simulate_interleaved_1f1b(
     return float(one_f_one_b_end_times(durations, order)[:-1].max())
 
 
+def schedule_interleaved_1f1b(
+    stage_times_s: Sequence[float], num_stages: int, num_chunks: int, fwd_fraction: float, group: int | None = None
+) -> list[ScheduledBlock]:
+    """Every block `simulate_interleaved_1f1b` times (one per chunk operation; `stage` is the rank),
+    in rank order then execution order; the latest end is its result."""
+    num_micro = len(stage_times_s)
+    if num_micro == 0:
+        return []
+    group = num_stages if group is None else group
+    check_interleaved_group(num_stages, num_micro, group)
+    times = np.asarray(stage_times_s, dtype=np.float64) / num_chunks
+    forwards = fwd_fraction * times
+    order = interleaved_dependency_order(num_stages, num_chunks, num_micro, group)
+    end = one_f_one_b_end_times(np.concatenate([forwards, times - forwards]), order).tolist()
+    virtual = num_chunks * num_stages
+    blocks = []
+    for op, previous, waits_for, _ in order.tolist():
+        is_forward = op < virtual * num_micro
+        stage, micro_batch = divmod(op if is_forward else op - virtual * num_micro, num_micro)
+        start_s = max(end[previous], end[waits_for])
+        blocks.append(ScheduledBlock(stage % num_stages, micro_batch, is_forward, start_s, end[op]))
+    blocks.sort(key=lambda block: block.stage)  # stable: each rank keeps its order
+    return blocks
+
+
 # ---------------------------------------------------------------------------------------------
 # One pipeline of a plan, whichever schedule its scheme runs
 # ---------------------------------------------------------------------------------------------

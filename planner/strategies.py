@@ -82,6 +82,18 @@ def parse_strategy(text: str) -> Strategy:
     return Strategy.of(counts)
 
 
+def named_chunk_counts(texts: Sequence[str | None]) -> list[int]:
+    """The chunk counts v > 1 the given strategy texts name, ascending (texts that do not parse are
+    left to the planner, which says why): an analytic profile prices those interleaved schemes."""
+    counts = set()
+    for text in filter(None, texts):
+        try:
+            counts.update(scheme.v for scheme in parse_strategy(text).schemes)
+        except ValueError:
+            continue
+    return sorted(counts - {1})
+
+
 def check_strategy_fits(text: str, num_gpus: int, gpus_per_node: int, field: str) -> Strategy:
     """The strategy `text` names, if it can run on the cluster: exactly its GPUs, TP inside a node.
 

@@ -138,7 +138,7 @@ def assign_ranks(plan: Plan) -> list[RankAssignment]:
     """The `RankAssignment` of every global rank, by rank (the plan must be valid)."""
     assignments: dict[int, RankAssignment] = {}
     for pipeline in plan.pipelines:
-        scheme = ParallelScheme(pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp)
+        scheme = pipeline.scheme.scheme
         works = tuple(
             MicroBatchWork(index, tuple(batch.sequence_ids), tuple(batch.lengths), tuple(batch.offsets))
             for index, batch in enumerate(pipeline.micro_batches)

@@ -19,7 +19,7 @@ from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SchemeCost, SchemeModel, SolverOptions
 from hydraplan.planner.scheme import ParallelScheme
-from hydraplan.planner.simulate import simulate_1f1b, simulate_interleaved_1f1b
+from hydraplan.planner.simulate import schedule_interleaved_1f1b, simulate_1f1b, simulate_interleaved_1f1b
 from hydraplan.planner.solve import evaluate_strategy, solve
 from hydraplan.planner.strategies import parse_strategy
 from hydraplan.planner.switching import switch_cost_s
@@ -247,3 +247,39 @@ def test_switch_costs_of_chunked_layouts_agree_with_the_reference() -> None:
         checked = reference.switch_cost_s(profile, previous, [((1, 2, 1, 2), ranks) for _, ranks in new])
         assert solver == pytest.approx(checked)
         assert solver == pytest.approx(expected_share * 5e8 / 50e9)
+
+
+# -- the timeline and the command line -----------------------------------------------------------
+
+
+def test_the_drawn_interleaved_schedule_is_the_simulated_one() -> None:
+    times = [3.0, 1.0, 2.0, 2.5]
+    blocks = schedule_interleaved_1f1b(times, 2, 2, 0.4)
+    assert len(blocks) == 2 * 2 * 2 * len(times)  # forward and backward of every chunk, rank and micro-batch
+    assert max(block.end_s for block in blocks) == pytest.approx(simulate_interleaved_1f1b(times, 2, 2, 0.4))
+    for rank in (0, 1):
+        mine = [block for block in blocks if block.stage == rank]
+        assert all(a.end_s <= b.start_s + 1e-12 for a, b in zip(mine, mine[1:]))  # one operation at a time
+
+
+def test_the_command_line_prices_and_plans_interleaved_schemes(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    from hydraplan.api.cli import main
+
+    cluster = ["--model", "llama3-8b", "--gpu", "h100-sxm-80gb", "--num-gpus", "4", "--gpus-per-node", "4"]
+    assert main(["schemes", *cluster, "--virtual-stages", "2"]) == 0
+    table = capsys.readouterr().out
+    assert "<1,2,1,2>" in table and "<2,2,1,2>" in table and "<4,1,1,2>" not in table
+    pool = tmp_path / "pool.txt"
+    pool.write_text("1x<2,2,1,2>\n")
+    lengths = tmp_path / "lengths.json"
+    lengths.write_text(json.dumps([3000, 2500, 2000, 1000, 800, 500, 400, 300]))
+    out = tmp_path / "plan.json"
+    args = ["plan", *cluster, "--lengths", str(lengths), "--strategy-pool", str(pool), "--out", str(out)]
+    assert main(args) == 0
+    assert "<2,2,1,2>" in capsys.readouterr().out
+    plan = Plan.model_validate_json(out.read_text())
+    assert plan.strategy == "1x<2,2,1,2>" and check_plan(plan) == []
+    profile_file = tmp_path / "profile.json"
+    profile_file.write_text(plan.cost_profile.model_dump_json())
+    assert main(["schemes", "--profile", str(profile_file), "--virtual-stages", "2"]) == 2
+    assert "--virtual-stages 2 applies to the analytic profile" in capsys.readouterr().err
