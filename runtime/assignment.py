@@ -67,6 +67,15 @@ class RankAssignment:
     previous_rank: int | None  # same (tp, cp) position, previous stage; None on the first stage
     next_rank: int | None  # same position, next stage; None on the last stage
     micro_batches: tuple[MicroBatchWork, ...]
+    # interleaved pipelines (scheme.v > 1) wrap around: the last stage's chunk c feeds the first
+    # stage's chunk c + 1, so every rank has a ring neighbour on both sides (itself when pp == 1)
+    ring_previous_rank: int = -1
+    ring_next_rank: int = -1
+
+    @property
+    def num_chunks(self) -> int:
+        """Model chunks this rank holds (v; 1 under plain 1F1B)."""
+        return self.scheme.v
 
     @property
     def is_first_stage(self) -> bool:
@@ -119,10 +128,14 @@ def validate_plan(plan: Plan, world_size: int, cfg) -> None:
             f"model {cfg.name!r} has {cfg.num_layers} layers, the plan's cost profile {plan.cost_profile.num_layers}"
         )
     for pipeline in plan.pipelines:
-        tp, pp = pipeline.scheme.tp, pipeline.scheme.pp
-        label = f"pipeline {pipeline.index} <{tp},{pp},{pipeline.scheme.cp}>"
+        tp, pp, chunks = pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.v
+        label = f"pipeline {pipeline.index} {pipeline.scheme.scheme}"
         if cfg.num_layers % pp:
             raise PlanRefusedError(f"{label}: pp={pp} does not divide the {cfg.num_layers} layers of {cfg.name!r}")
+        if cfg.num_layers % (pp * chunks):
+            raise PlanRefusedError(
+                f"{label}: pp={pp} x v={chunks} chunks do not divide the {cfg.num_layers} layers of {cfg.name!r}"
+            )
         if cfg.num_kv_heads % tp:
             raise PlanRefusedError(f"{label}: tp={tp} does not divide the {cfg.num_kv_heads} KV heads of {cfg.name!r}")
         if not pipeline.micro_batches:
@@ -163,5 +176,7 @@ def assign_ranks(plan: Plan) -> list[RankAssignment]:
                     previous_rank=neighbour.get(-1),
                     next_rank=neighbour.get(1),
                     micro_batches=works,
+                    ring_previous_rank=pipeline.stage_ranks[(stage - 1) % scheme.pp][position],
+                    ring_next_rank=pipeline.stage_ranks[(stage + 1) % scheme.pp][position],
                 )
     return [assignments[rank] for rank in sorted(assignments)]
