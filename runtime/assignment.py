@@ -27,6 +27,7 @@ __all__ = [
     "RankAssignment",
     "assign_ranks",
     "global_token_count",
+    "interleaved_order",
     "model_config_for",
     "one_f_one_b",
     "validate_plan",
@@ -95,6 +96,30 @@ def one_f_one_b(stage: int, num_stages: int, num_micro_batches: int) -> list[tup
     for step in range(num_micro_batches - num_warmup):
         order += [(True, num_warmup + step), (False, step)]
     order += [(False, index) for index in range(num_micro_batches - num_warmup, num_micro_batches)]
+    return order
+
+
+def interleaved_order(
+    stage: int, num_stages: int, num_chunks: int, num_micro_batches: int
+) -> list[tuple[bool, int, int]]:
+    """The interleaved 1F1B order of one rank as (is_forward, micro-batch, chunk): Megatron-Core's
+    schedule with micro-batches in groups of pp (`forward_backward_pipelining_with_interleaving`,
+    Narayanan et al. 2021 §2.2.2), the one the planner simulates (`planner.simulate`, checked equal
+    by the tests). The k-th forward of every rank runs entry k of a table that walks each group of
+    pp micro-batches through chunk 0, then chunk 1, ... (the last group: whatever remains); the
+    k-th backward runs entry k with the chunk mirrored. Rank r first runs `2 (pp - r - 1) + (v - 1)
+    pp` forwards (at most all), then one forward and one backward in turn, then the rest."""
+    table = []
+    for first in range(0, num_micro_batches, num_stages):
+        group = range(first, min(first + num_stages, num_micro_batches))
+        table += [(index, chunk) for chunk in range(num_chunks) for index in group]
+    warmup = min(len(table), 2 * (num_stages - stage - 1) + (num_chunks - 1) * num_stages)
+    order = [(True, *table[k]) for k in range(warmup)]
+    for k in range(len(table)):
+        if k + warmup < len(table):
+            order.append((True, *table[k + warmup]))
+        index, chunk = table[k]
+        order.append((False, index, num_chunks - 1 - chunk))
     return order
 
 

@@ -2,9 +2,9 @@
 under Megatron-Core's interleaved 1F1B, in the order the planner simulates.
 
 Rank r of `pp` holds chunks c = 0..v-1, chunk c being virtual stage `c * pp + r` of `pp * v`
-(`model.chunk_layer_ranges`). The rank runs `planner.simulate.interleaved_operations` with groups
-of pp (the rule the planner plans by, `simulate.interleaved_count_ok`): each entry is a forward or
-a backward of one micro-batch on one chunk. A forward takes its input from the virtual stage
+(`model.chunk_layer_ranges`). The rank runs `assignment.interleaved_order`, the order the
+planner simulates with groups of pp (the rule it plans by, `simulate.interleaved_count_ok`): each
+entry is a forward or a backward of one micro-batch on one chunk. A forward takes its input from the virtual stage
 before it, which is on the previous rank of the ring (the last rank's chunk c feeds the first
 rank's chunk c + 1), and sends its output to the next one; a backward the other way round. The
 first virtual stage embeds, the last returns the summed token loss, divided by the step's global
@@ -29,9 +29,8 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from hydraplan.planner.simulate import interleaved_operations
 from hydraplan.runtime import comm_meter, watchdog
-from hydraplan.runtime.assignment import RankAssignment
+from hydraplan.runtime.assignment import RankAssignment, interleaved_order
 from hydraplan.runtime.batch import PackedBatch
 from hydraplan.runtime.faults import oom_guard
 from hydraplan.runtime.model import DecoderStage, chunk_layer_ranges
@@ -60,7 +59,7 @@ def run_interleaved_step(
     num_stages, num_chunks, num_micro = scheme.pp, scheme.v, len(assignment.micro_batches)
     last_virtual = num_stages * num_chunks - 1
     chunks = chunk_layer_ranges(stage.cfg.num_layers, num_stages, assignment.stage, num_chunks)
-    order = interleaved_operations(assignment.stage, num_stages, num_chunks, num_micro, num_stages)
+    order = interleaved_order(assignment.stage, num_stages, num_chunks, num_micro)
     batches = [batch_of(index) for index in range(num_micro)]
     device = next(stage.parameters()).device
     result = StepResult()

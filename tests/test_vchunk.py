@@ -283,3 +283,36 @@ def test_the_command_line_prices_and_plans_interleaved_schemes(capsys: pytest.Ca
     profile_file.write_text(plan.cost_profile.model_dump_json())
     assert main(["schemes", "--profile", str(profile_file), "--virtual-stages", "2"]) == 2
     assert "--virtual-stages 2 applies to the analytic profile" in capsys.readouterr().err
+
+
+def test_the_measured_interleaved_path_is_the_simulated_schedule() -> None:
+    """With each op lasting what the simulator gives it and free transfers, the critical path the
+    runtime's timing rebuilds from an interleaved run is the simulated pipeline time."""
+    from hydraplan.runtime.step_timing import OpTime, interleaved_critical_path
+
+    times = [3.0, 1.0, 2.0, 2.5, 0.5, 1.5]
+    pp, v, fwd = 2, 3, 0.25
+    ops = {
+        (virtual, is_forward, index): OpTime(model_s=(fwd if is_forward else 1 - fwd) * t / v)
+        for virtual in range(pp * v)
+        for is_forward in (True, False)
+        for index, t in enumerate(times)
+    }
+    path = interleaved_critical_path(ops, pp, v, len(times))
+    assert path.total_s == pytest.approx(simulate_interleaved_1f1b(times, pp, v, fwd))
+    assert path.ops[0] == (0, True, 0) and path.model_s == pytest.approx(path.total_s)
+
+
+@pytest.mark.parametrize(
+    ("stages", "chunks", "micro"), [(2, 2, 4), (2, 2, 6), (4, 2, 8), (3, 3, 9), (4, 3, 12), (2, 4, 2)]
+)
+def test_the_runtime_runs_the_order_the_planner_simulates(stages, chunks, micro) -> None:
+    """The runtime's own interleaved order (`runtime.assignment`, written apart from the planner)
+    is `planner.simulate.interleaved_operations` with groups of pp, on every rank."""
+    from hydraplan.planner.simulate import interleaved_operations
+    from hydraplan.runtime.assignment import interleaved_order
+
+    for rank in range(stages):
+        assert interleaved_order(rank, stages, chunks, micro) == interleaved_operations(
+            rank, stages, chunks, micro, stages
+        )
