@@ -536,16 +536,28 @@ def interleaved_scheme_cost(
     params = hardware or HardwareParams.from_specs(gpu, options)
     p2p_b = pp_comm_s_per_token(model, gpu, scheme.plain, gpus_per_node, params)
     p2p_c = pp_messages_per_micro_batch(scheme.plain) * params.link_latency(scheme.num_gpus <= gpus_per_node)
-    chunks = scheme.v
-    in_flight = in_flight_micro_batches(scheme.pp, chunks)[0]
+    return chunk_entry(plain, scheme.v, p2p_b, p2p_c)  # plain: priced with the interleaved memory
+
+
+def chunk_entry(plain: SchemeCost, chunks: int, p2p_s_per_token: float, p2p_s_per_micro_batch: float) -> SchemeCost:
+    """The entry `<tp,pp,cp,chunks>` from the plain one's: one chunk does `1/v` of the stage's work
+    (`a`, `b`, `c` and the stored activations, the layers split evenly) and its own boundary
+    transfers (`p2p_s_per_token`, `p2p_s_per_micro_batch`: the activation and its gradient, which
+    the plain `b` and `c` hold once); the in-flight count is rank 0's under interleaving with
+    groups of pp (`pipeline_layout.in_flight_micro_batches`). A given capacity is kept: the caller
+    states the capacity under the interleaved schedule (or drops it to have it derived)."""
+    if chunks < 2 or plain.v != 1 or plain.pp < 2:
+        raise ValueError(f"chunk_entry needs a plain entry with pp > 1 and chunks > 1, got {plain.key} x {chunks}")
     return plain.model_copy(
         update={
             "v": chunks,
             "a": plain.a / chunks,
-            "b": (plain.b - p2p_b) / chunks + p2p_b,
-            "c": (plain.c - p2p_c) / chunks + p2p_c,
-            "activation_bytes_per_token": memory.activation_bytes_per_token / chunks,
-            "activation_bytes_per_token_sq": memory.activation_bytes_per_token_sq / chunks,
-            "in_flight_micro_batches": sum(in_flight),
+            "b": max(0.0, plain.b - p2p_s_per_token) / chunks + p2p_s_per_token,
+            "c": max(0.0, plain.c - p2p_s_per_micro_batch) / chunks + p2p_s_per_micro_batch,
+            "activation_bytes_per_token": None
+            if plain.activation_bytes_per_token is None
+            else plain.activation_bytes_per_token / chunks,
+            "activation_bytes_per_token_sq": plain.activation_bytes_per_token_sq / chunks,
+            "in_flight_micro_batches": sum(in_flight_micro_batches(plain.pp, chunks)[0]),
         }
     )

@@ -18,7 +18,8 @@ so the schedule cannot deadlock on the transport (its data dependencies are acyc
 `interleaved_dependency_order` releases every operation). Every message carries its own tag:
 (virtual stage of the receiving operation, micro-batch, direction). NCCL would need Megatron's
 paired exchanges instead (`runtime/p2p_order.py` does it for plain 1F1B); this executor is for
-gloo. Each op records what `pipeline_exec` records, and the chunk it ran.
+gloo. Each op records what `pipeline_exec` records, and the chunk it ran; its input's transfer is
+the wait for its posted receive (`wait_s` = `transfer_s`, and the process CPU time meanwhile).
 """
 
 from __future__ import annotations
@@ -70,14 +71,14 @@ def run_interleaved_step(
         virtual = chunk * num_stages + assignment.stage
         wall, cpu = time.perf_counter(), time.thread_time()
         with oom_guard("F" if is_forward else "B", assignment, index), comm_meter.recording() as collectives:
-            waited = time.perf_counter()
+            waited, waited_cpu = time.perf_counter(), time.process_time()
             incoming = None
             if (virtual > 0) if is_forward else (virtual < last_virtual):
                 work, tensor = inbox.pop((virtual, index, is_forward))
                 with watchdog.waiting():
                     work.wait()
                 incoming = tensor
-            wait_s = time.perf_counter() - waited
+            wait_s, wait_cpu_s = time.perf_counter() - waited, time.process_time() - waited_cpu
             if before_last_backward is not None and position == len(order) - 1 and not is_forward:
                 before_last_backward()
             compute = time.thread_time()
@@ -108,7 +109,7 @@ def run_interleaved_step(
                 "compute_cpu_s": compute_cpu_s,
                 "wait_s": wait_s,
                 "transfer_s": wait_s,
-                "transfer_cpu_s": 0.0,
+                "transfer_cpu_s": wait_cpu_s,
                 "comm": [[record.kind, record.num_bytes, record.wall_s, record.cpu_s] for record in collectives],
             }
         )
