@@ -59,7 +59,7 @@ SECTION = "runtime_vs_model"
 TARGET_ERROR = 0.15
 TARGET_OVERHEAD = 0.10
 MEASURED_SCHEMES = ("<1,1,1>", "<2,1,1>", "<1,1,2>", "<1,2,1>")
-INTERLEAVED_STRATEGY = "1x<1,2,1,2> + 2x<1,1,1>"  # an interleaved pipeline beside two plain ones (4 ranks)
+INTERLEAVED_STRATEGY = "1x<2,1,1> + 1x<1,2,1,2>"  # beside a TP pipeline, which holds the longest
 FLOAT32_BYTES = 4  # the runs' activations
 
 

@@ -234,8 +234,8 @@ def _require_priced(strategy: Strategy, cost: ProfileCostModel, label: str) -> N
     layers that split into its pp x v chunks)."""
     for scheme in strategy.schemes:
         try:
-            cost.coefficients(scheme)
             scheme.check_layers(cost.profile.num_layers)
+            cost.coefficients(scheme)
         except ValueError as error:
             raise PlanningError(f"{label}: {error}") from None
 

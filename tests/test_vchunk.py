@@ -316,3 +316,27 @@ def test_the_runtime_runs_the_order_the_planner_simulates(stages, chunks, micro)
         assert interleaved_order(rank, stages, chunks, micro) == interleaved_operations(
             rank, stages, chunks, micro, stages
         )
+
+
+# -- the service ---------------------------------------------------------------------------------
+
+
+def test_the_service_estimates_and_plans_interleaved_strategies() -> None:
+    """A fixed strategy part with v and a pool naming <.,.,.,v> get their schemes priced in the
+    analytic profile; a v the model's layers cannot take is a 422 naming the values."""
+    from tests.api_support import assert_problem, make_client, plan_body
+
+    with make_client() as client:
+        strategy = [{"tp": 2, "pp": 2, "cp": 1, "v": 2, "num_pipelines": 2}]
+        response = client.post("/v1/estimate", json=plan_body(strategy=strategy))
+        assert response.status_code == 200, response.text
+        result = response.json()
+        assert result["strategy"] == "2x<2,2,1,2>"
+        assert all(p["scheme"]["v"] == 2 and p["num_micro_batches"] % 2 == 0 for p in result["pipelines"])
+        assert all(p["peak_memory_bytes"] > 0 for p in result["pipelines"])
+        pool = {"time_limit_s": 0.3, "seed": 0, "strategy_pool": ["1x<2,2,1,2> + 2x<2,1,1>"]}
+        response = client.post("/v1/plans", json=plan_body(options=pool))
+        assert response.status_code == 200, response.text
+        assert response.json()["strategy"] == "1x<2,2,1,2> + 2x<2,1,1>"
+        bad = [{"tp": 1, "pp": 2, "cp": 1, "v": 3, "num_pipelines": 4}]
+        assert_problem(client.post("/v1/estimate", json=plan_body(strategy=bad)), 422, "pp 2 x v 3")
