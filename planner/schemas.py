@@ -16,7 +16,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     Strict,
     StrictInt,
     ValidationError,
@@ -24,7 +23,6 @@ from pydantic import (
     ValidatorFunctionWrapHandler,
     WrapValidator,
     field_validator,
-    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -145,6 +143,12 @@ class GpuSpec(Frozen):
 # ---------------------------------------------------------------------------------------------
 
 
+def single_chunk(v: int) -> bool:
+    """`exclude_if` of a scheme's `v`: left out of the JSON when 1, so the files of plain 1F1B
+    pipelines stay as they were before the chunk count existed (byte for byte, plan ids included)."""
+    return v == 1
+
+
 class SchemeCost(Frozen):
     """Cost of one scheme: stage time `a*sum(l^2) + b*sum(l) + c` and its memory model.
 
@@ -160,6 +164,7 @@ class SchemeCost(Frozen):
         description="Model chunks (virtual stages) per PP rank: 1 is plain 1F1B, v > 1 Megatron-LM's interleaved "
         "1F1B. With v > 1, a, b, c and the activation bytes are per chunk (num_layers / (pp * v) layers, its "
         "point-to-point transfers included). Left out of the JSON when 1.",
+        exclude_if=single_chunk,
     )
     a: float = Field(
         ge=0,
@@ -201,10 +206,6 @@ class SchemeCost(Frozen):
         "its replicas there); None: the profile's grad_sync_bandwidth_bytes_per_s.",
     )
 
-    @model_serializer(mode="wrap")
-    def _omit_single_chunk(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return omit_single_chunk(handler(self))
-
     @property
     def key(self) -> tuple[int, ...]:
         """(tp, pp, cp), with v appended when v > 1."""
@@ -213,14 +214,6 @@ class SchemeCost(Frozen):
     @property
     def scheme(self) -> ParallelScheme:
         return ParallelScheme(self.tp, self.pp, self.cp, self.v)
-
-
-def omit_single_chunk(data: dict[str, Any]) -> dict[str, Any]:
-    """A serialised scheme without `v` when it is 1: files of plain 1F1B pipelines stay as they
-    were before the chunk count existed (byte for byte, plan ids included)."""
-    if data.get("v") == 1:
-        del data["v"]
-    return data
 
 
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
@@ -535,12 +528,10 @@ class SchemeModel(Frozen):
     pp: Stages
     cp: Degree
     v: Stages = Field(
-        1, description="Model chunks per PP rank (interleaved 1F1B when > 1); left out of the JSON when 1."
+        1,
+        description="Model chunks per PP rank (interleaved 1F1B when > 1); left out of the JSON when 1.",
+        exclude_if=single_chunk,
     )
-
-    @model_serializer(mode="wrap")
-    def _omit_single_chunk(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return omit_single_chunk(handler(self))
 
     @property
     def scheme(self) -> ParallelScheme:
