@@ -78,11 +78,10 @@ def oom_guard(op: str, assignment: RankAssignment, index: int) -> Iterator[None]
     except (torch.OutOfMemoryError, RuntimeError) as exc:
         if isinstance(exc, MicroBatchOutOfMemoryError) or not is_out_of_memory(exc):
             raise
-        scheme = assignment.scheme
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         where = (
             f"out of memory in the {'forward' if op == 'F' else 'backward'} of micro-batch {index} of pipeline "
-            f"{assignment.pipeline_index} <{scheme.tp},{scheme.pp},{scheme.cp}> on rank {assignment.rank} "
+            f"{assignment.pipeline_index} {assignment.scheme} on rank {assignment.rank} "
             f"(stage {assignment.stage}): {_sequences(assignment, index)}: {first_line}"
         )
         raise MicroBatchOutOfMemoryError(where) from None
