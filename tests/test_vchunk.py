@@ -340,3 +340,32 @@ def test_the_service_estimates_and_plans_interleaved_strategies() -> None:
         assert response.json()["strategy"] == "1x<2,2,1,2> + 2x<2,1,1>"
         bad = [{"tp": 1, "pp": 2, "cp": 1, "v": 3, "num_pipelines": 4}]
         assert_problem(client.post("/v1/estimate", json=plan_body(strategy=bad)), 422, "pp 2 x v 3")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_bounds_stay_below_interleaved_plans(seed: int) -> None:
+    """The bound of a pool naming an interleaved scheme holds (its 1F1B bubble floors are not
+    priced for it): random batches, checker clean, bound <= objective."""
+    import random
+
+    rng = random.Random(seed)
+    lengths = [rng.randint(100, 6000) for _ in range(rng.randint(8, 40))]
+    profile = _profile()
+    request = _request(["1x<1,2,1,2> + 2x<1,1,1>", "2x<1,2,1,2>"], lengths)
+    plan = solve(request, profile)
+    assert check_plan(plan, profile, request) == []
+    assert plan.lower_bound_s <= plan.objective_s * (1 + 1e-9)
+
+
+def test_every_interleaved_pipeline_gets_pp_sequences_when_the_batch_allows() -> None:
+    """Dispatch gives an interleaved pipeline at least pp sequences (it runs a multiple of pp
+    micro-batches); with fewer sequences than that in all, the plan is refused with a reason."""
+    lengths = [9000, 8500, 120, 80]  # greedy alone would put both long ones apart with one short each
+    for plan in (
+        solve(_request(["2x<1,2,1,2>"], lengths), _profile()),
+        evaluate_strategy(_request(None, lengths), _profile(), parse_strategy("2x<1,2,1,2>")),
+    ):
+        assert [len(p.micro_batches) for p in plan.pipelines] == [2, 2]
+        assert check_plan(plan) == []
+    with pytest.raises(PlanningError, match="cannot hold the 3 sequences"):
+        evaluate_strategy(_request(None, lengths[:3]), _profile(), parse_strategy("2x<1,2,1,2>"))
