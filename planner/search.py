@@ -306,11 +306,7 @@ def placeable_profile(profile: CostProfile, num_gpus: int, gpus_per_node: int) -
     """The profile without the schemes `strategies.place_pipelines` cannot keep inside nodes on
     this cluster (`strategies.unplaceable_reason`; it removes none of the catalog's power-of-two
     schemes on nodes of 8); raises `PlanningError` when none is left."""
-    kept = [
-        entry
-        for entry in profile.schemes
-        if unplaceable_reason(entry.scheme, num_gpus, gpus_per_node) is None
-    ]
+    kept = [entry for entry in profile.schemes if unplaceable_reason(entry.scheme, num_gpus, gpus_per_node) is None]
     if len(kept) == len(profile.schemes):
         return profile
     if not kept:
