@@ -106,10 +106,11 @@ def measured_rows(samples: list[StageSample]) -> tuple[list[list[object]], dict[
             fit = fit_stage(fit_part)
             fit_errors += [abs(r) for r in fit.time_residuals]
             time_errors += abs_errors([fit.stage_time_s(s.lengths) for s in held], [s.time_s for s in held])
-            with_memory = [s for s in held if s.activation_bytes]
+            # against what the fit was made on: the real peak where measured, else the saved bytes
+            with_memory = [s for s in held if (s.peak_bytes or s.activation_bytes)]
             memory_errors += abs_errors(
                 [fit.activation_bytes(s.lengths) + fit.static_bytes - max(s.static_bytes or 0, 0) for s in with_memory],
-                [s.activation_bytes for s in with_memory],
+                [s.peak_bytes or s.activation_bytes for s in with_memory],
             )
             counts[0] += len(fit_part)
             counts[1] += len(held)

@@ -58,6 +58,8 @@ from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, SchemeCos
 from hydraplan.planner.scheme import ParallelScheme
 
 __all__ = [
+    "RankMemory",
+    "rank_memory_terms",
     "AnalyticOptions",
     "HardwareParams",
     "Recompute",
@@ -345,40 +347,93 @@ def scheme_memory(
     schedules the planner does not run (interleaving, Megatron-Core's uneven splits); the
     published-run validation prices them (`benchmarks/published.py`).
     """
+    ranks = rank_memory_terms(
+        model, scheme, num_gpus, options, hardware, virtual_stages, split, micro_batches, group_size
+    )
+    usable = gpu.memory_bytes * (1 - options.memory_reserve_fraction)
+    bounds = [max_tokens(usable - rank.static_bytes, rank.bytes_per_token, rank.bytes_per_sq_token) for rank in ranks]
+    largest_params = max(rank.params for rank in ranks)
+    layers = chunk_layers(model.num_layers, scheme.pp, virtual_stages, split)
+    per_token, per_sq = _stored_coefficients(model, scheme, options, hardware)
+    return SchemeMemory(
+        static_bytes=max(rank.static_bytes for rank in ranks),
+        activation_bytes_per_token=sum(layers[0]) * per_token,
+        activation_bytes_per_token_sq=sum(layers[0]) * per_sq,
+        capacity_tokens=min(bounds),
+        grad_bytes_per_gpu=largest_params / scheme.tp * BF16_BYTES,
+        grad_sync_bytes_per_gpu=grad_sync_bytes(largest_params, scheme.tp, options.sharding, options.grad_reduce_dtype),
+    )
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """One pipeline rank's memory: `static + bytes_per_token * T + bytes_per_sq_token * sum(l^2)`
+    at its peak, for micro-batches of T tokens (its in-flight micro-batches included)."""
+
+    rank: int
+    params: int
+    static_bytes: float
+    bytes_per_token: float
+    bytes_per_sq_token: float
+
+    def peak_bytes(self, lengths: Sequence[int]) -> float:
+        return (
+            self.static_bytes
+            + self.bytes_per_token * sum(lengths)
+            + self.bytes_per_sq_token * sum(x * x for x in lengths)
+        )
+
+
+def _stored_coefficients(
+    model: ModelSpec, scheme: ParallelScheme, options: AnalyticOptions, hardware: HardwareParams | None
+) -> tuple[float, float]:
+    scale = 1.0 if hardware is None else activation_scale(hardware)
+    per_token, per_sq = activation_coefficients(
+        model, scheme.tp, True, options.recompute, options.flash_attention, dropout=False
+    )
+    return per_token / scheme.cp * scale, per_sq / scheme.cp * scale
+
+
+def rank_memory_terms(
+    model: ModelSpec,
+    scheme: ParallelScheme,
+    num_gpus: int,
+    options: AnalyticOptions,
+    hardware: HardwareParams | None = None,
+    virtual_stages: int = 1,
+    split: PipelineSplit = "even",
+    micro_batches: int | None = None,
+    group_size: int | None = None,
+) -> list[RankMemory]:
+    """The memory terms of every pipeline rank that can bind (`scheme_memory` for what they hold)."""
     tp, pp, cp = scheme.tp, scheme.pp, scheme.cp
     layers = chunk_layers(model.num_layers, pp, virtual_stages, split)
     in_flight = in_flight_micro_batches(pp, virtual_stages, micro_batches, group_size)
     scale = 1.0 if hardware is None else activation_scale(hardware)
-    per_token, per_sq = activation_coefficients(
-        model, tp, True, options.recompute, options.flash_attention, dropout=False
-    )
-    per_token, per_sq = per_token / cp * scale, per_sq / cp * scale
+    per_token, per_sq = _stored_coefficients(model, scheme, options, hardware)
     work, work_sq = 0.0, 0.0
     if options.recompute == "full":
         work, work_sq = activation_coefficients(model, tp, True, "none", options.flash_attention, dropout=False)
         work, work_sq = work / cp * scale, work_sq / cp * scale
     logits = FP32_BYTES * model.vocab_size / (tp * cp)
-    usable = gpu.memory_bytes * (1 - options.memory_reserve_fraction)
     # Under an even 1F1B split a middle rank holds fewer parameters and no more micro-batches in
     # flight than rank 0: only the two ends can bind.
     plain = virtual_stages == 1 and split == "even"
-    bounds, largest_static, largest_params = [], 0.0, 0
+    ranks = []
     for rank in sorted({0, pp - 1}) if plain else range(pp):
         params = _rank_params(model, pp, rank, sum(layers[rank]))
-        static = static_bytes(model, params, tp, num_gpus, options)
         stored_layers = sum(count * chunk for count, chunk in zip(in_flight[rank], layers[rank]))
         head = logits if rank == pp - 1 else 0.0
-        bound = max_tokens(usable - static, stored_layers * per_token + work + head, stored_layers * per_sq + work_sq)
-        bounds.append(bound)
-        largest_static, largest_params = max(largest_static, static), max(largest_params, params)
-    return SchemeMemory(
-        static_bytes=largest_static,
-        activation_bytes_per_token=sum(layers[0]) * per_token,
-        activation_bytes_per_token_sq=sum(layers[0]) * per_sq,
-        capacity_tokens=min(bounds),
-        grad_bytes_per_gpu=largest_params / tp * BF16_BYTES,
-        grad_sync_bytes_per_gpu=grad_sync_bytes(largest_params, tp, options.sharding, options.grad_reduce_dtype),
-    )
+        ranks.append(
+            RankMemory(
+                rank=rank,
+                params=params,
+                static_bytes=static_bytes(model, params, tp, num_gpus, options),
+                bytes_per_token=stored_layers * per_token + work + head,
+                bytes_per_sq_token=stored_layers * per_sq + work_sq,
+            )
+        )
+    return ranks
 
 
 def _rank_params(model: ModelSpec, pp: int, rank: int, layers: int) -> int:

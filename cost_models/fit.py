@@ -7,7 +7,12 @@ Per measured scheme (and PP stage), from the profiler's `StageSample`s:
   the planner cares about ratios between pipelines);
 - the forward fraction `phi` with `phi * t ~ t_fwd`, also on relative error;
 - the memory model `activation = m0 + m1 * sum(l) + m2 * sum(l^2)` (relative error again); `m0`,
-  bytes that do not grow with the batch, is added to the measured static bytes;
+  bytes that do not grow with the batch, is added to the measured static bytes. It is fitted to
+  the real peak each micro-batch adds (`StageSample.peak_bytes`: allocator or process peak) where
+  measured, else to the saved-activation bytes (older profiles). A real-peak fit is then raised
+  to a promise: scaled up until no fitted micro-batch is under-predicted (an upper envelope), then
+  by `MEMORY_SAFETY_MARGIN` more for shapes it did not see; both are recorded in the fit
+  (`memory_envelope`, `memory_margin`) and its residuals are against the real peak;
 - collectives `seconds = latency + bytes / bandwidth` per (operation, ranks).
 
 Each fit keeps its residuals `(predicted - measured) / measured`. Numpy/scipy only: no torch here.
@@ -37,16 +42,22 @@ from hydraplan.planner.scheme import ParallelScheme
 __all__ = [
     "CollectiveFit",
     "LinearFit",
+    "MEMORY_SAFETY_MARGIN",
+    "MemoryFit",
     "StageFit",
     "abs_error_summary",
     "build_profiled_profile",
     "fit_collectives",
+    "fit_memory",
     "fit_scheme",
     "fit_stage",
     "grad_bytes_per_gpu",
 ]
 
 MIN_TIME_SAMPLES = 3  # a, b and c need three independent micro-batches
+# Stated safety margin of a real-peak memory fit: the upper envelope of the fitted micro-batches
+# times 1.05, for shapes between and beyond them (benchmarks/memory_peak.py checks it held out).
+MEMORY_SAFETY_MARGIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -99,6 +110,11 @@ class StageFit:
     memory_residuals: tuple[float, ...]
     num_samples: int
     oom_tokens: int | None
+    memory_fitted_to: str = ""  # "real_peak", "saved_tensors" or "" (no memory measured)
+    memory_envelope: float = 1.0  # scale that lifts the fit over every fitted micro-batch
+    memory_margin: float = 0.0  # stated margin on top of the envelope
+    max_measured_tokens: int = 0  # largest timed micro-batch, tokens
+    max_measured_length: int = 0  # longest single sequence timed
 
     def stage_time_s(self, lengths: Sequence[int]) -> float:
         return self.a * sum(x * x for x in lengths) + self.b * sum(lengths) + self.c
@@ -122,7 +138,7 @@ def fit_forward_fraction(samples: Sequence[StageSample]) -> float:
     return min(max(phi, 0.01), 0.99)
 
 
-def fit_stage(samples: Sequence[StageSample]) -> StageFit:
+def fit_stage(samples: Sequence[StageSample], memory_margin: float = MEMORY_SAFETY_MARGIN) -> StageFit:
     """Fit one (scheme, stage) from its samples; out-of-memory samples only bound the capacity.
 
     Raises `ValueError` with fewer than three timed samples or fewer than three distinct
@@ -135,13 +151,8 @@ def fit_stage(samples: Sequence[StageSample]) -> StageFit:
         raise ValueError(f"{where}: {len(timed)} timed micro-batches, at least {MIN_TIME_SAMPLES} distinct needed")
     time_fit = relative_nnls(_time_features(timed), np.array([s.time_s for s in timed], dtype=float))
     a, b, c = time_fit.coefficients
-    measured_memory = [s for s in timed if s.activation_bytes is not None]
-    m0 = m1 = m2 = 0.0
-    memory_residuals: tuple[float, ...] = ()
-    if measured_memory:
-        features = np.array([[1.0, s.num_tokens, s.sum_sq_tokens] for s in measured_memory], dtype=float)
-        memory_fit = relative_nnls(features, np.array([s.activation_bytes for s in measured_memory], dtype=float))
-        (m0, m1, m2), memory_residuals = memory_fit.coefficients, memory_fit.residuals
+    memory = fit_memory(timed, memory_margin)
+    m0, m1, m2 = memory.coefficients
     statics = [s.static_bytes for s in samples if s.static_bytes is not None]
     ooms = [s.num_tokens for s in samples if s.oom]
     return StageFit(
@@ -155,10 +166,62 @@ def fit_stage(samples: Sequence[StageSample]) -> StageFit:
         activation_bytes_per_token=m1,
         activation_bytes_per_token_sq=m2,
         time_residuals=time_fit.residuals,
-        memory_residuals=memory_residuals,
+        memory_residuals=memory.residuals,
         num_samples=len(timed),
         oom_tokens=min(ooms) if ooms else None,
+        memory_fitted_to=memory.fitted_to,
+        memory_envelope=memory.envelope,
+        memory_margin=memory.margin,
+        max_measured_tokens=max(s.num_tokens for s in timed),
+        max_measured_length=max(max(s.lengths) for s in timed),
     )
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """`m0 + m1 * sum(l) + m2 * sum(l^2)` bytes a micro-batch adds, margins included."""
+
+    coefficients: tuple[float, float, float]
+    residuals: tuple[float, ...]  # (predicted - measured) / measured, against what was fitted
+    fitted_to: str
+    envelope: float = 1.0
+    margin: float = 0.0
+
+    def bytes(self, lengths: Sequence[int]) -> float:
+        m0, m1, m2 = self.coefficients
+        return m0 + m1 * sum(lengths) + m2 * sum(x * x for x in lengths)
+
+
+def fit_memory(samples: Sequence[StageSample], margin: float = MEMORY_SAFETY_MARGIN) -> MemoryFit:
+    """The memory model of one stage: to the real peaks where measured, else to the saved bytes.
+
+    A real-peak fit (relative-error NNLS) is scaled by `envelope = max(1, max(measured /
+    predicted))` so that no fitted micro-batch is under-predicted, then by `1 + margin`; its
+    residuals are the scaled model against the measured peaks. A saved-bytes fit is left as fitted
+    (those bytes are not what must fit: no promise is made).
+    """
+    if margin < 0:
+        raise ValueError(f"memory margin {margin}: must be >= 0")
+    peaks = [s for s in samples if s.peak_bytes is not None and s.peak_bytes > 0]
+    if peaks:
+        rows, measured, fitted_to = peaks, [s.peak_bytes for s in peaks], "real_peak"
+    else:
+        rows = [s for s in samples if s.activation_bytes is not None]
+        measured, fitted_to = [s.activation_bytes for s in rows], "saved_tensors"
+    if not rows:
+        return MemoryFit((0.0, 0.0, 0.0), (), "")
+    features = np.array([[1.0, s.num_tokens, s.sum_sq_tokens] for s in rows], dtype=float)
+    target = np.array(measured, dtype=float)
+    fit = relative_nnls(features, target)
+    if fitted_to == "saved_tensors":
+        return MemoryFit(fit.coefficients, fit.residuals, fitted_to)
+    predicted = features @ np.array(fit.coefficients)
+    positive = predicted > 0
+    envelope = max(1.0, float(np.max(target[positive] / predicted[positive]))) if positive.any() else 1.0
+    scale = envelope * (1 + margin)
+    coefficients = tuple(float(x) * scale for x in fit.coefficients)
+    residuals = tuple(float(r) for r in (predicted * scale - target) / target)
+    return MemoryFit(coefficients, residuals, fitted_to, envelope, margin)
 
 
 def fit_scheme(samples: Sequence[StageSample], usable_bytes: float | None) -> tuple[SchemeCost, SchemeFit] | None:
@@ -251,7 +314,20 @@ def _scheme_fit(cost: SchemeCost, stage_fits: Sequence[StageFit]) -> SchemeFit:
         time_p95_abs_error=time_p95,
         memory_median_abs_error=memory_median,
         capacity_from_oom_tokens=min(ooms) if ooms else None,
+        memory_fitted_to=_memory_fitted_to(stage_fits),
+        memory_envelope=max(fit.memory_envelope for fit in stage_fits),
+        memory_margin=max(fit.memory_margin for fit in stage_fits),
+        max_measured_tokens=max(fit.max_measured_tokens for fit in stage_fits) or None,
+        max_measured_length=max(fit.max_measured_length for fit in stage_fits) or None,
     )
+
+
+def _memory_fitted_to(stage_fits: Sequence[StageFit]) -> str:
+    """`real_peak` only when every stage's memory was fitted to real peaks."""
+    kinds = {fit.memory_fitted_to for fit in stage_fits if fit.memory_fitted_to}
+    if not kinds:
+        return ""
+    return "real_peak" if kinds == {"real_peak"} else "saved_tensors"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -420,6 +496,10 @@ def build_profiled_profile(
     notes = "fitted to measurements (cost_models.fit): relative-error NNLS per scheme and stage"
     if missing:
         notes += f"; too few samples for {', '.join(f'<{t},{p},{c}>' for t, p, c in missing)}"
+    longest = max(fit.max_measured_length or 0 for fit in fits)
+    notes += f"; sequences measured up to {longest:,} tokens (longer ones: extrapolated)"
+    if any(fit.memory_fitted_to == "real_peak" for fit in fits):
+        notes += f"; memory fitted to real peaks, envelope then a {MEMORY_SAFETY_MARGIN:.0%} margin"
     if provenance.interrupted:
         notes += "; measurement interrupted: partial"
     return CostProfile(

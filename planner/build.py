@@ -107,18 +107,31 @@ def build_plan(
 def _pipeline_plan(
     index: int, coef: SchemeCoefficients, packed: PackedPipeline, placement: Placement, items: Items
 ) -> PipelinePlan:
+    # every micro-batch's items in index order, gathered for the whole pipeline at once (thousands
+    # of micro-batches per plan at scale), then cut at the micro-batches' boundaries
+    sizes = [len(members) for members in packed.micro_batches]
+    ends = np.cumsum(sizes, dtype=np.int64)
+    starts = ends - sizes
+    members = np.concatenate([np.zeros(0, dtype=np.int64), *packed.micro_batches])
+    members = members[np.lexsort((members, np.repeat(np.arange(len(sizes)), sizes)))]
+    lengths = items.lengths[members]
+    running = np.concatenate([[0], np.cumsum(lengths)])
+    tokens = (running[ends] - running[starts]).tolist()
+    sequence_ids, all_lengths, offsets = (
+        items.sequence_ids[members].tolist(),
+        lengths.tolist(),
+        items.offsets[members].tolist(),
+    )
     micro_batches = []
-    for members, stage_time_s in zip(packed.micro_batches, packed.stage_times_s):
-        members = np.sort(members)
-        lengths = items.lengths[members]
+    for start, end, num_tokens, stage_time_s in zip(starts.tolist(), ends.tolist(), tokens, packed.stage_times_s):
         # built from the solver's own arrays (plain ints and a finite float), not validated field
         # by field: thousands per plan at scale; `check_plan` checks the content of every one
         micro_batches.append(
             MicroBatch.model_construct(
-                sequence_ids=items.sequence_ids[members].tolist(),
-                lengths=lengths.tolist(),
-                offsets=items.offsets[members].tolist(),
-                num_tokens=int(lengths.sum()),
+                sequence_ids=sequence_ids[start:end],
+                lengths=all_lengths[start:end],
+                offsets=offsets[start:end],
+                num_tokens=int(num_tokens),
                 stage_time_s=float(stage_time_s),
             )
         )
@@ -129,7 +142,7 @@ def _pipeline_plan(
         ranks=placement.ranks,
         stage_ranks=placement.stage_ranks,
         capacity_tokens=coef.capacity_tokens,
-        num_sequences=len(set(items.sequence_ids[np.concatenate(packed.micro_batches)].tolist())),
+        num_sequences=len(set(sequence_ids)),
         num_tokens=sum(batch.num_tokens for batch in micro_batches),
         time_s=packed.time_s,
         micro_batches=micro_batches,

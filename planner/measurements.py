@@ -63,6 +63,12 @@ class StageSample(_Frozen):
     activation_bytes: SampleBytes | None = Field(
         None, description="Peak activation bytes of the micro-batch on one rank (saved tensors or allocator)."
     )
+    peak_bytes: SampleBytes | None = Field(
+        None,
+        description="Real peak memory one forward+backward adds on one rank above what it held before "
+        "(gradients already allocated): the allocator's peak on CUDA, the process's resident high-water "
+        "mark on CPU. The capacity is fitted to it; None where not measured (older profiles).",
+    )
     static_bytes: SampleBytes | None = Field(
         None, description="Weights, gradients and optimizer state of the stage on one rank, bytes."
     )
@@ -114,6 +120,23 @@ class SchemeFit(_Frozen):
     memory_median_abs_error: Ratio = 0.0
     capacity_from_oom_tokens: int | None = Field(
         None, ge=1, description="Smallest token count that ran out of memory, when one did."
+    )
+    memory_fitted_to: Literal["", "real_peak", "saved_tensors"] = Field(
+        "",
+        description="What the memory model was fitted to: the real peak a micro-batch adds (allocator or "
+        "process), the bytes autograd saves (profiles measured before real peaks were), or nothing.",
+    )
+    memory_envelope: Ratio = Field(
+        1.0, description="Scale that lifts a real-peak fit over every fitted micro-batch (1 = none needed)."
+    )
+    memory_margin: Ratio = Field(
+        0.0, description="Stated safety margin on top of the envelope (0.05 = 5%); memory_residuals include both."
+    )
+    max_measured_tokens: int | None = Field(
+        None, ge=1, description="Largest micro-batch measured, tokens: the fit is extrapolated beyond it."
+    )
+    max_measured_length: int | None = Field(
+        None, ge=1, description="Longest single sequence measured: stage times beyond it are extrapolated."
     )
 
 

@@ -85,46 +85,38 @@ def pipeline_time_s(stage_times_s: Sequence[float], num_stages: int, fwd_fractio
     By definition an operation ends at max(end of the operation before it on its stage, end of
     the operation it waits for) plus its duration, where a forward waits for the same forward on
     the stage before, a backward for the same backward on the stage after, and the last stage's
-    backward for its own forward. The ends are evaluated by that recursion, memoised, with an
-    explicit stack.
+    backward for its own forward. The ends are evaluated in each stage's own order, sweeping the
+    stages in turn: a stage goes on while the operation it is at finds what it waits for ended.
     """
     num_micro = len(stage_times_s)
     if num_micro == 0:
         return 0.0
     orders = [one_f_one_b_order(stage, num_stages, num_micro) for stage in range(num_stages)]
-    position = [{op: place for place, op in enumerate(order)} for order in orders]
     duration = {"F": [fwd_fraction * t for t in stage_times_s], "B": [(1 - fwd_fraction) * t for t in stage_times_s]}
     end: dict[str, list[list[float | None]]] = {
         kind: [[None] * num_micro for _ in range(num_stages)] for kind in ("F", "B")
     }
-
-    def predecessors(stage: int, kind: str, index: int) -> list[tuple[int, str, int]]:
-        before = []
-        place = position[stage][(kind, index)]
-        if place > 0:
-            before.append((stage, *orders[stage][place - 1]))
-        if kind == "F" and stage > 0:
-            before.append((stage - 1, "F", index))
-        elif kind == "B" and stage < num_stages - 1:
-            before.append((stage + 1, "B", index))
-        elif kind == "B":
-            before.append((stage, "F", index))
-        return before
-
-    stack = [(0, "B", num_micro - 1)]  # the last operation of the pipeline
-    while stack:
-        stage, kind, index = stack[-1]
-        if end[kind][stage][index] is not None:
-            stack.pop()
-            continue
-        before = predecessors(stage, kind, index)
-        waiting = [op for op in before if end[op[1]][op[0]][op[2]] is None]
-        if waiting:
-            stack.extend(waiting)
-            continue
-        start = max((end[op[1]][op[0]][op[2]] for op in before), default=0.0)
-        end[kind][stage][index] = start + duration[kind][index]
-        stack.pop()
+    done = [0] * num_stages  # operations of each stage evaluated so far, in its order
+    last_end = [0.0] * num_stages  # end of the operation a stage evaluated last
+    remaining = 2 * num_micro * num_stages
+    while remaining:
+        before = remaining
+        for stage, order in enumerate(orders):
+            while done[stage] < len(order):
+                kind, index = order[done[stage]]
+                if kind == "F":
+                    waited = end["F"][stage - 1][index] if stage > 0 else 0.0
+                elif stage < num_stages - 1:
+                    waited = end["B"][stage + 1][index]
+                else:
+                    waited = end["F"][stage][index]
+                if waited is None:
+                    break
+                last_end[stage] = max(last_end[stage], waited) + duration[kind][index]
+                end[kind][stage][index] = last_end[stage]
+                done[stage] += 1
+                remaining -= 1
+        assert remaining < before, "the stages' 1F1B orders wait on each other"
     return end["B"][0][num_micro - 1]
 
 

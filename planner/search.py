@@ -114,6 +114,11 @@ MIN_EXPANSIONS = 24  # scheme sets expanded whatever the clock says
 # and the expansions took the whole 10 s budget (61K strategies) before any mixed one was solved;
 # never reached at 64 GPUs (4,316 strategies in the 8B default's 100 expansions)
 STRATEGIES_PER_SOLVE = 8000
+# strategies the search proper solves (after the homogeneous ones) even in the polish's share of
+# the time, as long as the slowest solve so far still fits before the deadline: under load the
+# expansions used to end at the polish's share with none solved, and the plan was a polished
+# homogeneous one (70B / 256 at load 6: 21.47 s; solving the best-estimated two gave 19.16 s)
+MIN_SEARCH_SOLVES = 2
 # 100: under the validated analytic model (issue 13) the default request's set bounds sit closer
 # together, and 200 expansions took ~0.9-1.2 s of the 2 s default on a quiet 2-core EPYC, so that a
 # CPU-bound neighbour made the clock cut every run; 100 gives the same plan and the same bound there
@@ -543,7 +548,7 @@ def search(
         incumbent_s = solved[0].objective_s if solved else math.inf
         # the set bounds hold the global bound: they may take the polish's share, not the plan check's
         _seed_sets(frontier, coefs, cost, num_gpus, settings.max_schemes, incumbent_s, clock if solved else None)
-    attempts = len(done)
+    attempts = initial_attempts = len(done)
     queue: list[tuple[float, float, str, int]] = []  # unsolved strategies by estimate
     queued = 0
     expansions = 0
@@ -580,7 +585,11 @@ def search(
             heapq.heappop(queue)
         if not queue or (solved and attempts >= settings.max_strategies_solved):
             break
-        if solved and search_time_up():
+        if solved and (
+            search_time_up()
+            if attempts - initial_attempts >= MIN_SEARCH_SOLVES
+            else clock.stop(reserve_s=slowest_solve_s)
+        ):
             break
         entry = frontier.strategies[heapq.heappop(queue)[3]]
         if speculative is not None:

@@ -7,11 +7,17 @@ What `hydraplan profile --device cpu|cuda` measures (the fitting is `cost_models
 - **Time**: warm-up runs, then the median of `repeats` timed runs of forward+backward; on CPU
   with `torch.utils.benchmark.Timer` at a fixed intra-op thread count, on CUDA between CUDA
   events. The forward time is taken inside the same runs.
-- **Memory**: on CPU the bytes of the tensors autograd saves for the backward pass
-  (`torch.autograd.graph.saved_tensors_hooks`; parameters and repeated views of one storage
-  counted once and parameters not at all): the activation memory that grows with the batch. On
-  CUDA the peak of `torch.cuda.max_memory_allocated` over the step minus what was allocated
-  before it.
+- **Memory**: two figures per micro-batch. `activation_bytes`: on CPU the bytes of the tensors
+  autograd saves for the backward pass (`torch.autograd.graph.saved_tensors_hooks`; repeated views
+  of one storage counted once and parameters not at all), what the analytic model's activation
+  count is calibrated on; on CUDA the allocator's peak growth. `peak_bytes`: the real peak the step
+  adds above the memory held just before it, with the gradients already allocated (as in a
+  training step that accumulates them), the figure the capacity is fitted to (`peak_meter`): on
+  CUDA `torch.cuda.max_memory_allocated` after `reset_peak_memory_stats`, minus what was allocated
+  before; on CPU the process's resident high-water mark (Linux `VmHWM`, reset through
+  `/proc/self/clear_refs`) minus its resident size before, after handing freed heap memory back
+  (`malloc_trim`), so saved tensors, temporaries, the allocator's slack and library workspaces
+  all count. The largest of `PEAK_STEPS` steps is kept.
 - **Out of memory**: a micro-batch that runs out of memory is recorded (`oom: true`) and tells
   the fit the capacity it reveals; it is not an error.
 - **Schemes**: `<1,pp,1>` stages run here in one process; schemes with TP or CP run on
@@ -23,6 +29,7 @@ Samples are yielded one by one, so the caller can stop (budget, Ctrl-C) and keep
 
 from __future__ import annotations
 
+import contextlib
 import math
 import platform
 import statistics
@@ -38,8 +45,12 @@ from hydraplan.runtime.model import ModelConfig, PackedBatch, build_stage
 __all__ = [
     "DEFAULT_TOKEN_COUNTS",
     "FIT_MIXES",
+    "PEAK_STEPS",
+    "CudaPeakMeter",
     "MeasureOptions",
+    "ProcessPeakMeter",
     "SavedActivationMeter",
+    "peak_meter",
     "device_description",
     "length_mixes",
     "measure_stage",
@@ -52,6 +63,9 @@ DEFAULT_TOKEN_COUNTS = (128, 256, 512, 768)
 SHORT_LENGTH = 32
 # Adam keeps two moments per parameter next to the weight and its gradient.
 STATE_COPIES_PER_PARAM = 4
+# Forward+backward steps whose real peak is measured per micro-batch (the largest is kept): on CPU
+# one step's process peak varies by some 10% with what the heap happens to hold.
+PEAK_STEPS = 2
 
 
 @dataclass(frozen=True)
@@ -165,6 +179,95 @@ class SavedActivationMeter:
         self._hooks.__exit__(*exc_info)
 
 
+class ProcessPeakMeter:
+    """The process's peak resident memory over a block of work, above its resident size before it.
+
+    Linux only (`available()`). On entry: freed heap memory is handed back to the kernel (glibc
+    `malloc_trim(0)`, so heap pages the block reuses count as growth rather than hiding in the
+    baseline), the kernel's high-water mark is reset to the current resident size (writing `5` to
+    `/proc/self/clear_refs`) and that size is the baseline. On exit, `bytes` is `VmHWM` minus the
+    baseline. Resolution: one page (the kernel reports kB); it counts everything the process
+    touches (tensors, temporaries, allocator slack, oneDNN workspaces), which is what must fit.
+    Chosen over sampling RSS from a thread (misses short peaks) and over the torch profiler's
+    memory events (tensor bytes only, no allocator or workspace, and a slow trace).
+    """
+
+    STATUS = "/proc/self/status"
+    CLEAR_REFS = "/proc/self/clear_refs"
+
+    def __init__(self, status: str = STATUS, clear_refs: str = CLEAR_REFS, trim: Callable[[], object] | None = None):
+        self.status, self.clear_refs = status, clear_refs
+        self.trim = trim if trim is not None else _malloc_trim
+        self.baseline = 0
+        self.bytes = 0.0
+
+    @classmethod
+    def available(cls) -> bool:
+        """The kernel exposes `VmHWM` and lets this process reset it."""
+        import os
+
+        return os.access(cls.CLEAR_REFS, os.W_OK) and cls()._read("VmHWM") is not None
+
+    def _read(self, field: str) -> int | None:
+        try:
+            with open(self.status, encoding="ascii") as status:
+                for line in status:
+                    if line.startswith(field + ":"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+        return None
+
+    def __enter__(self) -> ProcessPeakMeter:
+        self.trim()
+        with open(self.clear_refs, "w", encoding="ascii") as clear:
+            clear.write("5")
+        self.baseline = self._read("VmRSS") or 0
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.bytes = float(max((self._read("VmHWM") or 0) - self.baseline, 0))
+
+
+def _malloc_trim() -> None:
+    """glibc's `malloc_trim(0)`; nothing where the C library has none."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+class CudaPeakMeter:
+    """The CUDA allocator's peak over a block of work above what was allocated before it."""
+
+    def __init__(self, device: torch.device, cuda=None) -> None:
+        """`cuda`: the `torch.cuda` module (a stand-in in tests)."""
+        self.device, self.cuda = device, cuda if cuda is not None else torch.cuda
+        self.before = 0
+        self.bytes = 0.0
+
+    def __enter__(self) -> CudaPeakMeter:
+        self.cuda.synchronize(self.device)
+        self.cuda.reset_peak_memory_stats(self.device)
+        self.before = self.cuda.memory_allocated(self.device)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.cuda.synchronize(self.device)
+        self.bytes = float(max(self.cuda.max_memory_allocated(self.device) - self.before, 0))
+
+
+def peak_meter(device: torch.device) -> CudaPeakMeter | ProcessPeakMeter | None:
+    """The real-peak meter of `device`, or None where there is none (CPU off Linux)."""
+    if device.type == "cuda":
+        return CudaPeakMeter(device)
+    return ProcessPeakMeter() if ProcessPeakMeter.available() else None
+
+
 def static_bytes_of(module: torch.nn.Module) -> float:
     """Weights, gradients and Adam's two moments of the module's parameters, bytes."""
     return float(sum(p.numel() * p.element_size() for p in module.parameters()) * STATE_COPIES_PER_PARAM)
@@ -240,24 +343,41 @@ class StageRunner:
         if hidden is not None:
             hidden.grad = None
 
-    def activation_bytes(self, batch: PackedBatch, hidden, grad) -> float:
-        """Saved-activation bytes (CPU) or allocator peak growth (CUDA) of one step."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            before = torch.cuda.memory_allocated(self.device)
-            self.step(batch, hidden, grad, [])
-            torch.cuda.synchronize(self.device)
-            return float(torch.cuda.max_memory_allocated(self.device) - before)
-        with SavedActivationMeter(self.module) as meter:
+    def memory(self, batch: PackedBatch, hidden, grad) -> tuple[float, float | None]:
+        """`(activation_bytes, peak_bytes)` over `PEAK_STEPS` steps, gradients allocated before each
+        as in a step that accumulates them. `activation_bytes`: the first step's saved-activation
+        bytes (CPU) or allocator peak growth (CUDA); `peak_bytes`: the largest real peak a step
+        added (`peak_meter`), None where the device has none."""
+        peaks, activation = [], 0.0
+        for index in range(PEAK_STEPS):
+            for parameter in self.module.parameters():
+                if parameter.requires_grad and parameter.grad is None:
+                    parameter.grad = torch.zeros_like(parameter)
+            meter = peak_meter(self.device)
+            with meter if meter is not None else contextlib.nullcontext():
+                if index == 0 and self.device.type == "cpu":
+                    activation = self._saved_step(batch, hidden, grad)
+                else:
+                    self.step(batch, hidden, grad, [])
+            if meter is not None:
+                peaks.append(meter.bytes)
+            if self.device.type == "cuda" and index == 0:
+                activation = peaks[0]
+        return activation, max(peaks) if peaks else None
+
+    def _saved_step(self, batch: PackedBatch, hidden, grad) -> float:
+        """One forward+backward counting the bytes autograd saves."""
+        with SavedActivationMeter(self.module) as saved:
             output = self.module(batch, hidden)
         output.backward() if self.is_last else output.backward(grad)
         self.module.zero_grad(set_to_none=True)
-        return float(meter.bytes)
+        if hidden is not None:
+            hidden.grad = None
+        return float(saved.bytes)
 
     def time(self, batch: PackedBatch, hidden, grad) -> tuple[float, float]:
         """Median forward+backward and forward seconds over the repeats, after the warm-up (the
-        memory-measuring step counts as the first warm-up step)."""
+        memory-measuring steps count as the first warm-up step)."""
         forward_times: list[float] = []
         for _ in range(self.options.warmup - 1):
             self.step(batch, hidden, grad, forward_times)
@@ -296,7 +416,7 @@ class StageRunner:
             if self.shard is not None:
                 batch = self.shard(batch)
             hidden, grad = self.inputs(batch)
-            memory = self.activation_bytes(batch, hidden, grad)
+            memory, peak = self.memory(batch, hidden, grad)
             total_s, forward_s = self.time(batch, hidden, grad)
         except (RuntimeError, MemoryError) as error:
             if not (isinstance(error, MemoryError) or is_out_of_memory(error)):
@@ -310,6 +430,7 @@ class StageRunner:
             time_s=total_s,
             fwd_s=min(forward_s, total_s),
             activation_bytes=memory,
+            peak_bytes=peak,
             static_bytes=static_bytes_of(self.module),
             repeats=self.options.repeats,
         )

@@ -123,7 +123,9 @@ def _slowest(rows: Sequence[dict]) -> StageSample:
         return first.model_copy(update={"oom": True, "time_s": None, "fwd_s": None})
     slowest = max(samples, key=lambda sample: sample.time_s or 0.0)
     memory = max(sample.activation_bytes or 0.0 for sample in samples)
-    return first.model_copy(update={"time_s": slowest.time_s, "fwd_s": slowest.fwd_s, "activation_bytes": memory})
+    peaks = [sample.peak_bytes for sample in samples if sample.peak_bytes is not None]
+    update = {"time_s": slowest.time_s, "fwd_s": slowest.fwd_s, "activation_bytes": memory}
+    return first.model_copy(update={**update, "peak_bytes": max(peaks) if peaks else None})
 
 
 def measure_on_ranks(

@@ -233,3 +233,35 @@ def test_set_packing_bound_stopped_early_keeps_what_it_proved():
     early = tables.set_packing_bounds_s(sets, 32, floors, start, cap_s, should_stop=lambda: True)
     assert (start <= early).all() and (early <= full).all()
     assert (early > start).any() and (full > early).any()
+
+
+def test_search_solves_a_few_searched_strategies_when_the_expansions_end_at_the_polish_share(monkeypatch):
+    """Time is plenty until the first scheme set is expanded, then it falls inside the polish's
+    share: the search proper still solves MIN_SEARCH_SOLVES queued strategies (the deadline is
+    not reached) instead of handing the polish the homogeneous incumbents alone, and no more."""
+    cost = ProfileCostModel(PROFILE)
+    lengths = np.asarray(LENGTHS, dtype=np.int64)
+    settings = SearchSettings(SolverBackend.AUTO, max_schemes=3, max_strategies_solved=16, seed=0, thorough=False)
+    time_limit_s = 1.0
+    polish_reserve_s = time_limit_s * (1 - search_module.SEARCH_TIME_SHARE[SolverBackend.AUTO])
+    left = {"s": 100.0}
+    solves_before_the_drop: list[int] = []
+    calls = {"solves": 0}
+    first_solution, expand_next = search_module._first_solution, search_module.Frontier.expand_next
+
+    def counted_solution(*args, **kwargs):
+        calls["solves"] += 1
+        return first_solution(*args, **kwargs)
+
+    def expand_then_drop(self, *args, **kwargs):
+        expand_next(self, *args, **kwargs)
+        if not solves_before_the_drop:
+            solves_before_the_drop.append(calls["solves"])
+        left["s"] = polish_reserve_s / 2  # inside the polish's share, before the deadline
+
+    monkeypatch.setattr(search_module, "_first_solution", counted_solution)
+    monkeypatch.setattr(search_module.Frontier, "expand_next", expand_then_drop)
+    result = search(lengths, cost, NUM_GPUS, settings, Clock(lambda: left["s"], lambda: False), time_limit_s)
+    assert result is not None and result.timed_out
+    assert solves_before_the_drop and solves_before_the_drop[0] >= 1
+    assert result.num_strategies_solved == solves_before_the_drop[0] + search_module.MIN_SEARCH_SOLVES

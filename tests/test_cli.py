@@ -240,6 +240,20 @@ def test_oversize_split_and_drop(
     assert plan[f"{'split' if policy == 'split' else 'dropped'}_sequence_ids"] == [1]
 
 
+def test_a_sequence_beyond_the_measured_range_is_noted(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    profile = str(Path(__file__).resolve().parents[1] / "cost_models" / "data" / "tiny-cpu.json")  # to 1,536
+    options = ["--num-gpus", "2", "--time-limit-s", "0.3"]
+    code, _, err = run(
+        capsys, "plan", "--profile", profile, "--lengths", write(tmp_path, "L.txt", "3000\n200\n"), *options
+    )
+    assert code == 0, err
+    assert "the longest sequence (3,000 tokens) is longer than any the profile measured (1,536)" in err
+    code, _, err = run(
+        capsys, "plan", "--profile", profile, "--lengths", write(tmp_path, "S.txt", "1000\n200\n"), *options
+    )
+    assert code == 0 and "longer than any the profile measured" not in err
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input: exit 2, one line, no traceback
 # ---------------------------------------------------------------------------------------------

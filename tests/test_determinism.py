@@ -99,20 +99,42 @@ PROFILE_COEF = _first_coef()
 
 
 # The README's default plan with the clock standing still: only the work limits end the search.
-# Prints the solve's CPU time and the plan's id (content hash).
+# Prints the solve's CPU time, the CPU time of a fixed reference workload run just before and
+# just after it in the same process, and the plan's id (content hash).
 CLOCKLESS = """
 import json, sys, time
+import numpy as np
 from hydraplan import plan
+
+def reference_cpu_s():
+    started = time.process_time()
+    values = np.random.default_rng(0).random((400, 400))
+    for _ in range(20):
+        values = np.sort(values, axis=1) @ values.T / 400.0
+    total = 0
+    for index in range(300_000):
+        total += index * index % 7
+    return time.process_time() - started
+
 lengths = json.load(open(sys.argv[1]))
 plan(lengths[:200], time_limit_s=0.5)  # imports, compiled kernels, caches: not measured
 time.perf_counter = lambda: 0.0
+before = reference_cpu_s()
 started = time.process_time()
 made = plan(lengths)
-print(json.dumps({"cpu_s": time.process_time() - started, "plan_id": made.plan_id, "cut": made.solver.cut_by_clock}))
+cpu_s = time.process_time() - started
+reference_s = (before + reference_cpu_s()) / 2
+cut = made.solver.cut_by_clock
+print(json.dumps({"cpu_s": cpu_s, "reference_s": reference_s, "plan_id": made.plan_id, "cut": cut}))
 """
-# the share of the 2 s default budget the work-limited search may need, in CPU seconds: the rest
-# is the margin for a loaded machine (three CPU-bound neighbours on 2 cores leave ~half a core)
-DEFAULT_CPU_SHARE = 0.5
+# The work-limited default search may need at most half the 2 s budget in CPU seconds on a quiet
+# 2-core EPYC (the rest is the margin for three CPU-bound neighbours, which leave it ~half a core);
+# it needed 0.44 s there. CPU seconds are not load-proof on this shared machine (at load 6-8 the
+# same search took 1.34-1.64 s of CPU: the host's steal is counted), so the search is measured
+# against the reference workload above, run beside it under the same load: their ratio was
+# 2.3-2.8 at load 6-8 (a ratio holds where absolute CPU seconds do not). 5.0 is about twice that:
+# a default search that needs twice the work it needs today fails here.
+DEFAULT_CPU_RATIO = 5.0
 
 
 @pytest.mark.slow
@@ -121,7 +143,8 @@ def test_default_plans_are_byte_identical_under_cpu_load(tmp_path: Path) -> None
     fresh processes with different hash seeds while a CPU-bound process competes for the cores.
 
     What does not depend on the machine's load is checked always: with the clock standing still the
-    work limits alone end the search, within half the budget's CPU time. Each real run the clock
+    work limits alone end the search, within half the budget's CPU time (measured against a
+    reference workload beside it, as CPU time itself grows with the host's load). Each real run the clock
     did not cut is then byte-identical to the other and has that plan's id; a run the load made
     the clock cut (`solver.cut_by_clock`) is reported by the plan itself and compared with nothing.
     """
@@ -150,7 +173,8 @@ def test_default_plans_are_byte_identical_under_cpu_load(tmp_path: Path) -> None
     reference = json.loads(clockless.stdout.strip().splitlines()[-1])
     assert plans[0].num_gpus == 64 and plans[0].cost_profile.model == "llama3-8b"
     assert not reference["cut"]
-    assert reference["cpu_s"] <= DEFAULT_CPU_SHARE * plans[0].solver.time_limit_s, reference
+    assert plans[0].solver.time_limit_s == 2.0
+    assert reference["cpu_s"] <= DEFAULT_CPU_RATIO * reference["reference_s"], reference
     uncut = [(plan, text) for plan, text in zip(plans, outputs) if not plan.solver.cut_by_clock]
     for plan, _ in uncut:
         assert plan.plan_id == reference["plan_id"], "a run the clock did not cut differs from the work-limited plan"

@@ -8,7 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hydraplan.cost_models.fit import build_profiled_profile, fit_collectives, fit_scheme, fit_stage
+from hydraplan.cost_models.fit import (
+    MEMORY_SAFETY_MARGIN,
+    build_profiled_profile,
+    fit_collectives,
+    fit_memory,
+    fit_scheme,
+    fit_stage,
+)
 from hydraplan.cost_models.profile_io import load_profile, save_profile
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.measurements import CollectiveSample, ProfileProvenance, StageSample
@@ -117,6 +124,7 @@ def test_a_profiled_profile_round_trips_through_the_file_and_plans(tmp_path: Pat
         _provenance(), model="tiny", device_name="cpu", num_layers=4, memory_bytes=8e9, memory_reserve_bytes=1e9
     )
     assert profile.source == "profiled" and len(profile.provenance.fits) == 2
+    assert "sequences measured up to 1,536 tokens" in profile.notes and "real peaks" not in profile.notes
     path = tmp_path / "p.json"
     save_profile(profile, path)
     loaded = load_profile(path)
@@ -165,3 +173,54 @@ def test_the_bundled_cpu_profile_is_measured_and_plans() -> None:
 def test_without_a_memory_figure_the_largest_measured_batch_is_the_capacity() -> None:
     cost, _ = fit_scheme(synthetic_samples(), usable_bytes=None)
     assert cost.capacity_tokens == 1536
+
+
+def with_real_peaks(samples: list[StageSample], noise: float = 0.08, seed: int = 1) -> list[StageSample]:
+    """Each sample with a real peak 1.5x its saved bytes, give or take `noise` (uniform)."""
+    rng = np.random.default_rng(seed)
+    return [
+        s.model_copy(update={"peak_bytes": 1.5 * s.activation_bytes * (1 + noise * rng.uniform(-1, 1))})
+        for s in samples
+    ]
+
+
+def test_memory_is_fitted_to_the_real_peak_and_never_under_predicts_a_fitted_batch() -> None:
+    samples = with_real_peaks(synthetic_samples())
+    memory = fit_memory(samples)
+    assert memory.fitted_to == "real_peak" and memory.margin == MEMORY_SAFETY_MARGIN and memory.envelope > 1
+    for sample, residual in zip(samples, memory.residuals, strict=True):
+        assert residual == pytest.approx((memory.bytes(sample.lengths) - sample.peak_bytes) / sample.peak_bytes)
+        assert residual >= MEMORY_SAFETY_MARGIN - 1e-9  # the envelope, then the stated margin
+    # the saved bytes alone (what older profiles were fitted to) would promise a third too little
+    saved = fit_memory([s.model_copy(update={"peak_bytes": None}) for s in samples])
+    assert saved.fitted_to == "saved_tensors" and saved.margin == 0 and saved.envelope == 1
+    worst = min((saved.bytes(s.lengths) - s.peak_bytes) / s.peak_bytes for s in samples)
+    assert worst < -0.25
+
+
+def test_the_stage_fit_records_its_memory_promise_and_measured_range() -> None:
+    samples = with_real_peaks(synthetic_samples())
+    fit = fit_stage(samples)
+    memory = fit_memory(samples)
+    assert fit.memory_residuals == memory.residuals and fit.memory_fitted_to == "real_peak"
+    m0, m1, m2 = memory.coefficients
+    assert (fit.activation_bytes_per_token, fit.activation_bytes_per_token_sq) == (m1, m2)
+    assert fit.static_bytes == pytest.approx(5e6 + m0)
+    cost, scheme_fit = fit_scheme(samples, usable_bytes=1e12)
+    assert scheme_fit.memory_fitted_to == "real_peak" and scheme_fit.memory_margin == MEMORY_SAFETY_MARGIN
+    assert scheme_fit.memory_envelope == fit.memory_envelope
+    assert (scheme_fit.max_measured_tokens, scheme_fit.max_measured_length) == (1536, 1536)
+    # the capacity keeps the promise: the fitted peak of the capacity fits in the usable bytes
+    usable = 5e6 + m0 + 30 * memory.bytes([1024])
+    cost, _ = fit_scheme(samples, usable_bytes=usable)
+    assert (
+        cost.static_bytes
+        + cost.activation_bytes_per_token * cost.capacity_tokens
+        + (cost.activation_bytes_per_token_sq * cost.capacity_tokens**2)
+        <= usable
+    )
+
+
+def test_a_negative_memory_margin_is_refused_by_value() -> None:
+    with pytest.raises(ValueError, match=r"memory margin -0.1"):
+        fit_memory(with_real_peaks(synthetic_samples()), margin=-0.1)

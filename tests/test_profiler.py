@@ -10,7 +10,9 @@ torch = require_torch()
 
 from hydraplan.runtime.model import ModelConfig  # noqa: E402
 from hydraplan.runtime.profiler import (  # noqa: E402
+    CudaPeakMeter,
     MeasureOptions,
+    ProcessPeakMeter,
     SavedActivationMeter,
     StageRunner,
     length_mixes,
@@ -48,13 +50,13 @@ def test_a_micro_batch_out_of_memory_is_a_sample_and_larger_ones_are_skipped(mon
     cfg = ModelConfig.from_catalog("tiny", **SMALL)
     calls = []
 
-    def fake_activation_bytes(self, batch, hidden, grad):
+    def fake_memory(self, batch, hidden, grad):
         calls.append(batch.input_ids.shape[0])
         if batch.input_ids.shape[0] >= 64:
             raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory")
-        return 1.0
+        return 1.0, 2.0
 
-    monkeypatch.setattr(StageRunner, "activation_bytes", fake_activation_bytes)
+    monkeypatch.setattr(StageRunner, "memory", fake_memory)
     batches = [("long", [32]), ("long", [64]), ("short", [32, 32, 32])]
     samples = list(measure_stage(cfg, 1, 0, batches, MeasureOptions(repeats=1)))
     assert [s.oom for s in samples] == [False, True, True]
@@ -68,7 +70,52 @@ def test_a_real_stage_sample_has_time_forward_and_memory() -> None:
     first, last = (list(measure_stage(cfg, 2, stage, [("mixed", [24, 8])], options))[0] for stage in (0, 1))
     for sample in (first, last):
         assert 0 < sample.fwd_s < sample.time_s and sample.activation_bytes > 0 and sample.repeats == 2
+        if ProcessPeakMeter.available():  # the real peak holds at least the saved tensors
+            assert sample.peak_bytes >= sample.activation_bytes
     assert (first.stage, last.stage, first.pp) == (0, 1, 2)
+
+
+def test_the_process_peak_is_the_high_water_mark_above_the_resident_size_before(tmp_path) -> None:
+    status, clear_refs, trims = tmp_path / "status", tmp_path / "clear_refs", []
+    status.write_text("Name:\tpython\nVmHWM:\t  9000 kB\nVmRSS:\t  1000 kB\n")
+    meter = ProcessPeakMeter(str(status), str(clear_refs), trim=lambda: trims.append(1))
+    with meter:
+        assert clear_refs.read_text() == "5" and trims == [1]  # heap trimmed, high-water mark reset
+        status.write_text("VmHWM:\t  3500 kB\nVmRSS:\t  1200 kB\n")
+    assert meter.baseline == 1000 * 1024 and meter.bytes == 2500 * 1024
+
+
+@pytest.mark.skipif(not ProcessPeakMeter.available(), reason="needs Linux /proc/self/clear_refs")
+def test_the_process_peak_sees_a_tensor_allocated_and_freed_inside() -> None:
+    with ProcessPeakMeter() as meter:
+        block = torch.ones(16 * 2**20, dtype=torch.uint8)  # 16 MiB, touched
+        del block
+    assert 15 * 2**20 <= meter.bytes < 64 * 2**20
+
+
+def test_the_cuda_peak_is_the_allocator_peak_above_what_was_allocated() -> None:
+    class FakeCuda:
+        def __init__(self):
+            self.allocated, self.peak, self.calls = 100, 100, []
+
+        def synchronize(self, device):
+            self.calls.append("sync")
+
+        def reset_peak_memory_stats(self, device):
+            self.calls.append("reset")
+            self.peak = self.allocated
+
+        def memory_allocated(self, device):
+            return self.allocated
+
+        def max_memory_allocated(self, device):
+            return self.peak
+
+    cuda = FakeCuda()
+    cuda.peak = 10_000  # an earlier peak must not count
+    with CudaPeakMeter(torch.device("cuda"), cuda) as meter:
+        cuda.peak, cuda.allocated = 700, 300
+    assert meter.bytes == 600 and cuda.calls == ["sync", "reset", "sync"]
 
 
 def test_the_slowest_rank_is_kept() -> None:
@@ -77,6 +124,7 @@ def test_the_slowest_rank_is_kept() -> None:
         {**base, "time_s": 1.0, "fwd_s": 0.3, "activation_bytes": 5.0},
         {**base, "time_s": 2.0, "fwd_s": 0.5, "activation_bytes": 4.0},
     ]
+    rows[0]["peak_bytes"], rows[1]["peak_bytes"] = 7.0, 9.0
     sample = _slowest(rows)
-    assert (sample.time_s, sample.fwd_s, sample.activation_bytes) == (2.0, 0.5, 5.0)
+    assert (sample.time_s, sample.fwd_s, sample.activation_bytes, sample.peak_bytes) == (2.0, 0.5, 5.0, 9.0)
     assert _slowest([rows[0], {**base, "oom": True}]).oom

@@ -196,6 +196,23 @@ def test_scheme_table_converts_to_seconds_and_derives_capacities(profile: CostPr
     assert rows["<8,1,2>"][1] == "16"
 
 
+def test_a_measured_profile_says_where_its_measurements_stop() -> None:
+    from hydraplan.cost_models.profile_io import bundled_profile
+
+    profile = bundled_profile("tiny-cpu")
+    text = render_schemes(profile)
+    assert "longest measured" in text and "extrapolated" in text
+    longest = max(max(s.lengths) for s in profile.provenance.samples if s.key == (1, 1, 1) and not s.oom)
+    row = next(line for line in text.splitlines() if line.startswith("<1,1,1>"))
+    assert f"{longest:,}" in row.split() and row.endswith("saved tensors")  # fitted before real peaks were
+    fits = [
+        fit.model_copy(update={"memory_fitted_to": "real_peak", "memory_margin": 0.05})
+        for fit in profile.provenance.fits
+    ]
+    peaked = profile.model_copy(update={"provenance": profile.provenance.model_copy(update={"fits": fits})})
+    assert "real peak +5%" in render_schemes(peaked)
+
+
 def _many_pipelines_plan(profile: CostProfile, num_small: int) -> Plan:
     """One <8,1,2> pipeline and `num_small` <1,1,1> ones (times 0.5 + index / 10 s)."""
     pipelines = [_pipeline(0, 8, 1, 2, 0, [[20000]])]

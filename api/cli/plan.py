@@ -73,6 +73,7 @@ def run_plan(args: argparse.Namespace) -> int:
     pool = read_pool(args.strategy_pool) if args.strategy_pool else None
     request = plan_request(args, lengths, solver_options(args, strategy_pool=pool), previous)
     profile = cluster_profile(args, named_chunk_counts([*(pool or ()), previous]))
+    _note_beyond_measured(profile, lengths)
     budget_s = _budget_s(request, profile)
     progress = Progress.for_command(args.progress, (budget_s or 0.0) + (PROGRESS_MIN_S if names else 0.0))
     outcomes: list[BaselineOutcome] = []
@@ -101,6 +102,23 @@ def run_plan(args: argparse.Namespace) -> int:
         print(wrote, file=sys.stderr)
     print_plan(plan, [o for o in outcomes if o.reason is not None], args.json, args.pipelines)
     return EXIT_OK
+
+
+def _note_beyond_measured(profile: CostProfile, lengths: list[int]) -> None:
+    """A note on standard error when the batch holds a sequence longer than a measured profile
+    measured: its stage time and memory are extrapolated from the fit."""
+    from hydraplan.api.render.schemes import measured_range
+
+    measured = measured_range(profile)
+    if not measured or not lengths:
+        return
+    longest = max(length for length, _ in measured.values())
+    if max(lengths) > longest:
+        print(
+            f"{PROG}: note: the longest sequence ({max(lengths):,} tokens) is longer than any the profile "
+            f"measured ({longest:,}); its stage time and memory are extrapolated from the fit",
+            file=sys.stderr,
+        )
 
 
 def _budget_s(request: PlanRequest, profile: CostProfile) -> float | None:

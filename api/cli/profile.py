@@ -314,9 +314,17 @@ def _report(profile: CostProfile, out: str, elapsed_s: float, interrupted: bool)
     fits = profile.provenance.fits if profile.provenance else []
     errors = ", ".join(f"<{f.tp},{f.pp},{f.cp}> {f.time_median_abs_error:.1%}" for f in fits)
     state = "partial (interrupted or out of budget) " if interrupted else ""
+    longest = max((f.max_measured_length or 0 for f in fits), default=0)
+    peaked = [f for f in fits if f.memory_fitted_to == "real_peak"]
+    memory = (
+        f"; memory fitted to the real peak with a {max(f.memory_margin for f in peaked):.0%} margin above its envelope"
+        if peaked
+        else "; memory fitted to the saved-activation bytes (no real-peak meter here): not a promise"
+    )
     print(
         f"{PROG}: wrote {state}profiled profile of {len(profile.schemes)} schemes ({profile.model} on "
-        f"{profile.gpu}) to {out} after {elapsed_s:.0f} s; fit error (median) {errors}",
+        f"{profile.gpu}) to {out} after {elapsed_s:.0f} s; fit error (median) {errors}{memory}; sequences up to "
+        f"{longest:,} tokens measured, longer ones extrapolated (--token-counts measures further)",
         file=sys.stderr,
     )
 
