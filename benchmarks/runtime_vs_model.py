@@ -12,7 +12,10 @@
 2. **Batches**: seeded long-tailed lengths (lognormal, clipped to [16, 1150]) of about
    `--tokens` tokens each.
 3. **Plans**: hydraplan (`plan_with_profile`, heterogeneous allowed) and `megatron` (the best
-   homogeneous arrival-order plan, `planner.baselines`) on the same batch and cluster.
+   homogeneous arrival-order plan, `planner.baselines`) on the same batch and cluster; and an
+   interleaved plan (issue 32): the fixed strategy `INTERLEAVED_STRATEGY`, whose `<1,2,1,2>`
+   entry is the measured `<1,2,1>` entry cut into 2 chunks with the profile's own point-to-point
+   figures (`interleaved_profile`: its `send_recv` samples) for the extra transfers.
 4. **Run**: each plan with `hydraplan run --plan P --steps K --report R` (the CLI's own code, on
    `--num-gpus` gloo ranks, float32); step 0 warms up, the median over the others is reported.
 5. **Measured step** (`runtime.step_timing`): per pipeline the longest path through the executed
@@ -56,6 +59,8 @@ SECTION = "runtime_vs_model"
 TARGET_ERROR = 0.15
 TARGET_OVERHEAD = 0.10
 MEASURED_SCHEMES = ("<1,1,1>", "<2,1,1>", "<1,1,2>", "<1,2,1>")
+INTERLEAVED_STRATEGY = "1x<2,1,1> + 1x<1,2,1,2>"  # beside a TP pipeline, which holds the longest
+FLOAT32_BYTES = 4  # the runs' activations
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,7 +168,8 @@ def winner_rows(results: list[RunResult], error: float) -> tuple[list[list[objec
     measurement cannot tell them apart, and a disagreement does not count against the target."""
     by_batch: dict[int, dict[str, RunResult]] = {}
     for r in results:
-        by_batch.setdefault(r.batch, {})[r.name] = r
+        if r.name in ("hydraplan", "megatron"):  # the interleaved plan is a fixed strategy, not a contender
+            by_batch.setdefault(r.batch, {})[r.name] = r
     rows, misses = [], []
     for batch, plans in sorted(by_batch.items()):
         if len(plans) != 2:
@@ -320,10 +326,35 @@ def fresh_profile(path: Path, budget_s: float, token_counts: list[int], repeats:
         raise SystemExit("hydraplan profile failed")
 
 
+def p2p_figures(profile) -> tuple[float, float]:
+    """(seconds per byte, seconds per message) of a point-to-point transfer: a least-squares line
+    through the profile's measured `send_recv` samples, each part at least 0."""
+    samples = [c for c in (profile.provenance.collectives if profile.provenance else []) if c.op == "send_recv"]
+    if len(samples) < 2:
+        return 0.0, 0.0
+    slope, intercept = np.polyfit([c.bytes for c in samples], [c.seconds for c in samples], 1)
+    return max(0.0, float(slope)), max(0.0, float(intercept))
+
+
+def interleaved_profile(profile, hidden_size: int):
+    """`profile` with `<1,2,1,2>`: the `<1,2,1>` entry cut into 2 chunks (`analytic.chunk_entry`),
+    each chunk's extra boundary transfers (the activation forward, its gradient backward: 2
+    messages of `hidden_size` float32 values per token) priced by `p2p_figures`; its capacity is
+    derived from its memory under the interleaved schedule."""
+    from hydraplan.cost_models.analytic import chunk_entry
+
+    per_byte, per_message = p2p_figures(profile)
+    plain = next(entry for entry in profile.schemes if entry.key == (1, 2, 1))
+    chunked = chunk_entry(plain, 2, 2 * hidden_size * FLOAT32_BYTES * per_byte, 2 * per_message)
+    return profile.model_copy(update={"schemes": [*profile.schemes, chunked]})
+
+
 def make_plans(lengths: list[int], profile, num_gpus: int, time_limit_s: float) -> dict:
     import hydraplan
     from hydraplan.planner.baselines import megatron
     from hydraplan.planner.schemas import PlanRequest, SolverOptions
+    from hydraplan.planner.solve import evaluate_strategy
+    from hydraplan.planner.strategies import parse_strategy
 
     plans = {
         "hydraplan": hydraplan.plan_with_profile(
@@ -334,6 +365,8 @@ def make_plans(lengths: list[int], profile, num_gpus: int, time_limit_s: float) 
         lengths=lengths, num_gpus=num_gpus, gpus_per_node=num_gpus, options=SolverOptions(time_limit_s=time_limit_s)
     )
     plans["megatron"] = megatron(request, profile)
+    if num_gpus == 4 and any(entry.v > 1 for entry in profile.schemes):
+        plans["interleaved"] = evaluate_strategy(request, profile, parse_strategy(INTERLEAVED_STRATEGY))
     return plans
 
 
@@ -393,12 +426,18 @@ def summarise(batch: int, name: str, plan, reports: list[dict]) -> RunResult:
     )
     last = steps[-1]
     for pipeline in plan.pipelines:
-        scheme = f"<{pipeline.scheme.tp},{pipeline.scheme.pp},{pipeline.scheme.cp}>"
+        scheme = str(pipeline.scheme.scheme)
+        chunks = range(pipeline.scheme.v) if pipeline.scheme.v > 1 else [None]
         for stage in range(pipeline.scheme.pp):
             mine = [r["steps"][last]["ops"] for r in reports if r["pipeline"] == pipeline.index and r["stage"] == stage]
             times = op_times(mine)
             for index, micro in enumerate(pipeline.micro_batches):
-                forward, backward = times[(True, index)], times[(False, index)]
+                # a stage's micro-batch: its op, or its v chunks' ops summed (what `stage_time_s` prices)
+                keys = [(index,) if chunk is None else (index, chunk) for chunk in chunks]
+                forward, backward = (
+                    _summed([times[(True, *k)] for k in keys]),
+                    _summed([times[(False, *k)] for k in keys]),
+                )
                 result.samples.append(
                     StageSample(
                         scheme=scheme,
@@ -410,6 +449,18 @@ def summarise(batch: int, name: str, plan, reports: list[dict]) -> RunResult:
                     )
                 )
     return result
+
+
+def _summed(parts):
+    """One `OpTime` holding the parts' times (a stage's micro-batch over its chunks)."""
+    from hydraplan.runtime.step_timing import OpTime
+
+    return OpTime(
+        model_s=sum(p.model_s for p in parts),
+        bookkeeping_s=sum(p.bookkeeping_s for p in parts),
+        collectives_s=sum(p.collectives_s for p in parts),
+        transfer_s=sum(p.transfer_s for p in parts),
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -428,6 +479,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep", type=Path, help="keep the plans and run reports in this folder")
     parser.add_argument(
         "--reuse", action="store_true", help="report on the runs kept in --keep (plans are deterministic: same ids)"
+    )
+    parser.add_argument(
+        "--no-interleaved", action="store_true", help=f"leave out the interleaved plan ({INTERLEAVED_STRATEGY})"
     )
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 batch of 1500 tokens, 2 steps, no write")
     parser.add_argument(
@@ -453,8 +507,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.fresh_profile:
         args.profile = folder / "tiny-cpu-fresh.json"
         fresh_profile(args.profile, args.profile_budget_s, args.profile_token_counts, args.profile_repeats)
+    from hydraplan.cost_models.catalog import get_model
+
     source = load_profile(args.profile) if args.profile else bundled_profile("tiny-cpu")
     profile = benchmark_profile(source, args.memory_bytes)
+    if not args.no_interleaved and source.num_layers % 4 == 0:
+        profile = interleaved_profile(profile, get_model(source.model or "tiny").hidden_size)
     started, results = time.perf_counter(), []
     load_before = os.getloadavg()
     for batch in range(args.batches):
@@ -494,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         f" ({provenance.hardware if provenance else '?'}, measured {provenance.date if provenance else '?'}, "
         f"clock {provenance.clock if provenance else '?'}), capacities from a pretend device memory of "
         f"{args.memory_bytes / 1e6:.0f} MB per rank: "
-        + ", ".join(f"{e.tp, e.pp, e.cp} {c}" for e, c in _capacities(profile))
+        + ", ".join(f"{e.scheme} {c}" for e, c in _capacities(profile))
         + " tokens."
     )
     preamble = [

@@ -66,7 +66,6 @@ def make_plans(folder: Path) -> list:
 
 def planned_loads(plan) -> list[float]:
     """The planner's bytes to load per rank for the switch into `plan` (0 without one)."""
-    from hydraplan.planner.scheme import ParallelScheme
     from hydraplan.planner.strategies import parse_strategy
     from hydraplan.planner.switching import gpu_load_fraction
 
@@ -76,7 +75,7 @@ def planned_loads(plan) -> list[float]:
     previous = parse_strategy(plan.previous_strategy)
     shard = {(e.tp, e.pp, e.cp): e.grad_bytes_per_gpu for e in plan.cost_profile.schemes}
     for pipeline in plan.pipelines:
-        scheme = ParallelScheme(pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp)
+        scheme = pipeline.scheme.scheme
         for position, rank in enumerate(pipeline.ranks):
             share = float(gpu_load_fraction(previous, scheme, position, rank))
             loads[rank] = (

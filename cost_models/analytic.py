@@ -36,6 +36,8 @@ from hydraplan.cost_models.analytic_time import (
     Recompute,
     _link_bandwidth,
     activation_scale,
+    pp_comm_s_per_token,
+    pp_messages_per_micro_batch,
     ring_all_reduce_factor,
     scheme_cost,
     training_flops_per_token,
@@ -52,7 +54,7 @@ from hydraplan.cost_models.recipe import (
     sharded_static_bytes,
 )
 from hydraplan.planner import limits
-from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, TrainingRecipe
+from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, SchemeCost, TrainingRecipe
 from hydraplan.planner.scheme import ParallelScheme
 
 __all__ = [
@@ -491,14 +493,21 @@ def build_profile(
     gpus_per_node: int,
     options: AnalyticOptions = AnalyticOptions(),
     hardware: HardwareParams | None = None,
+    virtual_stages: Sequence[int] = (),
 ) -> CostProfile:
     """The analytic `CostProfile` of every runnable scheme of `model` on `num_gpus` x `gpu`.
 
     `hardware` replaces the parameters derived from the GPU's specs and `options` (what
     `cost_models.calibrate` fits); None keeps the uncalibrated ones. Raises `ValueError` naming
-    the closest scheme when no scheme fits in memory.
+    the closest scheme when no scheme fits in memory. Each `v > 1` of `virtual_stages` adds the
+    interleaved entry `<tp,pp,cp,v>` of every runnable scheme with pp > 1 whose layers split into
+    pp x v chunks and that fits in memory under that schedule (`interleaved_scheme_cost`); the
+    planner's search does not enumerate them, a strategy or pool that names one uses them.
     """
     _check_cluster(num_gpus, gpus_per_node)
+    for chunks in virtual_stages:
+        if isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= limits.MAX_LAYERS:
+            raise ValueError(f"virtual stages must be integers in [1, {limits.MAX_LAYERS}], got {chunks!r}")
     memories = {
         scheme: scheme_memory(model, gpu, scheme, num_gpus, options, hardware)
         for scheme in candidate_schemes(model, num_gpus, gpus_per_node, options.max_cp)
@@ -510,6 +519,16 @@ def build_profile(
     ]
     if not schemes:
         raise _does_not_fit(model, gpu, num_gpus, memories, options)
+    for chunks in sorted(set(virtual_stages) - {1}):
+        for entry in list(schemes):
+            scheme = ParallelScheme(entry.tp, entry.pp, entry.cp, chunks) if entry.pp > 1 else None
+            if scheme is None or model.num_layers % (scheme.pp * chunks):
+                continue
+            memory = scheme_memory(model, gpu, scheme.plain, num_gpus, options, hardware, virtual_stages=chunks)
+            if memory.capacity_tokens >= options.min_capacity_tokens:
+                schemes.append(
+                    interleaved_scheme_cost(model, gpu, scheme, gpus_per_node, memory, options, hardware, num_gpus)
+                )
     multi_node = num_gpus > gpus_per_node
     bandwidth = _link_bandwidth(gpu, in_node=not multi_node)
     notes = _notes(num_gpus, gpus_per_node, options)
@@ -542,4 +561,58 @@ def _notes(num_gpus: int, gpus_per_node: int, options: AnalyticOptions) -> str:
         "stage 0 (pp micro-batches in flight) and "
         "the last stage (one micro-batch plus fp32 logits); static_bytes is the larger stage's and "
         "activation_bytes_per_token stage 0's. Uncalibrated: efficiencies are assumptions."
+    )
+
+
+def interleaved_scheme_cost(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    scheme: ParallelScheme,
+    gpus_per_node: int,
+    memory: SchemeMemory,
+    options: AnalyticOptions,
+    hardware: HardwareParams | None = None,
+    num_gpus: int | None = None,
+) -> SchemeCost:
+    """The profile entry of an interleaved scheme (`scheme.v > 1`): the coefficients of one chunk.
+
+    A chunk does `1/v` of its rank's compute, as `scheme_cost` prices it for `<tp,pp,cp>`, and
+    its own point-to-point traffic: each chunk receives and sends the stage-boundary activation
+    and its gradient, the bytes and latency a plain stage pays once (`pp_comm_s_per_token`,
+    `pp_messages_per_micro_batch`; Narayanan et al. 2021 §2.2.2: interleaving multiplies the
+    pipeline's point-to-point traffic by v). So a rank's micro-batch costs the plain stage time
+    plus `(v - 1)` boundary transfers. `memory` is `scheme_memory(..., virtual_stages=v)`: its
+    capacity is the least over every rank under the interleaved schedule (groups of pp); the
+    entry's activation bytes are one chunk's, and its in-flight count rank 0's chunk micro-batches.
+    """
+    if scheme.v == 1:
+        raise ValueError(f"scheme {scheme} is not interleaved (v 1): use scheme_cost")
+    plain = scheme_cost(model, gpu, scheme.plain, gpus_per_node, memory, options, hardware, num_gpus)
+    params = hardware or HardwareParams.from_specs(gpu, options)
+    p2p_b = pp_comm_s_per_token(model, gpu, scheme.plain, gpus_per_node, params)
+    p2p_c = pp_messages_per_micro_batch(scheme.plain) * params.link_latency(scheme.num_gpus <= gpus_per_node)
+    return chunk_entry(plain, scheme.v, p2p_b, p2p_c)  # plain: priced with the interleaved memory
+
+
+def chunk_entry(plain: SchemeCost, chunks: int, p2p_s_per_token: float, p2p_s_per_micro_batch: float) -> SchemeCost:
+    """The entry `<tp,pp,cp,chunks>` from the plain one's: one chunk does `1/v` of the stage's work
+    (`a`, `b`, `c` and the stored activations, the layers split evenly) and its own boundary
+    transfers (`p2p_s_per_token`, `p2p_s_per_micro_batch`: the activation and its gradient, which
+    the plain `b` and `c` hold once); the in-flight count is rank 0's under interleaving with
+    groups of pp (`pipeline_layout.in_flight_micro_batches`). A given capacity is kept: the caller
+    states the capacity under the interleaved schedule (or drops it to have it derived)."""
+    if chunks < 2 or plain.v != 1 or plain.pp < 2:
+        raise ValueError(f"chunk_entry needs a plain entry with pp > 1 and chunks > 1, got {plain.key} x {chunks}")
+    return plain.model_copy(
+        update={
+            "v": chunks,
+            "a": plain.a / chunks,
+            "b": max(0.0, plain.b - p2p_s_per_token) / chunks + p2p_s_per_token,
+            "c": max(0.0, plain.c - p2p_s_per_micro_batch) / chunks + p2p_s_per_micro_batch,
+            "activation_bytes_per_token": None
+            if plain.activation_bytes_per_token is None
+            else plain.activation_bytes_per_token / chunks,
+            "activation_bytes_per_token_sq": plain.activation_bytes_per_token_sq / chunks,
+            "in_flight_micro_batches": sum(in_flight_micro_batches(plain.pp, chunks)[0]),
+        }
     )

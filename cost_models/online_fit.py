@@ -40,7 +40,7 @@ from scipy.optimize import nnls
 
 from hydraplan.planner import limits
 from hydraplan.planner.measurements import CapacityChange, DriftEvent, StepError
-from hydraplan.planner.schemas import CostProfile, SchemeCost, derive_capacity_tokens
+from hydraplan.planner.schemas import CostProfile, SchemeCost, derive_capacity_tokens, single_chunk
 
 __all__ = [
     "CapacityChange",
@@ -86,14 +86,16 @@ class Coefficients(_Frozen):
     tp: int
     pp: int
     cp: int
+    v: int = Field(1, description="Model chunks per PP rank (interleaved); left out when 1.", exclude_if=single_chunk)
     a: float = Field(description="Seconds per squared token.")
     b: float = Field(description="Seconds per token.")
     c: float = Field(description="Seconds per micro-batch.")
     fwd_fraction: float = Field(description="Share of the stage time spent in the forward pass.")
 
     @property
-    def key(self) -> tuple[int, int, int]:
-        return (self.tp, self.pp, self.cp)
+    def key(self) -> tuple[int, ...]:
+        """The profile entry's key: (tp, pp, cp), with v appended when v > 1."""
+        return (self.tp, self.pp, self.cp) if self.v == 1 else (self.tp, self.pp, self.cp, self.v)
 
     def stage_time_s(self, sum_sq_tokens: float, num_tokens: float) -> float:
         return self.a * sum_sq_tokens + self.b * num_tokens + self.c
@@ -123,7 +125,7 @@ class OnlineFitState(_Frozen):
     capacity_changes: list[CapacityChange] = Field(default_factory=list)
     drift: list[DriftEvent] = Field(default_factory=list)
 
-    def window(self, key: tuple[int, int, int]) -> SchemeWindow | None:
+    def window(self, key: tuple[int, ...]) -> SchemeWindow | None:
         return next((window for window in self.schemes if window.current.key == key), None)
 
 
@@ -139,13 +141,13 @@ class MeasuredMicroBatch:
 class MeasuredPipeline:
     """One pipeline's measurements of one step; `peak_bytes` is the largest over its ranks."""
 
-    scheme: tuple[int, int, int]
+    scheme: tuple[int, ...]
     micro_batches: tuple[MeasuredMicroBatch, ...]
     peak_bytes: float | None = None
 
 
-def scheme_name(key: tuple[int, int, int]) -> str:
-    return f"<{key[0]},{key[1]},{key[2]}>"
+def scheme_name(key: tuple[int, ...]) -> str:
+    return "<" + ",".join(str(degree) for degree in key) + ">"
 
 
 def prior_coefficients(profile: CostProfile, entry: SchemeCost) -> Coefficients:
@@ -154,6 +156,7 @@ def prior_coefficients(profile: CostProfile, entry: SchemeCost) -> Coefficients:
         tp=entry.tp,
         pp=entry.pp,
         cp=entry.cp,
+        v=entry.v,
         a=entry.a * unit,
         b=entry.b * unit,
         c=entry.c * unit,
@@ -282,9 +285,7 @@ def predicted_peak_bytes(entry: SchemeCost, micro_batches: Sequence[MeasuredMicr
 # ---------------------------------------------------------------------------------------------
 
 
-def coefficients_at(
-    state: OnlineFitState, profile: CostProfile, version: int
-) -> dict[tuple[int, int, int], Coefficients]:
+def coefficients_at(state: OnlineFitState, profile: CostProfile, version: int) -> dict[tuple[int, ...], Coefficients]:
     """Every scheme's coefficients at `version` (the profile's where never refitted before it).
 
     Raises `ValueError` for a version newer than the state's or older than the kept snapshots.
@@ -358,7 +359,7 @@ def apply_step(
 
 
 def _refit_windows(
-    windows: dict[tuple[int, int, int], SchemeWindow],
+    windows: dict[tuple[int, ...], SchemeWindow],
     profile: CostProfile,
     pipelines: Sequence[MeasuredPipeline],
     step: int,
@@ -367,7 +368,7 @@ def _refit_windows(
     """Add the step's micro-batches to each scheme's window and refit it (in place); True when a
     scheme was refitted. With `restart_step` (a confirmed error jump), the measured schemes' windows
     keep only the micro-batches from that step on: the old regime no longer holds the fit back."""
-    new_rows: dict[tuple[int, int, int], list[tuple[int, float, float, float, float]]] = {}
+    new_rows: dict[tuple[int, ...], list[tuple[int, float, float, float, float]]] = {}
     for pipeline in pipelines:
         new_rows.setdefault(pipeline.scheme, []).extend(
             (step, mb.sum_sq_tokens, mb.num_tokens, mb.time_s, -1.0 if mb.fwd_s is None else mb.fwd_s)
@@ -389,7 +390,7 @@ def _refit_windows(
 
 
 def _lower_capacities(
-    windows: dict[tuple[int, int, int], SchemeWindow],
+    windows: dict[tuple[int, ...], SchemeWindow],
     profile: CostProfile,
     pipelines: Sequence[MeasuredPipeline],
     step: int,
@@ -399,7 +400,7 @@ def _lower_capacities(
     once per scheme and step, by the most severe of its pipelines."""
     usable = None if profile.gpu_memory_bytes is None else profile.gpu_memory_bytes - profile.memory_reserve_bytes
     entries = {entry.key: entry for entry in profile.schemes}
-    lowest: dict[tuple[int, int, int], CapacityChange] = {}
+    lowest: dict[tuple[int, ...], CapacityChange] = {}
     for pipeline in pipelines:
         if pipeline.peak_bytes is None:
             continue

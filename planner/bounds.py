@@ -55,6 +55,7 @@ import numpy as np
 
 from hydraplan.planner.bubble_floor import (
     MAX_CAPPED_MICRO_BATCHES,
+    bubble_stages,
     largest_micro_batch_floor_s,
     most_work_s,
     pipeline_time_floor_s,
@@ -242,7 +243,7 @@ class BoundTables:
         `planner.fluid`."""
         columns = list(columns)
         gpus = np.array([self.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
-        floors = np.array([(self.coefs[column].scheme.pp - 1) * self.coefs[column].c for column in columns])
+        floors = np.array([(bubble_stages(self.coefs[column]) - 1) * self.coefs[column].c for column in columns])
         return self.gpu_seconds[:, columns] / gpus[None, :], floors
 
     def count_bounds(
@@ -270,7 +271,7 @@ class BoundTables:
         denominator = counts @ grid.T
         fluid = (numerator / denominator).max(axis=1)
         bound = np.maximum(fluid, self.pipeline_time_bound_s(columns, int(round(counts[0] @ gpus))))
-        if any(self.coefs[column].scheme.pp > 1 for column in columns):
+        if any(bubble_stages(self.coefs[column]) > 1 for column in columns):
             bound = self._bubble_dual(columns, counts, grid, bound, np.broadcast_to(cutoff_s, bound.shape))
         return fluid, bound
 

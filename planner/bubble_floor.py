@@ -170,15 +170,22 @@ def peak_shares(num_stages: int, fwd_fraction: float) -> np.ndarray | None:
     return None if entry is None else np.array([float(shape.max()) for shape in entry.shapes])
 
 
+def bubble_stages(coef: SchemeCoefficients) -> int:
+    """The stage count whose 1F1B bubble the floors price: pp, or 1 (no bubble priced) for an
+    interleaved scheme, whose floors these 1F1B derivations are not. The no-bubble floors stay valid
+    for it: rank 0 runs every micro-batch's chunks, `T >= W + m c`."""
+    return coef.scheme.pp if coef.scheme.v == 1 else 1
+
+
 def _path_kappa(coef: SchemeCoefficients) -> float:
     """`(pp-1) max(0, 1-2f)`: the largest micro-batch's share of the path bound's bubble."""
-    return (coef.scheme.pp - 1) * max(0.0, 1.0 - 2.0 * coef.fwd_fraction)
+    return (bubble_stages(coef) - 1) * max(0.0, 1.0 - 2.0 * coef.fwd_fraction)
 
 
 def largest_micro_batch_floor_s(coef: SchemeCoefficients, item_work_s: float | np.ndarray) -> float | np.ndarray:
     """`T - W` at least, for a pipeline of this scheme whose items carry work W and include one
     of work `item_work_s`: the path bound with `S >= W + c`, `t_1 >= c`, `t_max >= c + item`."""
-    return coef.c + _path_kappa(coef) * (coef.c + item_work_s) + (coef.scheme.pp - 1) * coef.fwd_fraction * coef.c
+    return coef.c + _path_kappa(coef) * (coef.c + item_work_s) + (bubble_stages(coef) - 1) * coef.fwd_fraction * coef.c
 
 
 def pipeline_pieces(coef: SchemeCoefficients, max_micro_batches: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -193,7 +200,7 @@ def pipeline_pieces(coef: SchemeCoefficients, max_micro_batches: int | None = No
 
 @lru_cache(maxsize=4096)
 def _pieces(coef: SchemeCoefficients, max_micro_batches: int | None) -> tuple[np.ndarray, np.ndarray]:
-    stages, c = coef.scheme.pp, coef.c
+    stages, c = bubble_stages(coef), coef.c
     capped = max_micro_batches is not None
     most = max(1, max_micro_batches) if capped else MAX_PRICED_MICRO_BATCHES
     if stages == 1:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 
 import numpy as np
 
 from hydraplan.planner.candidate import Candidate
 from hydraplan.planner.cost import SchemeCoefficients
+from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.items import Items
 from hydraplan.planner.packing import PackedPipeline
 from hydraplan.planner.schemas import (
@@ -21,7 +23,6 @@ from hydraplan.planner.schemas import (
     SolverStats,
     SolveStatus,
 )
-from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.strategies import Placement, place_pipelines
 
 
@@ -66,15 +67,19 @@ def build_plan(
         status = SolveStatus.TIMEOUT_INCUMBENT
     else:
         status = SolveStatus.OPTIMAL if gap <= request.options.gap_tolerance else SolveStatus.FEASIBLE
+    for coef, packed in zip(candidate.coefs, candidate.packed):
+        if not math.isfinite(packed.time_s):  # only an interleaved pipeline's refused count is priced so
+            raise PlanningError(
+                f"a {coef.scheme} pipeline got {sum(len(batch) for batch in packed.micro_batches)} sequences: "
+                f"interleaved 1F1B needs a multiple of pp {coef.scheme.pp} micro-batches, at least pp"
+            )
     placements = place_pipelines(candidate.strategy.pipeline_schemes())
     pipelines = [
         _pipeline_plan(index, coef, packed, placement, items)
         for index, (coef, packed, placement) in enumerate(zip(candidate.coefs, candidate.packed, placements))
     ]
     used = {coef.scheme for coef in candidate.coefs}
-    used_profile = profile.model_copy(
-        update={"schemes": [entry for entry in profile.schemes if ParallelScheme(entry.tp, entry.pp, entry.cp) in used]}
-    )
+    used_profile = profile.model_copy(update={"schemes": [entry for entry in profile.schemes if entry.scheme in used]})
     plan = Plan(
         plan_id="",
         request_hash=request_hash(request, profile),
@@ -133,7 +138,7 @@ def _pipeline_plan(
     scheme = coef.scheme
     return PipelinePlan(
         index=index,
-        scheme=SchemeModel(tp=scheme.tp, pp=scheme.pp, cp=scheme.cp),
+        scheme=SchemeModel(tp=scheme.tp, pp=scheme.pp, cp=scheme.cp, v=scheme.v),
         ranks=placement.ranks,
         stage_ranks=placement.stage_ranks,
         capacity_tokens=coef.capacity_tokens,

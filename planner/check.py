@@ -57,12 +57,11 @@ def _close(left: float, right: float) -> bool:
 
 
 def _scheme(pipeline: PipelinePlan) -> reference.Scheme:
-    return (pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp)
+    return reference.short_scheme(pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp, pipeline.scheme.v)
 
 
 def _label(pipeline: PipelinePlan) -> str:
-    tp, pp, cp = _scheme(pipeline)
-    return f"pipeline {pipeline.index} <{tp},{pp},{cp}>"
+    return f"pipeline {pipeline.index} <{','.join(map(str, _scheme(pipeline)))}>"
 
 
 def _check_ranks(plan: Plan) -> list[str]:
@@ -71,7 +70,7 @@ def _check_ranks(plan: Plan) -> list[str]:
         return ["plan has no pipelines"]
     seen: set[int] = set()
     for pipeline in plan.pipelines:
-        tp, pp, cp = _scheme(pipeline)
+        tp, pp, cp, _ = reference.full_scheme(_scheme(pipeline))
         label = _label(pipeline)
         if len(pipeline.ranks) != tp * pp * cp:
             violations.append(f"{label}: {len(pipeline.ranks)} ranks, scheme needs {tp * pp * cp}")
@@ -104,7 +103,7 @@ def _check_nodes(plan: Plan) -> list[str]:
         return [f"gpus_per_node {per_node}: num_gpus {plan.num_gpus} is not a whole number of nodes"]
     violations = []
     for pipeline in plan.pipelines:
-        tp, _, cp = _scheme(pipeline)
+        tp, _, cp, _ = reference.full_scheme(_scheme(pipeline))
         for stage in pipeline.stage_ranks:  # a stage's ranks are its TP x CP grid, TP innermost
             groups = [stage[start : start + tp] for start in range(0, len(stage), tp)]
             if stage and tp * cp <= per_node:
@@ -200,9 +199,17 @@ def _check_pipeline(pipeline: PipelinePlan, profile: CostProfile) -> tuple[list[
         if not _close(stage_time_s, batch.stage_time_s):
             violations.append(f"{where}: stage time {batch.stage_time_s} != recomputed {stage_time_s}")
         stage_times.append(stage_time_s)
-    time_s = reference.pipeline_time_s(stage_times, entry.pp, entry.fwd_fraction)
+    if entry.v == 1:
+        time_s = reference.pipeline_time_s(stage_times, entry.pp, entry.fwd_fraction)
+    elif len(stage_times) % entry.pp:  # groups of pp (Megatron-Core's default), none cut short
+        violations.append(
+            f"{label}: {len(stage_times)} micro-batches; interleaved 1F1B with groups of pp {entry.pp} needs a multiple"
+        )
+        time_s = math.inf
+    else:
+        time_s = reference.interleaved_pipeline_time_s(stage_times, entry.pp, entry.v, entry.fwd_fraction, entry.pp)
     if not _close(time_s, pipeline.time_s):
-        violations.append(f"{label}: time {pipeline.time_s} != simulated 1F1B {time_s}")
+        violations.append(f"{label}: time {pipeline.time_s} != simulated {_schedule_name(entry.v)} {time_s}")
     num_tokens = sum(batch.num_tokens for batch in pipeline.micro_batches)
     if num_tokens != pipeline.num_tokens:
         violations.append(f"{label}: num_tokens {pipeline.num_tokens} != {num_tokens}")
@@ -212,13 +219,17 @@ def _check_pipeline(pipeline: PipelinePlan, profile: CostProfile) -> tuple[list[
     return violations, time_s
 
 
+def _schedule_name(num_chunks: int) -> str:
+    return "1F1B" if num_chunks == 1 else f"interleaved 1F1B (v {num_chunks})"
+
+
 def _check_previous_size(plan: Plan) -> None:
     """ValueError when the previous strategy does not use the plan's GPUs: its pipelines are placed
     rank by rank to price the switch, so a count like 10000000x<1,1,1> is refused from the text."""
     if plan.previous_strategy is None:
         return
     terms = reference.parse_strategy_text(plan.previous_strategy)
-    num_gpus = sum(tp * pp * cp * count for (tp, pp, cp), count in terms)
+    num_gpus = sum(math.prod(reference.full_scheme(scheme)[:3]) * count for scheme, count in terms)
     if num_gpus != plan.num_gpus:
         raise ValueError(f"{plan.previous_strategy[:80]!r} uses {num_gpus} GPUs, the plan has {plan.num_gpus}")
 

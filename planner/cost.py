@@ -52,6 +52,8 @@ class SchemeCoefficients:
         """`grad_sync_equivalent_bytes`, or the gradient bytes when a profile gives no more."""
         return self.grad_bytes_per_gpu if self.grad_sync_equivalent_bytes is None else self.grad_sync_equivalent_bytes
 
+    # With `scheme.v > 1`, a, b and c price one micro-batch on one PP rank: its v chunks.
+
     def stage_time_s(self, sum_sq_tokens: float, num_tokens: float) -> float:
         return self.a * sum_sq_tokens + self.b * num_tokens + self.c
 
@@ -88,12 +90,14 @@ class ProfileCostModel:
         unit = profile.seconds_per_unit
         self._by_scheme: dict[ParallelScheme, SchemeCoefficients] = {}
         for entry in profile.schemes:
-            scheme = ParallelScheme(entry.tp, entry.pp, entry.cp)
+            scheme = entry.scheme
+            # a v > 1 entry prices one chunk; the planner's stage time is a rank's v chunks
+            per_rank = unit * scheme.v
             self._by_scheme[scheme] = SchemeCoefficients(
                 scheme=scheme,
-                a=entry.a * unit,
-                b=entry.b * unit,
-                c=entry.c * unit,
+                a=entry.a * per_rank,
+                b=entry.b * per_rank,
+                c=entry.c * per_rank,
                 fwd_fraction=entry.fwd_fraction,
                 capacity_tokens=derive_capacity_tokens(profile, entry),
                 grad_bytes_per_gpu=entry.grad_bytes_per_gpu,
@@ -101,13 +105,28 @@ class ProfileCostModel:
             )
 
     def schemes(self) -> list[ParallelScheme]:
+        """The schemes the search enumerates: plain 1F1B ones (v = 1). A profile's interleaved
+        entries are planned only where a strategy or pool names them (`knows`)."""
+        return [scheme for scheme in self._by_scheme if scheme.v == 1]
+
+    def all_schemes(self) -> list[ParallelScheme]:
+        """Every scheme the profile prices, interleaved ones included."""
         return list(self._by_scheme)
+
+    def knows(self, scheme: ParallelScheme) -> bool:
+        return scheme in self._by_scheme
 
     def coefficients(self, scheme: ParallelScheme) -> SchemeCoefficients:
         try:
             return self._by_scheme[scheme]
         except KeyError:
-            raise ValueError(f"scheme {scheme} is not in the cost profile") from None
+            hint = (
+                f" (an interleaved scheme needs its own entry with v {scheme.v}: per-chunk coefficients, e.g. "
+                "from `hydraplan profile --virtual-stages`)"
+                if scheme.v > 1
+                else ""
+            )
+            raise ValueError(f"scheme {scheme} is not in the cost profile{hint}") from None
 
     def stage_time_s(self, scheme: ParallelScheme, lengths: Sequence[int]) -> float:
         coefficients = self.coefficients(scheme)

@@ -53,21 +53,27 @@ def greedy_dispatch(lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) ->
     return [np.asarray(sorted(items), dtype=np.int64) for items in held]
 
 
+def least_items(coef: SchemeCoefficients) -> int:
+    """Items a pipeline of this scheme must hold: one, or pp for an interleaved scheme (it runs a
+    multiple of pp micro-batches, `simulate.interleaved_count_ok`, each holding an item)."""
+    return coef.scheme.pp if coef.scheme.v > 1 else 1
+
+
 def _give_every_pipeline_work(held: list[list[int]], lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) -> bool:
-    """Move the shortest fitting item from a pipeline holding several to each empty pipeline."""
-    for empty, items in enumerate(held):
-        if items:
-            continue
-        movable = [
-            (int(lengths[item]), item, donor)
-            for donor, other in enumerate(held)
-            if len(other) > 1
-            for item in other
-            if lengths[item] <= coefs[empty].capacity_tokens
-        ]
-        if not movable:
-            return False
-        _, item, donor = min(movable)
-        held[donor].remove(item)
-        items.append(item)
+    """Move the shortest fitting item from a pipeline holding more than it needs to each pipeline
+    holding fewer than it needs (`least_items`), until none is short."""
+    for short, items in enumerate(held):
+        while len(items) < least_items(coefs[short]):
+            movable = [
+                (int(lengths[item]), item, donor)
+                for donor, other in enumerate(held)
+                if donor != short and len(other) > least_items(coefs[donor])
+                for item in other
+                if lengths[item] <= coefs[short].capacity_tokens
+            ]
+            if not movable:
+                return False
+            _, item, donor = min(movable)
+            held[donor].remove(item)
+            items.append(item)
     return True

@@ -61,5 +61,6 @@ MAX_RATE = 1e18  # FLOP/s and bytes/s: 1 EFLOP/s, 1 EB/s per GPU
 
 
 def schedule_operations(num_stages: int, num_micro_batches: int) -> int:
-    """1F1B operations of one pipeline: one forward and one backward per stage and micro-batch."""
+    """1F1B operations of one pipeline: one forward and one backward per stage (virtual stage, for an
+    interleaved pipeline: pass pp * v) and micro-batch."""
     return 2 * num_stages * num_micro_batches

@@ -25,7 +25,7 @@ import numpy as np
 from hydraplan.planner.bubble_floor import peak_shares, ramp_shape, tabulated_floors
 from hydraplan.planner.cost import SchemeCoefficients
 from hydraplan.planner.kernels import balance_bins, group_by_owner
-from hydraplan.planner.simulate import approximate_1f1b_s, simulate_1f1b
+from hydraplan.planner.simulate import approximate_pipeline_s, pipeline_time_s, simulate_1f1b
 
 NUM_EXACT_CANDIDATES = 2
 NUM_RAMPED_COUNTS = 2  # micro-batch counts tried with least-bubble (ramped) sizes
@@ -64,11 +64,11 @@ def pack_pipeline(item_indices: np.ndarray, lengths: np.ndarray, coef: SchemeCoe
         balanced = balance_lpt(sub_lengths, num_micro_batches, coef)
         if balanced is not None:
             bins, times = balanced
-            scored.append((approximate_1f1b_s(times, coef.scheme.pp), num_micro_batches, bins, times))
+            scored.append((approximate_pipeline_s(times, coef.scheme), num_micro_batches, bins, times))
     if not scored:
         bins = _first_fit_until_feasible(sub_lengths, coef)
         times = [coef.micro_batch_time_s(sub_lengths[b]) for b in bins]
-        scored.append((approximate_1f1b_s(times, coef.scheme.pp), len(bins), bins, times))
+        scored.append((approximate_pipeline_s(times, coef.scheme), len(bins), bins, times))
     scored.sort(key=lambda entry: (entry[0], entry[1]))
     best: PackedPipeline | None = None
     for _, _, bins, times in scored[:NUM_EXACT_CANDIDATES]:
@@ -83,6 +83,13 @@ def pack_pipeline(item_indices: np.ndarray, lengths: np.ndarray, coef: SchemeCoe
     return best
 
 
+def _time_s(stage_times_s: list[float], coef: SchemeCoefficients) -> float:
+    """The pipeline's simulated time: 1F1B, or interleaved 1F1B for v > 1 (`simulate.pipeline_time_s`)."""
+    if coef.scheme.v == 1:
+        return simulate_1f1b(stage_times_s, coef.scheme.pp, coef.fwd_fraction)
+    return pipeline_time_s(stage_times_s, coef.scheme, coef.fwd_fraction)
+
+
 def _ramped(
     sub_lengths: np.ndarray, work_s: float, minimum: int, coef: SchemeCoefficients
 ) -> list[tuple[list[list[int]], list[float]]]:
@@ -94,7 +101,7 @@ def _ramped(
     counts near the most micro-batches whose plateau still holds it are tried instead (a longer
     ramp, fewer and larger micro-batches). Measured over every pp > 1 packing of five 8B, 32B and
     70B solves: one of those won 482 of 502, by 3% (median) over the next best."""
-    if coef.scheme.pp == 1:
+    if coef.scheme.pp == 1 or coef.scheme.v > 1:  # the shapes are 1F1B's
         return []
     floors = tabulated_floors(coef.scheme.pp, coef.fwd_fraction)
     if floors is None:
@@ -149,9 +156,15 @@ def by_length_descending(item_indices: np.ndarray, lengths: np.ndarray) -> np.nd
 def _candidate_counts(num_items: int, work_s: float, minimum: int, coef: SchemeCoefficients) -> list[int]:
     if coef.scheme.pp == 1:
         return sorted({minimum, min(num_items, minimum + 1)})
-    ideal = num_items if coef.c <= 0 else math.sqrt((coef.scheme.pp - 1) * work_s / coef.c)
+    scheme = coef.scheme
+    # interleaved: the bubble is (pp - 1) / v micro-batches' worth
+    ideal = num_items if coef.c <= 0 else math.sqrt((scheme.pp - 1) * work_s / (coef.c * scheme.v))
     raw = [minimum, ideal / 1.5, ideal - 1, ideal, ideal + 1, ideal * 1.5]
-    return sorted({min(num_items, max(minimum, int(round(value)))) for value in raw})
+    counts = {min(num_items, max(minimum, int(round(value)))) for value in raw}
+    if scheme.v > 1:  # a multiple of pp (`simulate.interleaved_count_ok`), at most one item each
+        counts = {scheme.pp * math.ceil(count / scheme.pp) for count in counts}
+        counts = {count for count in counts if count <= num_items}
+    return sorted(counts)
 
 
 def balance_lpt(
@@ -205,7 +218,7 @@ def best_order(
     best: PackedPipeline | None = None
     for order in orders:
         ordered_times = [times[index] for index in order]
-        time_s = simulate_1f1b(ordered_times, coef.scheme.pp, coef.fwd_fraction)
+        time_s = _time_s(ordered_times, coef)
         if best is None or time_s < best.time_s:
             best = PackedPipeline(tuple(micro_batches[index] for index in order), tuple(ordered_times), time_s)
     assert best is not None
@@ -274,7 +287,7 @@ def improve_packing(
             continue
         new_batches, new_tokens, new_squares = trial
         times = [coef.stage_time_s(sq, tok) for sq, tok in zip(new_squares, new_tokens)]
-        time_s = simulate_1f1b(times, coef.scheme.pp, coef.fwd_fraction)
+        time_s = _time_s(times, coef)
         if time_s < best_s * (1 - 1e-12):
             batches, tokens, squares, best_s = new_batches, new_tokens, new_squares, time_s
     if best_s >= packed.time_s:
@@ -299,7 +312,7 @@ def exact_packing(
         if any(sum(sizes[item] for item in block) > coef.capacity_tokens for block in blocks):
             continue
         times = [_block_time_s(block, sizes, coef) for block in blocks]
-        time_s = simulate_1f1b(times, coef.scheme.pp, coef.fwd_fraction)
+        time_s = _time_s(times, coef)
         if time_s < best_s:
             best_blocks, best_s = blocks, time_s
     if best_blocks is None:

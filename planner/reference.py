@@ -15,28 +15,48 @@ from functools import cache
 
 from hydraplan.planner.schemas import CostProfile, SchemeCost
 
-Scheme = tuple[int, int, int]  # (tp, pp, cp)
+Scheme = tuple[int, ...]  # (tp, pp, cp), or (tp, pp, cp, v) with v > 1 model chunks per PP rank
+
+
+def full_scheme(scheme: Scheme) -> tuple[int, int, int, int]:
+    """(tp, pp, cp, v), v = 1 when left out."""
+    return (scheme[0], scheme[1], scheme[2], scheme[3] if len(scheme) > 3 else 1)
+
+
+def short_scheme(tp: int, pp: int, cp: int, v: int = 1) -> Scheme:
+    """The scheme as plans and profiles name it: v only when above 1."""
+    return (tp, pp, cp) if v == 1 else (tp, pp, cp, v)
 
 
 def scheme_entries(profile: CostProfile) -> dict[Scheme, SchemeCost]:
-    return {(entry.tp, entry.pp, entry.cp): entry for entry in profile.schemes}
+    return {short_scheme(entry.tp, entry.pp, entry.cp, entry.v): entry for entry in profile.schemes}
 
 
 def stage_time_s(profile: CostProfile, entry: SchemeCost, lengths: Sequence[int]) -> float:
-    """DESIGN.md: `a * sum(l^2) + b * sum(l) + c`, in seconds."""
+    """DESIGN.md: `a * sum(l^2) + b * sum(l) + c`, in seconds, on one PP rank: an interleaved
+    entry (v > 1) prices one of the rank's v chunks."""
     squares = sum(length * length for length in lengths)
-    return (entry.a * squares + entry.b * sum(lengths) + entry.c) * profile.seconds_per_unit
+    return entry.v * (entry.a * squares + entry.b * sum(lengths) + entry.c) * profile.seconds_per_unit
+
+
+def in_flight_micro_batches(pp: int, v: int) -> int:
+    """Micro-batches held at the peak of the fullest rank, counted over every rank: under 1F1B rank
+    r holds `pp - r`; under interleaved 1F1B with groups of pp, rank r runs `2 (pp - r - 1) + (v - 1)
+    pp` warm-up forwards (chunk micro-batches) and one more before its first backward frees one."""
+    if v == 1:
+        return max(pp - rank for rank in range(pp))
+    return max(2 * (pp - rank - 1) + (v - 1) * pp + 1 for rank in range(pp))
 
 
 def capacity_tokens(profile: CostProfile, entry: SchemeCost) -> int:
     """The profile's capacity, or the largest T with `k * (m1 T + m2 T^2) <= free memory`, k the
-    micro-batches in flight at the peak (pp under 1F1B unless given)."""
+    micro-batches in flight at the peak of the fullest rank unless given (`in_flight_micro_batches`)."""
     if entry.capacity_tokens is not None:
         return entry.capacity_tokens
     free = (profile.gpu_memory_bytes or 0.0) - profile.memory_reserve_bytes - (entry.static_bytes or 0.0)
     if free <= 0:
         return 0
-    in_flight = entry.in_flight_micro_batches or entry.pp
+    in_flight = entry.in_flight_micro_batches or in_flight_micro_batches(entry.pp, entry.v)
     per_token = in_flight * (entry.activation_bytes_per_token or 0.0)
     per_square = in_flight * entry.activation_bytes_per_token_sq
     if per_square > 0:  # the positive root of per_square T^2 + per_token T - free = 0
@@ -185,12 +205,12 @@ def grad_sync_s(profile: CostProfile, pipeline_schemes: Sequence[Scheme]) -> flo
     gradient shard among one replica per CP rank of every pipeline: `2 (n-1)/n * bytes / bw`."""
     if profile.grad_sync_s is not None:
         return profile.grad_sync_s * profile.seconds_per_unit
-    replicas = sum(cp for _, _, cp in pipeline_schemes)
+    replicas = sum(scheme[2] for scheme in pipeline_schemes)
     bandwidth = profile.grad_sync_bandwidth_bytes_per_s
     if bandwidth is None or replicas <= 1:
         return 0.0
     entries = scheme_entries(profile)
-    largest = max(_sync_seconds_per_ring_factor(profile, entries[scheme]) for scheme in pipeline_schemes)
+    largest = max(_sync_seconds_per_ring_factor(profile, entries[short_scheme(*scheme)]) for scheme in pipeline_schemes)
     return 2 * (replicas - 1) / replicas * largest * profile.grad_sync_exposed_fraction
 
 
@@ -202,32 +222,33 @@ def _sync_seconds_per_ring_factor(profile: CostProfile, entry: SchemeCost) -> fl
 
 
 def parse_strategy_text(text: str) -> list[tuple[Scheme, int]]:
-    """`2x<4,1,1> + 1x<8,1,2>` as [((4,1,1), 2), ((8,1,2), 1)]; ValueError when malformed."""
+    """`2x<4,1,1> + 1x<8,2,1,2>` as [((4,1,1), 2), ((8,2,1,2), 1)]; ValueError when malformed."""
     terms = []
     for term in text.split("+"):
         count, separator, scheme = term.strip().partition("x")
         degrees = scheme.strip().removeprefix("<").removesuffix(">").split(",")
-        if not separator or not count.strip().isdigit() or len(degrees) not in (2, 3):
-            raise ValueError(f"strategy term {term.strip()!r} is not COUNTx<tp,pp,cp>")
-        tp, pp, cp = (int(degree) for degree in [*degrees, "1"][:3])
-        terms.append(((tp, pp, cp), int(count)))
+        if not separator or not count.strip().isdigit() or len(degrees) not in (2, 3, 4):
+            raise ValueError(f"strategy term {term.strip()!r} is not COUNTx<tp,pp,cp> or COUNTx<tp,pp,cp,v>")
+        tp, pp, cp, v = (int(degree) for degree in [*degrees, "1", "1"][:4])
+        terms.append((short_scheme(tp, pp, cp, v), int(count)))
     return terms
 
 
 def placement_order(scheme: Scheme) -> tuple[int, ...]:
     """The planner's placement order (DESIGN.md): larger TP*CP grids first, then larger
-    pipelines, larger TP, fewer stages, smaller CP."""
-    tp, pp, cp = scheme
-    return (-tp * cp, -tp * pp * cp, -tp, pp, cp)
+    pipelines, larger TP, fewer stages, smaller CP, fewer chunks."""
+    tp, pp, cp, v = full_scheme(scheme)
+    return (-tp * cp, -tp * pp * cp, -tp, pp, cp, v)
 
 
 def canonical_strategy(schemes: Sequence[Scheme]) -> str:
     """The strategy text of pipelines with these schemes, in placement order."""
     counts: dict[Scheme, int] = {}
     for scheme in schemes:
-        counts[scheme] = counts.get(scheme, 0) + 1
+        key = short_scheme(*scheme)
+        counts[key] = counts.get(key, 0) + 1
     ordered = sorted(counts, key=placement_order)
-    return " + ".join(f"{counts[s]}x<{s[0]},{s[1]},{s[2]}>" for s in ordered)
+    return " + ".join(f"{counts[s]}x<{','.join(map(str, s))}>" for s in ordered)
 
 
 def placed_blocks(strategy_text: str) -> set[tuple[Scheme, tuple[int, ...]]]:
@@ -236,7 +257,7 @@ def placed_blocks(strategy_text: str) -> set[tuple[Scheme, tuple[int, ...]]]:
     first_rank = 0
     terms = parse_strategy_text(strategy_text)
     for scheme, count in sorted(terms, key=lambda term: placement_order(term[0])):
-        size = scheme[0] * scheme[1] * scheme[2]
+        size = scheme[0] * scheme[1] * scheme[2]  # v does not change the GPUs
         for _ in range(count):
             blocks.add((scheme, tuple(range(first_rank, first_rank + size))))
             first_rank += size
@@ -246,13 +267,15 @@ def placed_blocks(strategy_text: str) -> set[tuple[Scheme, tuple[int, ...]]]:
 def held_cells(scheme: Scheme, position: int, rows: int, columns: int) -> set[tuple[int, int]]:
     """The cells of a `rows x columns` grid over (layers x TP slices) that the GPU at `position` of a
     `scheme` pipeline holds: its stage's rows and its TP rank's columns (TP innermost, then CP, then
-    PP inside a pipeline; `rows` a multiple of pp, `columns` of tp)."""
-    tp, pp, cp = scheme
+    PP inside a pipeline; rank `stage` holds virtual stages `stage + c pp` of `pp v`; `rows` a
+    multiple of pp v, `columns` of tp)."""
+    tp, pp, cp, v = full_scheme(scheme)
     stage, tp_rank = position // (tp * cp), position % tp
-    rows_per_stage, columns_per_slice = rows // pp, columns // tp
+    rows_per_chunk, columns_per_slice = rows // (pp * v), columns // tp
     return {
         (row, column)
-        for row in range(stage * rows_per_stage, (stage + 1) * rows_per_stage)
+        for chunk in range(v)  # chunk c of stage s: virtual stage c * pp + s of pp * v
+        for row in range((chunk * pp + stage) * rows_per_chunk, (chunk * pp + stage + 1) * rows_per_chunk)
         for column in range(tp_rank * columns_per_slice, (tp_rank + 1) * columns_per_slice)
     }
 
@@ -280,7 +303,7 @@ def switch_cost_s(
     for scheme, ranks in pipelines:
         for position, rank in enumerate(ranks):
             missing = missing_share(scheme, position, *old_place[rank]) if rank in old_place else 1.0
-            most = max(most, missing * entries[scheme].grad_bytes_per_gpu)
+            most = max(most, missing * entries[short_scheme(*scheme)].grad_bytes_per_gpu)
     return most * profile.switch_bytes_per_weight_byte / bandwidth
 
 
@@ -288,7 +311,8 @@ def switch_cost_s(
 def missing_share(scheme: Scheme, position: int, old_scheme: Scheme, old_position: int) -> float:
     """The share of the new shard's grid cells the old shard does not hold (memoised: a placement
     repeats the same pairs of positions over its pipelines)."""
-    rows = math.lcm(scheme[1], old_scheme[1])
+    scheme, old_scheme = full_scheme(scheme), full_scheme(old_scheme)
+    rows = math.lcm(scheme[1] * scheme[3], old_scheme[1] * old_scheme[3])
     columns = math.lcm(scheme[0], old_scheme[0])
     new = held_cells(scheme, position, rows, columns)
     old = held_cells(old_scheme, old_position, rows, columns)

@@ -29,6 +29,7 @@ from pydantic_core import PydanticCustomError
 
 from hydraplan.planner import limits
 from hydraplan.planner.measurements import ProfileProvenance, SessionFeedback
+from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.strategies import check_strategy_fits
 
 PLAN_SCHEMA = "hydraplan.plan/1"
@@ -142,6 +143,12 @@ class GpuSpec(Frozen):
 # ---------------------------------------------------------------------------------------------
 
 
+def single_chunk(v: int) -> bool:
+    """`exclude_if` of a scheme's `v`: left out of the JSON when 1, so the files of plain 1F1B
+    pipelines stay as they were before the chunk count existed (byte for byte, plan ids included)."""
+    return v == 1
+
+
 class SchemeCost(Frozen):
     """Cost of one scheme: stage time `a*sum(l^2) + b*sum(l) + c` and its memory model.
 
@@ -152,6 +159,13 @@ class SchemeCost(Frozen):
     tp: Degree = Field(description="Tensor-parallel degree.")
     pp: Stages = Field(description="Pipeline-parallel degree (stages).")
     cp: Degree = Field(1, description="Context-parallel degree.")
+    v: Stages = Field(
+        1,
+        description="Model chunks (virtual stages) per PP rank: 1 is plain 1F1B, v > 1 Megatron-LM's interleaved "
+        "1F1B. With v > 1, a, b, c and the activation bytes are per chunk (num_layers / (pp * v) layers, its "
+        "point-to-point transfers included). Left out of the JSON when 1.",
+        exclude_if=single_chunk,
+    )
     a: float = Field(
         ge=0,
         le=limits.MAX_COST_A,
@@ -176,7 +190,9 @@ class SchemeCost(Frozen):
         0.0, description="Activation bytes per GPU per squared token (m2, eager attention only)."
     )
     in_flight_micro_batches: Stages | None = Field(
-        None, description="Micro-batches alive at the memory peak (1F1B stage 0: pp)."
+        None,
+        description="Micro-batches alive at the memory peak of the fullest rank (1F1B stage 0: pp); with v > 1, "
+        "chunk micro-batches (interleaved rank 0: 2 (pp - 1) + (v - 1) pp + 1).",
     )
     grad_bytes_per_gpu: Bytes = Field(0.0, description="Gradient bytes each GPU of this scheme synchronises per step.")
     grad_sync_bytes_per_gpu: Bytes | None = Field(
@@ -191,8 +207,13 @@ class SchemeCost(Frozen):
     )
 
     @property
-    def key(self) -> tuple[int, int, int]:
-        return (self.tp, self.pp, self.cp)
+    def key(self) -> tuple[int, ...]:
+        """(tp, pp, cp), with v appended when v > 1."""
+        return self.scheme.key
+
+    @property
+    def scheme(self) -> ParallelScheme:
+        return ParallelScheme(self.tp, self.pp, self.cp, self.v)
 
 
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
@@ -294,6 +315,10 @@ class CostProfile(Frozen):
                 raise ValueError(f"schemes[{index}]: duplicate scheme {scheme.key}")
             if scheme.pp > self.num_layers:
                 raise ValueError(f"schemes[{index}]: pp {scheme.pp} exceeds num_layers {self.num_layers}")
+            try:
+                scheme.scheme.check_layers(self.num_layers)
+            except ValueError as error:
+                raise ValueError(f"schemes[{index}]: {error}") from None
             seen.add(scheme.key)
             if scheme.capacity_tokens is not None:
                 continue
@@ -314,6 +339,17 @@ class CostProfile(Frozen):
         return 1e-3 if self.time_unit == "ms" else 1.0
 
 
+def default_in_flight_micro_batches(pp: int, v: int = 1) -> int:
+    """Micro-batches (v > 1: chunk micro-batches) whose activations the fullest rank holds at its
+    peak, with as many micro-batches as the schedule keeps in flight: pp under 1F1B (stage 0); under
+    interleaved 1F1B with groups of pp, rank 0's `2 (pp - 1) + (v - 1) pp` warm-up forwards plus one
+    (`cost_models.pipeline_layout.in_flight_micro_batches`, Narayanan et al. 2021 §2.2.2). Every
+    other rank holds fewer (2 fewer per rank), so a capacity that fits rank 0 fits every rank."""
+    if v == 1:
+        return pp
+    return 2 * (pp - 1) + (v - 1) * pp + 1
+
+
 def derive_capacity_tokens(profile: CostProfile, scheme: SchemeCost) -> int:
     """Largest token count T with in_flight * (m1*T + m2*T^2) <= memory - reserve - static.
 
@@ -323,7 +359,7 @@ def derive_capacity_tokens(profile: CostProfile, scheme: SchemeCost) -> int:
         return scheme.capacity_tokens
     assert profile.gpu_memory_bytes is not None
     assert scheme.static_bytes is not None and scheme.activation_bytes_per_token is not None
-    in_flight = scheme.in_flight_micro_batches or scheme.pp
+    in_flight = scheme.in_flight_micro_batches or default_in_flight_micro_batches(scheme.pp, scheme.v)
     free_bytes = profile.gpu_memory_bytes - profile.memory_reserve_bytes - scheme.static_bytes
     if free_bytes <= 0:
         return 0
@@ -491,6 +527,15 @@ class SchemeModel(Frozen):
     tp: Degree
     pp: Stages
     cp: Degree
+    v: Stages = Field(
+        1,
+        description="Model chunks per PP rank (interleaved 1F1B when > 1); left out of the JSON when 1.",
+        exclude_if=single_chunk,
+    )
+
+    @property
+    def scheme(self) -> ParallelScheme:
+        return ParallelScheme(self.tp, self.pp, self.cp, self.v)
 
 
 class MicroBatch(Frozen):
@@ -617,7 +662,8 @@ class Plan(Frozen):
     def _bounded_schedule(self) -> Plan:
         """A plan to check or estimate is simulated: its 1F1B operations are bounded up front."""
         operations = sum(
-            limits.schedule_operations(pipeline.scheme.pp, len(pipeline.micro_batches)) for pipeline in self.pipelines
+            limits.schedule_operations(pipeline.scheme.pp * pipeline.scheme.v, len(pipeline.micro_batches))
+            for pipeline in self.pipelines
         )
         if operations > limits.MAX_SCHEDULE_OPERATIONS:
             raise ValueError(

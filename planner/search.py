@@ -64,7 +64,6 @@ from hydraplan.planner.milp import solve_milp
 from hydraplan.planner.packing import PackedPipeline, best_order, pack_pipeline
 from hydraplan.planner.refine import polish_packings, refine
 from hydraplan.planner.schemas import CostProfile, SolverBackend
-from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.speculation import SpeculativeSolver
 from hydraplan.planner.strategies import Strategy, placement_key, unplaceable_reason
 from hydraplan.planner.switching import pipeline_blocks, switch_cost_s
@@ -274,7 +273,9 @@ def runnable_schemes(cost: ProfileCostModel, num_gpus: int, keep: Sequence = ())
     one that uses the same GPUs and is no worse in every cost, capacity, bubble and sync term,
     and better in one of them or first in scheme order. All pairs at once (~150 schemes at 64
     GPUs: 20 ms as a Python double loop)."""
-    fitting = [cost.coefficients(scheme) for scheme in cost.schemes() if scheme.num_gpus <= num_gpus]
+    # the enumeration is plain 1F1B; an interleaved scheme enters only when a pinned strategy names it
+    interleaved = sorted(scheme for scheme in keep if scheme.v > 1)
+    fitting = [cost.coefficients(scheme) for scheme in [*cost.schemes(), *interleaved] if scheme.num_gpus <= num_gpus]
     if not fitting:
         return []
     terms = np.array(
@@ -310,11 +311,7 @@ def placeable_profile(profile: CostProfile, num_gpus: int, gpus_per_node: int) -
     """The profile without the schemes `strategies.place_pipelines` cannot keep inside nodes on
     this cluster (`strategies.unplaceable_reason`; it removes none of the catalog's power-of-two
     schemes on nodes of 8); raises `PlanningError` when none is left."""
-    kept = [
-        entry
-        for entry in profile.schemes
-        if unplaceable_reason(ParallelScheme(entry.tp, entry.pp, entry.cp), num_gpus, gpus_per_node) is None
-    ]
+    kept = [entry for entry in profile.schemes if unplaceable_reason(entry.scheme, num_gpus, gpus_per_node) is None]
     if len(kept) == len(profile.schemes):
         return profile
     if not kept:
@@ -512,7 +509,7 @@ def search(
     Then the backend polishes the best strategies found.
     """
     pinned = [strategy for strategy in (*(settings.pool or ()), settings.previous) if strategy is not None]
-    pinned = [s for s in pinned if s.num_gpus == num_gpus and all(x in cost.schemes() for x in s.schemes)]
+    pinned = [s for s in pinned if s.num_gpus == num_gpus and all(cost.knows(x) for x in s.schemes)]
     keep = {scheme for strategy in pinned for scheme in strategy.schemes}
     coefs = runnable_schemes(cost, num_gpus, keep)
     tables = BoundTables.build(lengths, coefs)

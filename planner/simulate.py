@@ -10,6 +10,7 @@ every stage. Point-to-point transfer time is inside the stage-time coefficient `
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from hydraplan.planner.cache import WeightedLru
 from hydraplan.planner.kernels import one_f_one_b_end_times, one_f_one_b_order
+from hydraplan.planner.scheme import ParallelScheme
 
 
 def stage_operations(stage: int, num_stages: int, num_micro_batches: int) -> list[tuple[bool, int]]:
@@ -256,3 +258,68 @@ def simulate_interleaved_1f1b(
     durations = np.concatenate([forwards, times - forwards])
     order = interleaved_dependency_order(num_stages, num_chunks, num_micro, group)
     return float(one_f_one_b_end_times(durations, order)[:-1].max())
+
+
+def schedule_interleaved_1f1b(
+    stage_times_s: Sequence[float], num_stages: int, num_chunks: int, fwd_fraction: float, group: int | None = None
+) -> list[ScheduledBlock]:
+    """Every block `simulate_interleaved_1f1b` times (one per chunk operation; `stage` is the rank),
+    in rank order then execution order; the latest end is its result."""
+    num_micro = len(stage_times_s)
+    if num_micro == 0:
+        return []
+    group = num_stages if group is None else group
+    check_interleaved_group(num_stages, num_micro, group)
+    times = np.asarray(stage_times_s, dtype=np.float64) / num_chunks
+    forwards = fwd_fraction * times
+    order = interleaved_dependency_order(num_stages, num_chunks, num_micro, group)
+    end = one_f_one_b_end_times(np.concatenate([forwards, times - forwards]), order).tolist()
+    virtual = num_chunks * num_stages
+    blocks = []
+    for op, previous, waits_for, _ in order.tolist():
+        is_forward = op < virtual * num_micro
+        stage, micro_batch = divmod(op if is_forward else op - virtual * num_micro, num_micro)
+        start_s = max(end[previous], end[waits_for])
+        blocks.append(ScheduledBlock(stage % num_stages, micro_batch, is_forward, start_s, end[op]))
+    blocks.sort(key=lambda block: block.stage)  # stable: each rank keeps its order
+    return blocks
+
+
+# ---------------------------------------------------------------------------------------------
+# One pipeline of a plan, whichever schedule its scheme runs
+# ---------------------------------------------------------------------------------------------
+#
+# The rule hydraplan plans interleaved pipelines by: Megatron-Core's default group size
+# (`microbatch_group_size_per_vp_stage = pp`), so a pipeline with v > 1 runs a multiple of pp
+# micro-batches (none at all when idle). Its memory model (rank 0's in-flight count
+# `2 (pp - 1) + (v - 1) pp + 1`, `schemas.default_in_flight_micro_batches`) is then the one its
+# capacity was derived for; a larger group would hold more. Other counts are priced infinite, so
+# the packer never keeps one.
+
+
+def interleaved_count_ok(scheme: ParallelScheme, num_micro_batches: int) -> bool:
+    """Whether a pipeline of this scheme may run this many micro-batches (see above)."""
+    return scheme.v == 1 or num_micro_batches % scheme.pp == 0
+
+
+def pipeline_time_s(stage_times_s: Sequence[float], scheme: ParallelScheme, fwd_fraction: float) -> float:
+    """Time of one pipeline: `simulate_1f1b` for v = 1, `simulate_interleaved_1f1b` with groups of
+    pp for v > 1 (`stage_times_s[i]`: micro-batch i on one rank, all its chunks); inf for a micro-batch
+    count the interleaved rule refuses."""
+    if scheme.v == 1:
+        return simulate_1f1b(stage_times_s, scheme.pp, fwd_fraction)
+    if not interleaved_count_ok(scheme, len(stage_times_s)):
+        return math.inf
+    return simulate_interleaved_1f1b(stage_times_s, scheme.pp, scheme.v, fwd_fraction, scheme.pp)
+
+
+def approximate_pipeline_s(stage_times_s: Sequence[float], scheme: ParallelScheme) -> float:
+    """`approximate_1f1b_s` with the bubble shrunk v times for an interleaved scheme (Narayanan
+    et al. 2021 §2.2.2), inf for a micro-batch count it refuses."""
+    if scheme.v == 1:
+        return approximate_1f1b_s(stage_times_s, scheme.pp)
+    if not interleaved_count_ok(scheme, len(stage_times_s)):
+        return math.inf
+    if not stage_times_s:
+        return 0.0
+    return float(sum(stage_times_s) + (scheme.pp - 1) * max(stage_times_s) / scheme.v)

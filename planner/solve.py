@@ -220,16 +220,24 @@ def _parse(text: str, field: str) -> Strategy:
 
 
 def _validate_pool(pool: tuple[Strategy, ...], request: PlanRequest, cost: ProfileCostModel) -> None:
-    known = set(cost.schemes())
     for index, strategy in enumerate(pool):
         if strategy.num_gpus != request.num_gpus:
             raise PlanningError(
                 f"strategy_pool[{index}] {strategy} uses {strategy.num_gpus} GPUs, the cluster has {request.num_gpus}"
             )
-        missing = [str(scheme) for scheme in strategy.schemes if scheme not in known]
-        if missing:
-            raise PlanningError(f"strategy_pool[{index}] {strategy}: scheme {missing[0]} is not in the cost profile")
+        _require_priced(strategy, cost, f"strategy_pool[{index}] {strategy}")
         _require_placeable(strategy, request.num_gpus, request.gpus_per_node, f"strategy_pool[{index}]")
+
+
+def _require_priced(strategy: Strategy, cost: ProfileCostModel, label: str) -> None:
+    """Every scheme of the strategy has an entry in the profile (an interleaved one its own, and
+    layers that split into its pp x v chunks)."""
+    for scheme in strategy.schemes:
+        try:
+            scheme.check_layers(cost.profile.num_layers)
+            cost.coefficients(scheme)
+        except ValueError as error:
+            raise PlanningError(f"{label}: {error}") from None
 
 
 def _parse_pool(texts: list[str] | None) -> tuple[Strategy, ...] | None:
@@ -251,9 +259,7 @@ def evaluate_strategy(
     if fixed.num_gpus != request.num_gpus:
         raise PlanningError(f"strategy {fixed} uses {fixed.num_gpus} GPUs, the cluster has {request.num_gpus}")
     cost = ProfileCostModel(profile)
-    for scheme in fixed.schemes:
-        if scheme not in cost.schemes():
-            raise PlanningError(f"strategy scheme {scheme} is not in the cost profile")
+    _require_priced(fixed, cost, "strategy")
     _require_placeable(fixed, request.num_gpus, request.gpus_per_node, "strategy")
     items = _prepare_items(request, cost, fixed.schemes)
     budget_s = _budget_s(request, items, cost)

@@ -63,7 +63,8 @@ _TERM = re.compile(r"^\s*(\d{1,30})\s*[x*]\s*(<[^>]{0,40}>)\s*$")
 
 
 def parse_strategy(text: str) -> Strategy:
-    """Parse `1x<8,1,2> + 6x<4,2,1>`; no term, count or degree beyond the planner's limits."""
+    """Parse `1x<8,1,2> + 6x<4,2,1>` (a term `2x<4,2,1,2>` has v = 2 chunks per GPU); no term, count or
+    degree beyond the planner's limits."""
     terms = text.split("+")
     if len(terms) > MAX_STRATEGY_TERMS:
         raise ValueError(f"strategy has {len(terms)} terms, more than the limit of {MAX_STRATEGY_TERMS}")
@@ -71,12 +72,26 @@ def parse_strategy(text: str) -> Strategy:
     for term in terms:
         match = _TERM.match(term)
         if not match:
-            raise ValueError(f"strategy term {term.strip()[:60]!r} is not of the form COUNTx<tp,pp,cp>")
+            raise ValueError(
+                f"strategy term {term.strip()[:60]!r} is not of the form COUNTx<tp,pp,cp> or COUNTx<tp,pp,cp,v>"
+            )
         scheme, count = ParallelScheme.parse(match.group(2)), int(match.group(1))
         if count > MAX_NUM_GPUS or scheme.num_gpus > MAX_NUM_GPUS:
             raise ValueError(f"strategy term {term.strip()!r} uses more than the limit of {MAX_NUM_GPUS} GPUs")
         counts.append((scheme, count))
     return Strategy.of(counts)
+
+
+def named_chunk_counts(texts: Sequence[str | None]) -> list[int]:
+    """The chunk counts v > 1 the given strategy texts name, ascending (texts that do not parse are
+    left to the planner, which says why): an analytic profile prices those interleaved schemes."""
+    counts = set()
+    for text in filter(None, texts):
+        try:
+            counts.update(scheme.v for scheme in parse_strategy(text).schemes)
+        except ValueError:
+            continue
+    return sorted(counts - {1})
 
 
 def check_strategy_fits(text: str, num_gpus: int, gpus_per_node: int, field: str) -> Strategy:
@@ -120,9 +135,9 @@ def unplaceable_reason(scheme: ParallelScheme, num_gpus: int, gpus_per_node: int
     )
 
 
-def placement_key(scheme: ParallelScheme) -> tuple[int, int, int, int, int]:
+def placement_key(scheme: ParallelScheme) -> tuple[int, int, int, int, int, int]:
     """Pipelines with larger TP*CP grids first, so every grid starts at a multiple of its size."""
-    return (-scheme.gpus_per_stage, -scheme.num_gpus, -scheme.tp, scheme.pp, scheme.cp)
+    return (-scheme.gpus_per_stage, -scheme.num_gpus, -scheme.tp, scheme.pp, scheme.cp, scheme.v)
 
 
 @dataclass(frozen=True)

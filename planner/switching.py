@@ -2,7 +2,8 @@
 
 Placement is a pure function of the strategy (`planner.strategies.place_pipelines`): inside a
 pipeline TP is innermost, then CP, then PP, so the GPU at position `p` of a `<tp, pp, cp>` block
-holds stage `p // (tp*cp)` (the layer fraction `[s/pp, (s+1)/pp)` of the model) and TP slice
+holds stage `p // (tp*cp)` (the layer fraction `[s/pp, (s+1)/pp)` of the model; with v chunks
+per rank, the fractions of virtual stages `s, s + pp, ...` of `pp * v`) and TP slice
 `p % tp` (the fraction `[t/tp, (t+1)/tp)` of every sharded tensor); CP ranks and replicas hold the
 same shard. In that (layer x TP-slice) square a GPU's new shard is a rectangle, and what it must
 load is the part its old rectangle does not cover: `1 - |old & new| / |new|` of the new scheme's
@@ -49,23 +50,40 @@ def pipeline_blocks(strategy: Strategy) -> list[tuple[ParallelScheme, tuple[int,
 
 
 def shard_rectangle(scheme: ParallelScheme, position: int) -> Rectangle:
-    """The (layer x TP-slice) rectangle the GPU at `position` of a `scheme` pipeline holds."""
+    """The (layer x TP-slice) rectangle the GPU at `position` of a plain `scheme` pipeline holds."""
+    (rectangle,) = shard_rectangles(scheme.plain, position)
+    return rectangle
+
+
+def shard_rectangles(scheme: ParallelScheme, position: int) -> tuple[Rectangle, ...]:
+    """The disjoint rectangles the GPU at `position` of a `scheme` pipeline holds: one per model
+    chunk, chunk c of stage s being the layer fraction of virtual stage `c * pp + s` of `pp * v`."""
     stage, tp_rank = position // (scheme.tp * scheme.cp), position % scheme.tp
-    return (
-        Fraction(stage, scheme.pp),
-        Fraction(stage + 1, scheme.pp),
-        Fraction(tp_rank, scheme.tp),
-        Fraction(tp_rank + 1, scheme.tp),
+    virtual = scheme.num_virtual_stages
+    return tuple(
+        (
+            Fraction(chunk * scheme.pp + stage, virtual),
+            Fraction(chunk * scheme.pp + stage + 1, virtual),
+            Fraction(tp_rank, scheme.tp),
+            Fraction(tp_rank + 1, scheme.tp),
+        )
+        for chunk in range(scheme.v)
     )
 
 
 @lru_cache(maxsize=64)
-def _held_rectangles(previous: Strategy) -> dict[int, Rectangle]:
+def _held_rectangles(previous: Strategy) -> dict[int, tuple[Rectangle, ...]]:
     return {
-        rank: shard_rectangle(scheme, position)
+        rank: shard_rectangles(scheme, position)
         for scheme, ranks in pipeline_blocks(previous)
         for position, rank in enumerate(ranks)
     }
+
+
+def _overlap(old: Rectangle, new: Rectangle) -> Fraction:
+    layers = max(Fraction(0), min(old[1], new[1]) - max(old[0], new[0]))
+    slices = max(Fraction(0), min(old[3], new[3]) - max(old[2], new[2]))
+    return layers * slices
 
 
 def gpu_load_fraction(previous: Strategy, scheme: ParallelScheme, position: int, rank: int) -> Fraction:
@@ -74,10 +92,10 @@ def gpu_load_fraction(previous: Strategy, scheme: ParallelScheme, position: int,
     old = _held_rectangles(previous).get(rank)
     if old is None:
         return Fraction(1)
-    new = shard_rectangle(scheme, position)
-    layers = max(Fraction(0), min(old[1], new[1]) - max(old[0], new[0]))
-    slices = max(Fraction(0), min(old[3], new[3]) - max(old[2], new[2]))
-    return 1 - layers * slices / ((new[1] - new[0]) * (new[3] - new[2]))
+    new = shard_rectangles(scheme, position)
+    held = sum((_overlap(before, after) for before in old for after in new), Fraction(0))
+    area = sum(((after[1] - after[0]) * (after[3] - after[2]) for after in new), Fraction(0))
+    return 1 - held / area
 
 
 @lru_cache(maxsize=16384)

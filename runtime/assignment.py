@@ -27,6 +27,7 @@ __all__ = [
     "RankAssignment",
     "assign_ranks",
     "global_token_count",
+    "interleaved_order",
     "model_config_for",
     "one_f_one_b",
     "validate_plan",
@@ -67,6 +68,15 @@ class RankAssignment:
     previous_rank: int | None  # same (tp, cp) position, previous stage; None on the first stage
     next_rank: int | None  # same position, next stage; None on the last stage
     micro_batches: tuple[MicroBatchWork, ...]
+    # interleaved pipelines (scheme.v > 1) wrap around: the last stage's chunk c feeds the first
+    # stage's chunk c + 1, so every rank has a ring neighbour on both sides (itself when pp == 1)
+    ring_previous_rank: int = -1
+    ring_next_rank: int = -1
+
+    @property
+    def num_chunks(self) -> int:
+        """Model chunks this rank holds (v; 1 under plain 1F1B)."""
+        return self.scheme.v
 
     @property
     def is_first_stage(self) -> bool:
@@ -86,6 +96,30 @@ def one_f_one_b(stage: int, num_stages: int, num_micro_batches: int) -> list[tup
     for step in range(num_micro_batches - num_warmup):
         order += [(True, num_warmup + step), (False, step)]
     order += [(False, index) for index in range(num_micro_batches - num_warmup, num_micro_batches)]
+    return order
+
+
+def interleaved_order(
+    stage: int, num_stages: int, num_chunks: int, num_micro_batches: int
+) -> list[tuple[bool, int, int]]:
+    """The interleaved 1F1B order of one rank as (is_forward, micro-batch, chunk): Megatron-Core's
+    schedule with micro-batches in groups of pp (`forward_backward_pipelining_with_interleaving`,
+    Narayanan et al. 2021 §2.2.2), the one the planner simulates (`planner.simulate`, checked equal
+    by the tests). The k-th forward of every rank runs entry k of a table that walks each group of
+    pp micro-batches through chunk 0, then chunk 1, ... (the last group: whatever remains); the
+    k-th backward runs entry k with the chunk mirrored. Rank r first runs `2 (pp - r - 1) + (v - 1)
+    pp` forwards (at most all), then one forward and one backward in turn, then the rest."""
+    table = []
+    for first in range(0, num_micro_batches, num_stages):
+        group = range(first, min(first + num_stages, num_micro_batches))
+        table += [(index, chunk) for chunk in range(num_chunks) for index in group]
+    warmup = min(len(table), 2 * (num_stages - stage - 1) + (num_chunks - 1) * num_stages)
+    order = [(True, *table[k]) for k in range(warmup)]
+    for k in range(len(table)):
+        if k + warmup < len(table):
+            order.append((True, *table[k + warmup]))
+        index, chunk = table[k]
+        order.append((False, index, num_chunks - 1 - chunk))
     return order
 
 
@@ -119,10 +153,14 @@ def validate_plan(plan: Plan, world_size: int, cfg) -> None:
             f"model {cfg.name!r} has {cfg.num_layers} layers, the plan's cost profile {plan.cost_profile.num_layers}"
         )
     for pipeline in plan.pipelines:
-        tp, pp = pipeline.scheme.tp, pipeline.scheme.pp
-        label = f"pipeline {pipeline.index} <{tp},{pp},{pipeline.scheme.cp}>"
+        tp, pp, chunks = pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.v
+        label = f"pipeline {pipeline.index} {pipeline.scheme.scheme}"
         if cfg.num_layers % pp:
             raise PlanRefusedError(f"{label}: pp={pp} does not divide the {cfg.num_layers} layers of {cfg.name!r}")
+        if cfg.num_layers % (pp * chunks):
+            raise PlanRefusedError(
+                f"{label}: pp={pp} x v={chunks} chunks do not divide the {cfg.num_layers} layers of {cfg.name!r}"
+            )
         if cfg.num_kv_heads % tp:
             raise PlanRefusedError(f"{label}: tp={tp} does not divide the {cfg.num_kv_heads} KV heads of {cfg.name!r}")
         if not pipeline.micro_batches:
@@ -138,7 +176,7 @@ def assign_ranks(plan: Plan) -> list[RankAssignment]:
     """The `RankAssignment` of every global rank, by rank (the plan must be valid)."""
     assignments: dict[int, RankAssignment] = {}
     for pipeline in plan.pipelines:
-        scheme = ParallelScheme(pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp)
+        scheme = pipeline.scheme.scheme
         works = tuple(
             MicroBatchWork(index, tuple(batch.sequence_ids), tuple(batch.lengths), tuple(batch.offsets))
             for index, batch in enumerate(pipeline.micro_batches)
@@ -163,5 +201,7 @@ def assign_ranks(plan: Plan) -> list[RankAssignment]:
                     previous_rank=neighbour.get(-1),
                     next_rank=neighbour.get(1),
                     micro_batches=works,
+                    ring_previous_rank=pipeline.stage_ranks[(stage - 1) % scheme.pp][position],
+                    ring_next_rank=pipeline.stage_ranks[(stage + 1) % scheme.pp][position],
                 )
     return [assignments[rank] for rank in sorted(assignments)]

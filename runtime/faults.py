@@ -43,6 +43,7 @@ __all__ = [
     "is_out_of_memory",
     "oom_guard",
     "burn_cpu",
+    "slow_down",
     "slowdown_factor",
 ]
 
@@ -86,11 +87,10 @@ def oom_guard(op: str, assignment: RankAssignment, index: int) -> Iterator[None]
     except (torch.OutOfMemoryError, RuntimeError) as exc:
         if isinstance(exc, MicroBatchOutOfMemoryError) or not is_out_of_memory(exc):
             raise
-        scheme = assignment.scheme
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         where = (
             f"out of memory in the {'forward' if op == 'F' else 'backward'} of micro-batch {index} of pipeline "
-            f"{assignment.pipeline_index} <{scheme.tp},{scheme.pp},{scheme.cp}> on rank {assignment.rank} "
+            f"{assignment.pipeline_index} {assignment.scheme} on rank {assignment.rank} "
             f"(stage {assignment.stage}): {_sequences(assignment, index)}: {first_line}"
         )
         raise MicroBatchOutOfMemoryError(where) from None
@@ -119,6 +119,13 @@ def slowdown_factor(slowdowns: Sequence[tuple[int, int, float]], rank: int, step
     """How many times slower `rank` computes at `step`: the largest factor of the slowdowns
     `(rank, from_step, factor)` in force (1.0 without one)."""
     return max((factor for who, first, factor in slowdowns if who == rank and step >= first), default=1.0)
+
+
+def slow_down(started_cpu_s: float, slowdown: float) -> None:
+    """The slowdown fault: burn `slowdown - 1` times the thread CPU time spent since `started_cpu_s`
+    (a model call's), so that the call looks `slowdown` times slower to a thread-CPU clock."""
+    if slowdown > 1.0:
+        burn_cpu((slowdown - 1.0) * (time.thread_time() - started_cpu_s))
 
 
 def burn_cpu(seconds: float) -> None:

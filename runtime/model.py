@@ -13,12 +13,19 @@ carry canonical names (`embed.weight`, `layers.7.attn.wq.weight`, `final_norm.we
 alone, so a stage of any split holds the same values as the same layers of the whole model.
 With tied embeddings and pp > 1 the last stage holds its own copy of `embed.weight` for the LM
 head (as Megatron-LM does); the runtime sums the two copies' gradients.
+
+`build_stage(cfg, pp=, stage=, virtual_stages=v)` builds the v model chunks of rank `stage` under
+interleaved 1F1B: chunk c holds the layers of virtual stage `c * pp + stage` of `pp * v`
+(`chunk_layer_ranges`; Narayanan et al. 2021 §2.2.2), and `forward(batch, hidden, layers=chunk)`
+runs one of them: it embeds when the chunk starts at layer 0 and returns the loss when it ends at
+the last layer.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -37,6 +44,7 @@ __all__ = [
     "chunk_bounds",
     "cp_shard",
     "init_parameters",
+    "chunk_layer_ranges",
     "stage_layers",
 ]
 
@@ -115,6 +123,21 @@ def stage_layers(num_layers: int, pp: int, stage: int) -> range:
         raise ValueError(f"stage {stage} is not a stage of pp={pp}")
     per_stage = num_layers // pp
     return range(stage * per_stage, (stage + 1) * per_stage)
+
+
+def chunk_layer_ranges(num_layers: int, pp: int, stage: int, virtual_stages: int = 1) -> list[range]:
+    """Layers of each model chunk of rank `stage`: chunk c is virtual stage `c * pp + stage` of
+    `pp * v` even splits (v = 1: `[stage_layers(num_layers, pp, stage)]`)."""
+    if virtual_stages < 1 or num_layers % (pp * virtual_stages):
+        raise ValueError(
+            f"pp={pp} x v={virtual_stages} chunks do not divide num_layers={num_layers} (only even splits are planned)"
+        )
+    if not 0 <= stage < pp:
+        raise ValueError(f"stage {stage} is not a stage of pp={pp}")
+    per_chunk = num_layers // (pp * virtual_stages)
+    return [
+        range((chunk * pp + stage) * per_chunk, (chunk * pp + stage + 1) * per_chunk) for chunk in range(virtual_stages)
+    ]
 
 
 class RMSNorm(nn.Module):
@@ -234,7 +257,7 @@ class SumCrossEntropy(nn.Module):
 class DecoderStage(nn.Module):
     """One pipeline stage; see `build_stage` for the forward contract."""
 
-    def __init__(self, cfg: ModelConfig, layers: range, is_first: bool, is_last: bool, method: str) -> None:
+    def __init__(self, cfg: ModelConfig, layers: Sequence[int], is_first: bool, is_last: bool, method: str) -> None:
         super().__init__()
         self.cfg = cfg
         self.layer_ids = layers
@@ -247,11 +270,19 @@ class DecoderStage(nn.Module):
         self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size) if untied_head else None
         self.loss = SumCrossEntropy() if is_last else None
 
-    def forward(self, batch: PackedBatch, hidden: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, batch: PackedBatch, hidden: torch.Tensor | None = None, layers: range | None = None
+    ) -> torch.Tensor:
         """First stage: embeds `batch.input_ids`; later ones take `hidden [T, hidden_size]`.
-        Returns the summed loss on the last stage, the hidden states `[T, hidden_size]` otherwise."""
+        Returns the summed loss on the last stage, the hidden states `[T, hidden_size]` otherwise.
+        `layers`: run only these of the stage's layers (one model chunk): the chunk embeds when it
+        starts at layer 0 and ends with the loss when it ends at the model's last layer."""
+        embeds, ends = self.is_first, self.is_last
+        if layers is not None:
+            embeds = embeds and layers.start == 0
+            ends = ends and layers.stop == self.cfg.num_layers
         tokens = batch.input_ids.shape[0]
-        if self.is_first:
+        if embeds:
             x = self.embed(batch.input_ids)
         else:
             expected = (tokens, self.cfg.hidden_size)
@@ -260,9 +291,10 @@ class DecoderStage(nn.Module):
                 raise ValueError(f"stage after the first needs hidden of shape {expected}, got {got}")
             x = hidden
         rotary = rotary_tables(batch.position_ids, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
-        for layer in self.layers.values():
+        chosen = self.layers.values() if layers is None else [self.layers[str(index)] for index in layers]
+        for layer in chosen:
             x = layer(x, rotary, batch)
-        if not self.is_last:
+        if not ends:
             return x
         head_weight = self.embed.weight if self.cfg.tied_embeddings else self.lm_head.weight
         return self.loss(self.final_norm(x), head_weight, batch.labels)
@@ -304,6 +336,7 @@ def build_stage(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     attention: str = "auto",
+    virtual_stages: int = 1,
 ) -> DecoderStage:
     """Stage `stage` of `pp` of the model `cfg`, initialised from `seed`, on `device` in `dtype`.
 
@@ -312,7 +345,10 @@ def build_stage(
     losses (a scalar), every other stage the hidden states. `attention` picks the packed
     attention method (`runtime/attention.py`; `auto` is the measured choice for the device).
     """
-    layers = stage_layers(cfg.num_layers, pp, stage)
+    if virtual_stages == 1:
+        layers: Sequence[int] = stage_layers(cfg.num_layers, pp, stage)
+    else:  # every chunk of the rank: `forward(..., layers=chunk)` runs one
+        layers = [index for chunk in chunk_layer_ranges(cfg.num_layers, pp, stage, virtual_stages) for index in chunk]
     device = torch.device(device)
     method = resolve_method(attention, device)
     module = DecoderStage(cfg, layers, is_first=stage == 0, is_last=stage == pp - 1, method=method).to(dtype=dtype)

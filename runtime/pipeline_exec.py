@@ -31,7 +31,7 @@ import torch.distributed as dist
 from hydraplan.runtime import comm_meter, watchdog
 from hydraplan.runtime.assignment import RankAssignment, one_f_one_b
 from hydraplan.runtime.batch import PackedBatch
-from hydraplan.runtime.faults import burn_cpu, oom_guard
+from hydraplan.runtime.faults import oom_guard, slow_down
 from hydraplan.runtime.model import DecoderStage
 from hydraplan.runtime.p2p_order import Exchange, stage_exchanges, tag_of
 
@@ -113,7 +113,7 @@ def run_pipeline_step(
     accumulated in `.grad`; the caller synchronises and steps). `batch_of(i)` is micro-batch i as
     this rank sees it (its CP shard); `before_last_backward()` is called before the step's last
     backward (the gradient sync then starts its buckets as they become ready: `GradSync.arm`).
-    `slowdown` > 1 makes every model call that many times slower (a fault hook: `faults.burn_cpu`)."""
+    `slowdown` > 1 makes every model call that many times slower (a fault hook: `faults.slow_down`)."""
     result = StepResult()
     channel = _Channel(dtype, next(stage.parameters()).device, result)
     saved: dict[int, tuple[torch.Tensor | None, torch.Tensor, int]] = {}
@@ -171,7 +171,7 @@ def _forward(stage, assignment, batch, index, inbox, outbox, saved, global_token
         hidden.requires_grad_(True)
     compute = time.thread_time()
     output = stage(batch, hidden)
-    _slow(compute, slowdown)
+    slow_down(compute, slowdown)
     compute_cpu_s = time.thread_time() - compute
     if assignment.is_last_stage:
         result.loss_sum += float(output.detach())
@@ -187,17 +187,11 @@ def _backward(assignment, index, inbox, outbox, saved, slowdown) -> dict:
     grad = None if assignment.is_last_stage else inbox[(+1, index)]
     compute = time.thread_time()
     output.backward(grad)
-    _slow(compute, slowdown)
+    slow_down(compute, slowdown)
     compute_cpu_s = time.thread_time() - compute
     if hidden is not None:
         outbox[(-1, index)] = hidden.grad
     return _timing(tokens, compute_cpu_s)
-
-
-def _slow(started_cpu_s: float, slowdown: float) -> None:
-    """The slowdown fault: burn `slowdown - 1` times the thread CPU the call took since `started_cpu_s`."""
-    if slowdown > 1.0:
-        burn_cpu((slowdown - 1.0) * (time.thread_time() - started_cpu_s))
 
 
 def _timing(tokens: int, compute_cpu_s: float) -> dict:

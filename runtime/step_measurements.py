@@ -145,7 +145,8 @@ def _pipeline_entry(pipeline, stages: dict[int, list[list[dict]]], peaks: list[f
     if not micro_batches and peak_memory is None:
         return None
     scheme = pipeline.scheme
-    entry = {"scheme": {"tp": scheme.tp, "pp": scheme.pp, "cp": scheme.cp}, "micro_batches": micro_batches}
+    degrees = {"tp": scheme.tp, "pp": scheme.pp, "cp": scheme.cp, **({"v": scheme.v} if scheme.v > 1 else {})}
+    entry = {"scheme": degrees, "micro_batches": micro_batches}
     if peak_memory is not None:
         entry["peak_memory_bytes"] = peak_memory[: scheme.tp * scheme.pp * scheme.cp]
     return entry

@@ -10,6 +10,8 @@ parallel time. From every rank's report (`worker.run_worker`) the step is rebuil
 - **edges**: a forward waits for the same micro-batch's forward on the stage before, a backward
   for its backward on the stage after, each plus the measured transfer of the activation (or its
   gradient): the receive after the shape header arrived;
+- an interleaved pipeline (v chunks per rank, `interleaved_exec`) is the same graph over its
+  `pp * v` virtual stages, each rank running its chunks in the planner's interleaved order;
 - the **pipeline time** is the longest path through that 1F1B graph (every op also waits for the
   op before it on its stage), and the path is kept, so its time splits into model compute,
   runtime bookkeeping, collectives and transfers (no idle time lies on a longest path);
@@ -40,9 +42,18 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hydraplan.runtime.assignment import one_f_one_b
+from hydraplan.runtime.assignment import interleaved_order, one_f_one_b
 
-__all__ = ["CLOCKS", "CriticalPath", "OpTime", "StepTiming", "critical_path", "op_times", "step_timing"]
+__all__ = [
+    "CLOCKS",
+    "CriticalPath",
+    "OpTime",
+    "StepTiming",
+    "critical_path",
+    "interleaved_critical_path",
+    "op_times",
+    "step_timing",
+]
 
 OpKey = tuple[int, bool, int]  # (stage, is_forward, micro_batch)
 
@@ -91,33 +102,57 @@ def critical_path(times: dict[OpKey, OpTime], num_stages: int, num_micro_batches
     """Longest path of the 1F1B schedule with these op times (every (stage, F/B, micro-batch))."""
     if num_micro_batches == 0:
         return CriticalPath(0.0, 0.0, 0.0, 0.0, 0.0, ())
-    orders = [one_f_one_b(stage, num_stages, num_micro_batches) for stage in range(num_stages)]
+    orders = [[(stage, *op) for op in one_f_one_b(stage, num_stages, num_micro_batches)] for stage in range(num_stages)]
+    return _longest_path(orders, lambda key: _dependency(key, num_stages), times)
+
+
+def interleaved_critical_path(
+    times: dict[OpKey, OpTime], num_stages: int, num_chunks: int, num_micro_batches: int
+) -> CriticalPath:
+    """Longest path of the interleaved 1F1B schedule (groups of pp) with these op times, keyed
+    (virtual stage, F/B, micro-batch): rank r runs `assignment.interleaved_order`, its chunk c being
+    virtual stage `c * pp + r`; a forward waits for the virtual stage before, a backward for the
+    one after (the path's `ops` name virtual stages)."""
+    if num_micro_batches == 0:
+        return CriticalPath(0.0, 0.0, 0.0, 0.0, 0.0, ())
+    orders = [
+        [
+            (chunk * num_stages + rank, is_forward, index)
+            for is_forward, index, chunk in interleaved_order(rank, num_stages, num_chunks, num_micro_batches)
+        ]
+        for rank in range(num_stages)
+    ]
+    return _longest_path(orders, lambda key: _dependency(key, num_stages * num_chunks), times)
+
+
+def _longest_path(orders: list[list[OpKey]], dependency_of, times: dict[OpKey, OpTime]) -> CriticalPath:
+    """Every op starts when the op before it on its rank and the op it consumes (plus the
+    transfer) have finished; the longest path, walked back from the last op to finish."""
     finish: dict[OpKey, float] = {}
     came_from: dict[OpKey, tuple[OpKey | None, bool]] = {}  # predecessor, and whether via an edge
-    previous: list[OpKey | None] = [None] * num_stages
-    cursor = [0] * num_stages
+    previous: list[OpKey | None] = [None] * len(orders)
+    cursor = [0] * len(orders)
     remaining = sum(len(order) for order in orders)
     while remaining:
         progressed = False
-        for stage, order in enumerate(orders):
-            while cursor[stage] < len(order):
-                is_forward, index = order[cursor[stage]]
-                key = (stage, is_forward, index)
-                dependency = _dependency(key, num_stages)
+        for rank, order in enumerate(orders):
+            while cursor[rank] < len(order):
+                key = order[cursor[rank]]
+                dependency = dependency_of(key)
                 if dependency is not None and dependency not in finish:
                     break
-                on_stage = finish[previous[stage]] if previous[stage] is not None else 0.0
+                on_rank = finish[previous[rank]] if previous[rank] is not None else 0.0
                 arrives = finish[dependency] + times[key].transfer_s if dependency is not None else 0.0
-                if dependency is not None and arrives > on_stage:
+                if dependency is not None and arrives > on_rank:
                     came_from[key] = (dependency, True)
                 else:
-                    came_from[key] = (previous[stage], False)
-                finish[key] = max(on_stage, arrives) + times[key].duration_s
-                previous[stage] = key
-                cursor[stage] += 1
+                    came_from[key] = (previous[rank], False)
+                finish[key] = max(on_rank, arrives) + times[key].duration_s
+                previous[rank] = key
+                cursor[rank] += 1
                 remaining -= 1
                 progressed = True
-        assert progressed, "the 1F1B order has a cycle"  # our own invariant: it never does
+        assert progressed, "the schedule's order has a cycle"  # our own invariant: it never does
     last = max(finish, key=lambda key: finish[key])
     return _walk_back(last, finish[last], times, came_from)
 
@@ -165,20 +200,22 @@ def _transfer(records: Sequence[dict], clock: str) -> float:
     return min(record.get("transfer_s", 0.0) for record in records)
 
 
-def op_times(stage_ops: Sequence[Sequence[dict]], clock: str = "cpu") -> dict[tuple[bool, int], OpTime]:
+def op_times(stage_ops: Sequence[Sequence[dict]], clock: str = "cpu") -> dict[tuple, OpTime]:
     """`OpTime` of every op of one stage from its ranks' op records (`pipeline_exec` ops),
-    keyed `(is_forward, micro_batch)`."""
+    keyed `(is_forward, micro_batch)`; `(is_forward, micro_batch, chunk)` for an interleaved
+    stage's ops (`interleaved_exec`, whose records name their chunk)."""
     if clock not in CLOCKS:
         raise ValueError(f"clock {clock!r}: one of {', '.join(CLOCKS)}")
-    by_key: dict[tuple[bool, int], list[dict]] = {}
+    by_key: dict[tuple, list[dict]] = {}
     for ops in stage_ops:
         for op in ops:
-            by_key.setdefault((op["op"] == "F", op["micro_batch"]), []).append(op)
+            key = (op["op"] == "F", op["micro_batch"]) + ((op["chunk"],) if "chunk" in op else ())
+            by_key.setdefault(key, []).append(op)
     times = {}
-    for (is_forward, index), records in by_key.items():
+    for key, records in by_key.items():
         slowest = max(records, key=lambda record: record["cpu_s"])
         model_s = slowest.get("compute_cpu_s", slowest["cpu_s"])
-        times[(is_forward, index)] = OpTime(
+        times[key] = OpTime(
             model_s=model_s,
             bookkeeping_s=max(0.0, slowest["cpu_s"] - model_s),
             collectives_s=_per_call([record.get("comm", []) for record in records], clock),
@@ -225,20 +262,29 @@ def _sync_s(reports: Sequence[dict], step: int, clock: str) -> float:
 def step_timing(reports: Sequence[dict], step: int, clock: str = "cpu") -> StepTiming:
     """The measured step `step` from every rank's report (`clock` of the communication: `CLOCKS`)."""
     stages: dict[int, dict[int, list[list[dict]]]] = {}
-    shapes: dict[int, int] = {}
+    shapes: dict[int, tuple[int, int]] = {}  # (pp, v)
     for report in reports:
         record = report["steps"][step]
         # the step's own place (a strategy switch moves a rank), else the report's (its last layout)
         pipeline, stage = record.get("pipeline", report["pipeline"]), record.get("stage", report["stage"])
         stages.setdefault(pipeline, {}).setdefault(stage, []).append(record["ops"])
-        shapes[pipeline] = int(record.get("scheme", report["scheme"]).strip("<>").split(",")[1])
+        degrees = [int(part) for part in record.get("scheme", report["scheme"]).strip("<>").split(",")]
+        shapes[pipeline] = (degrees[1], degrees[3] if len(degrees) > 3 else 1)
     timing = StepTiming()
     for pipeline, by_stage in sorted(stages.items()):
+        num_stages, num_chunks = shapes[pipeline]
         times: dict[OpKey, OpTime] = {}
         for stage, stage_ops in by_stage.items():
-            times.update({(stage, *key): value for key, value in op_times(stage_ops, clock).items()})
-        num_micro_batches = len(stage_ops[0]) // 2
-        timing.pipelines[pipeline] = critical_path(times, shapes[pipeline], num_micro_batches)
+            for key, value in op_times(stage_ops, clock).items():
+                if num_chunks == 1:
+                    times[(stage, *key)] = value
+                else:  # (F/B, micro-batch, chunk) of rank `stage`: virtual stage chunk * pp + stage
+                    times[(key[2] * num_stages + stage, key[0], key[1])] = value
+        num_micro_batches = len(stage_ops[0]) // (2 * num_chunks)
+        if num_chunks == 1:
+            timing.pipelines[pipeline] = critical_path(times, num_stages, num_micro_batches)
+        else:
+            timing.pipelines[pipeline] = interleaved_critical_path(times, num_stages, num_chunks, num_micro_batches)
     timing.slowest_pipeline = max(timing.pipelines, key=lambda index: timing.pipelines[index].total_s)
     timing.sync_s = _sync_s(reports, step, clock)
     timing.optimizer_s = max((r["steps"][step].get("optimizer_s", {}).get("cpu_s", 0.0) for r in reports), default=0.0)

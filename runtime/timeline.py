@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hydraplan.runtime.step_timing import OpTime, critical_path
+from hydraplan.runtime.step_timing import OpTime, critical_path, interleaved_critical_path
 
 __all__ = ["critical_path_s", "pipeline_critical_paths_s"]
 
@@ -25,18 +25,29 @@ def critical_path_s(durations_s: dict[tuple[int, bool, int], float], num_stages:
 
 
 def pipeline_critical_paths_s(reports: Sequence[dict], step: int) -> dict[int, float]:
-    """Pipeline index -> critical path of step `step` from every rank's report (`run_worker`)."""
+    """Pipeline index -> critical path of step `step` from every rank's report (`run_worker`); an
+    interleaved pipeline's (`<tp,pp,cp,v>`) over its virtual stages, its ops naming their chunk."""
     durations: dict[int, dict[tuple[int, bool, int], float]] = {}
-    shapes: dict[int, tuple[int, int]] = {}
+    shapes: dict[int, tuple[int, int, int]] = {}  # (pp, v, micro-batches)
     for report in reports:
         record = report["steps"][step]
         ops = record["ops"]
         # the step's own place (a strategy switch moves a rank), else the report's (its last layout)
         pipeline, stage = record.get("pipeline", report["pipeline"]), record.get("stage", report["stage"])
+        degrees = [int(part) for part in record.get("scheme", report["scheme"]).strip("<>").split(",")]
+        num_stages, num_chunks = degrees[1], degrees[3] if len(degrees) > 3 else 1
         table = durations.setdefault(pipeline, {})
         for op in ops:
-            key = (stage, op["op"] == "F", op["micro_batch"])
+            virtual = op.get("chunk", 0) * num_stages + stage
+            key = (virtual, op["op"] == "F", op["micro_batch"])
             table[key] = max(table.get(key, 0.0), op["cpu_s"])
-        num_stages = int(record.get("scheme", report["scheme"]).strip("<>").split(",")[1])
-        shapes[pipeline] = (num_stages, len(ops) // 2)
-    return {index: critical_path_s(durations[index], *shapes[index]) for index in sorted(durations)}
+        shapes[pipeline] = (num_stages, num_chunks, len(ops) // (2 * num_chunks))
+    paths = {}
+    for index in sorted(durations):
+        num_stages, num_chunks, num_micro = shapes[index]
+        if num_chunks == 1:
+            paths[index] = critical_path_s(durations[index], num_stages, num_micro)
+        else:
+            times = {key: OpTime(model_s=duration) for key, duration in durations[index].items()}
+            paths[index] = interleaved_critical_path(times, num_stages, num_chunks, num_micro).total_s
+    return paths

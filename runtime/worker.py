@@ -45,6 +45,7 @@ from hydraplan.runtime.checkpoint import load_checkpoint, save_checkpoint
 from hydraplan.runtime.data_feed import StepFeed
 from hydraplan.runtime.faults import MicroBatchOutOfMemoryError
 from hydraplan.runtime.grad_sync import GradSync
+from hydraplan.runtime.interleaved_exec import run_interleaved_step
 from hydraplan.runtime.launch import check_backend
 from hydraplan.runtime.model import build_stage
 from hydraplan.runtime.parallel import cp_shard, parallelize_stage
@@ -127,7 +128,7 @@ def _planned_sync(plan: Plan, me: RankAssignment) -> dict:
     (`sum cp` over pipelines) of `grad_bytes_per_gpu` (`planner/cost.py` `grad_sync_s`)."""
     replicas = sum(pipeline.scheme.cp for pipeline in plan.pipelines)
     entry = next(
-        (e for e in plan.cost_profile.schemes if (e.tp, e.pp, e.cp) == (me.scheme.tp, me.scheme.pp, me.scheme.cp)),
+        (e for e in plan.cost_profile.schemes if e.scheme == me.scheme),
         None,
     )
     grad_bytes = entry.grad_bytes_per_gpu if entry is not None else 0.0
@@ -161,7 +162,13 @@ def _build_layout(plan: Plan, cfg, spec: RunSpec, rank: int) -> _Layout:
     me = assignments[rank]
     tp_group, cp_group = _build_groups(assignments, me)
     stage = build_stage(
-        cfg, pp=me.scheme.pp, stage=me.stage, seed=spec.init_seed, dtype=DTYPES[spec.dtype], device=_device()
+        cfg,
+        pp=me.scheme.pp,
+        stage=me.stage,
+        seed=spec.init_seed,
+        dtype=DTYPES[spec.dtype],
+        device=_device(),
+        virtual_stages=me.scheme.v,
     )
     parallelize_stage(stage, tp=me.scheme.tp, cp=me.scheme.cp, tp_group=tp_group, cp_group=cp_group)
     sync = GradSync.build(stage, me.tp_rank)
@@ -301,7 +308,8 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
         return cp_shard(batch, me.cp_rank, me.scheme.cp) if me.scheme.cp > 1 else batch
 
     try:
-        result = run_pipeline_step(stage, me, batch_of, global_tokens, dtype, layout.sync.arm, slowdown)
+        execute = run_interleaved_step if me.num_chunks > 1 else run_pipeline_step
+        result = execute(stage, me, batch_of, global_tokens, dtype, layout.sync.arm, slowdown)
     except MicroBatchOutOfMemoryError as exc:
         raise exc.at_step(step) from None
     compute_s = time.perf_counter() - started

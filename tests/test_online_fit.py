@@ -3,6 +3,7 @@ blended with the prior, versioned; capacity lowering on measured peaks; error ju
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -214,3 +215,27 @@ def test_pipelines_of_one_scheme_lower_its_capacity_once_by_the_worst_peak(true_
     (change,) = apply_step(OnlineFitState(), true_profile, pipelines, 0).capacity_changes
     entry = next(entry for entry in true_profile.schemes if entry.key == SCHEME)
     assert change.from_tokens == entry.capacity_tokens and change.measured_peak_bytes == 2.0 * usable
+
+
+def test_an_interleaved_scheme_is_refitted_apart_from_its_plain_one(true_profile):
+    """Measurements of a `<1,2,1,2>` pipeline refit that profile entry (priced per chunk), never the
+    plain `<1,2,1>` one beside it: the two keep separate windows and coefficients."""
+    plain = next(entry for entry in true_profile.schemes if entry.key == SCHEME)
+    interleaved = plain.model_copy(update={"v": 2, "capacity_tokens": plain.capacity_tokens})
+    profile = true_profile.model_copy(update={"schemes": [*true_profile.schemes, interleaved]})
+    key = (*SCHEME, 2)
+    state = OnlineFitState()
+    for step in range(6):
+        # the interleaved pipeline runs 1.5x slower than its prior says
+        measured = [dataclasses.replace(pipeline, scheme=key) for pipeline in step_of(true_profile, step, slow=1.5)]
+        state = apply_step(state, profile, measured, state.version)
+    assert state.window(key) is not None and state.window(SCHEME) is None
+    refitted = profile_at(state, profile)
+    after = {entry.key: entry for entry in refitted.schemes}
+    assert after[SCHEME] == plain  # the plain entry is untouched
+    lengths = np.array([512, 1024, 300])
+    s2, s1 = float((lengths.astype(float) ** 2).sum()), float(lengths.sum())
+    before_s = interleaved.a * s2 + interleaved.b * s1 + interleaved.c
+    after_s = after[key].a * s2 + after[key].b * s1 + after[key].c
+    assert after_s > 1.2 * before_s
+    assert online_fit.scheme_name(key) == "<1,2,1,2>"

@@ -160,6 +160,19 @@ def add_recipe_options(parser: argparse.ArgumentParser) -> None:
         )
 
 
+def add_virtual_stages_option(parser: argparse.ArgumentParser) -> None:
+    """`--virtual-stages V [V ...]`: the analytic profile also prices the interleaved schemes."""
+    parser.add_argument(
+        "--virtual-stages",
+        type=positive_int,
+        nargs="+",
+        default=[],
+        metavar="V",
+        help="also price each scheme with pp > 1 as <tp,pp,cp,V>: V model chunks per GPU under interleaved "
+        "1F1B (the analytic profile; the search still enumerates plain schemes, a strategy pool may name these)",
+    )
+
+
 def add_profile_option(parser: argparse.ArgumentParser) -> None:
     """`--profile FILE`: a cost profile instead of the catalog's analytic one."""
     parser.add_argument(

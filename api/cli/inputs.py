@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -229,8 +229,9 @@ def _first_named_field(message: str, args: argparse.Namespace) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def cluster_profile(args: argparse.Namespace) -> CostProfile:
-    """The user's `--profile` file, else the analytic profile of `--model` on `--gpu`."""
+def cluster_profile(args: argparse.Namespace, virtual_stages: Sequence[int] = ()) -> CostProfile:
+    """The user's `--profile` file, else the analytic profile of `--model` on `--gpu` (pricing the
+    interleaved schemes of `virtual_stages` and `--virtual-stages` too)."""
     if getattr(args, "profile", None):
         from hydraplan.cost_models.analytic import AnalyticOptions
 
@@ -239,19 +240,26 @@ def cluster_profile(args: argparse.Namespace) -> CostProfile:
                 f"--profile {args.profile}: the recipe flags (--recompute, --sharding, ...) apply to the "
                 "analytic profile of --model on --gpu, not to a profile file"
             )
+        if getattr(args, "virtual_stages", None):
+            raise InputError(
+                f"--profile {args.profile}: --virtual-stages {args.virtual_stages[0]} applies to the analytic "
+                "profile of --model on --gpu; a profile file prices interleaved schemes in its own entries (v)"
+            )
         return read_profile(args.profile)
-    return analytic_profile(args)
+    return analytic_profile(args, virtual_stages)
 
 
-def analytic_profile(args: argparse.Namespace) -> CostProfile:
-    """The analytic profile of `--model` on `--gpu` for `--num-gpus` / `--gpus-per-node`."""
+def analytic_profile(args: argparse.Namespace, virtual_stages: Sequence[int] = ()) -> CostProfile:
+    """The analytic profile of `--model` on `--gpu` for `--num-gpus` / `--gpus-per-node`, with the
+    interleaved schemes of `virtual_stages` and `--virtual-stages` (when the command has it)."""
     from hydraplan.cost_models.analytic import build_profile
 
     model = catalog_model(args.model, args.models_file)
     gpu = catalog_gpu(args.gpu, args.gpus_file)
     options = analytic_options(args)
+    chunks = sorted({*virtual_stages, *getattr(args, "virtual_stages", [])} - {1})
     with naming_flags(args, (ValueError,)):  # its cluster checks name num_gpus, gpus_per_node
-        return build_profile(model, gpu, args.num_gpus, args.gpus_per_node, options)
+        return build_profile(model, gpu, args.num_gpus, args.gpus_per_node, options, virtual_stages=chunks)
 
 
 def analytic_options(args: argparse.Namespace):

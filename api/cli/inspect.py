@@ -14,6 +14,7 @@ from hydraplan.api.cli.args import (
     add_json_option,
     add_profile_option,
     add_progress_option,
+    add_virtual_stages_option,
     positive_float,
     positive_int,
 )
@@ -128,10 +129,12 @@ def run_schemes(args: argparse.Namespace) -> int:
 def add_schemes_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `hydraplan schemes`."""
     parser.description = (
-        "List the runnable <TP,PP,CP> schemes: stage-time coefficients a, b, c (seconds) and capacity in tokens."
+        "List the runnable <TP,PP,CP> schemes: stage-time coefficients a, b, c (seconds) and capacity in tokens; "
+        "<TP,PP,CP,V> for interleaved ones (V model chunks per GPU; a, b, c of a rank's V chunks)."
     )
     add_cluster_options(parser)
     add_profile_option(parser)
+    add_virtual_stages_option(parser)
     parser.set_defaults(handler=run_schemes)
 
 
@@ -151,6 +154,8 @@ def run_profile(args: argparse.Namespace) -> int:
                 "the recipe flags (--recompute, --sharding, ...) apply to --analytic profiles only; "
                 "--device measures and --calibrate fits the default recipe"
             )
+        if args.virtual_stages:
+            raise InputError(f"--virtual-stages {args.virtual_stages[0]}: applies to --analytic profiles only")
 
         return run_device_profile(args) if args.device is not None else run_calibrate(args)
 
@@ -175,6 +180,7 @@ def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
         "the cluster)."
     )
     add_cluster_options(parser)
+    add_virtual_stages_option(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--analytic", action="store_true", help="build the profile from hardware specs and formulas")
     source.add_argument(

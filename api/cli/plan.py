@@ -27,11 +27,18 @@ from hydraplan.api.cli.args import (
     positive_float,
     positive_int,
 )
-from hydraplan.api.cli.inputs import batch_lengths, cluster_profile, naming_flags, plan_request, solver_options
+from hydraplan.api.cli.inputs import (
+    batch_lengths,
+    cluster_profile,
+    naming_flags,
+    plan_request,
+    solver_options,
+)
 from hydraplan.api.cli.progress import PROG, PROGRESS_MIN_S, Progress
 from hydraplan.api.cli.timeline import add_timeline_options, timeline_format, write_timeline
 from hydraplan.api.files import InputError, read_plan, read_pool
 from hydraplan.planner.baselines import BASELINES
+from hydraplan.planner.strategies import named_chunk_counts
 
 if TYPE_CHECKING:
     from hydraplan.planner.pools import StrategyPool
@@ -65,7 +72,7 @@ def run_plan(args: argparse.Namespace) -> int:
     previous = read_plan(args.previous_plan).strategy if args.previous_plan else args.previous_strategy
     pool = read_pool(args.strategy_pool) if args.strategy_pool else None
     request = plan_request(args, lengths, solver_options(args, strategy_pool=pool), previous)
-    profile = cluster_profile(args)
+    profile = cluster_profile(args, named_chunk_counts([*(pool or ()), previous]))
     _note_beyond_measured(profile, lengths)
     budget_s = _budget_s(request, profile)
     progress = Progress.for_command(args.progress, (budget_s or 0.0) + (PROGRESS_MIN_S if names else 0.0))

@@ -193,7 +193,7 @@ def _pipeline_table(pipelines: Sequence[PipelinePlan]) -> str:
     ]
     rows = []
     for pipeline in pipelines:
-        scheme = ParallelScheme(pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp)
+        scheme = pipeline.scheme.scheme
         largest = max((batch.num_tokens for batch in pipeline.micro_batches), default=0)
         rows.append(
             [
@@ -214,7 +214,7 @@ def _grouped_pipeline_table(pipelines: Sequence[PipelinePlan]) -> str:
     """One row per scheme: how many pipelines run it, their ranks, totals and ranges."""
     groups: dict[ParallelScheme, list[PipelinePlan]] = {}
     for pipeline in pipelines:
-        scheme = ParallelScheme(pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp)
+        scheme = pipeline.scheme.scheme
         groups.setdefault(scheme, []).append(pipeline)
     slowest = max(pipelines, key=lambda pipeline: pipeline.time_s, default=None)
     headers = ["pipelines", "scheme", "ranks", "seqs", "tokens", "micro-batches", "largest mb / capacity", "time"]

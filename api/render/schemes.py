@@ -35,9 +35,10 @@ def measured_range(profile: CostProfile) -> dict[tuple[int, int, int], tuple[int
 
 def scheme_rows(profile: CostProfile) -> tuple[str, list[list[str]]]:
     """The heading line and one row per scheme (by GPUs per pipeline): coefficients in seconds,
-    forward fraction, capacity in tokens."""
+    forward fraction, capacity in tokens. An interleaved scheme `<tp,pp,cp,v>` shows the
+    coefficients of one micro-batch on one rank (its v chunks, their point-to-point traffic included)."""
     costs = ProfileCostModel(profile)
-    schemes = sorted(costs.schemes(), key=lambda scheme: (scheme.num_gpus, scheme))
+    schemes = sorted(costs.all_schemes(), key=lambda scheme: (scheme.num_gpus, scheme))
     measured = measured_range(profile)
     rows = []
     for scheme in schemes:
@@ -61,6 +62,8 @@ def scheme_rows(profile: CostProfile) -> tuple[str, list[list[str]]]:
     heading = (
         f"cost profile: {profile.source}, {model_on_gpu(profile)}, {profile.num_layers} layers, {len(schemes)} schemes"
     )
+    if any(scheme.v > 1 for scheme in schemes):
+        heading += " (<tp,pp,cp,v>: v chunks per GPU, interleaved 1F1B; a, b, c of one rank's v chunks)"
     return heading, rows
 
 

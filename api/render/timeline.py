@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hydraplan.planner.schemas import PipelinePlan, Plan
 from hydraplan.planner.scheme import ParallelScheme
-from hydraplan.planner.simulate import schedule_1f1b
+from hydraplan.planner.simulate import schedule_1f1b, schedule_interleaved_1f1b
 
 TIMELINE_SCHEMA_VERSION = "hydraplan.timeline/1"
 DEFAULT_FWD_FRACTION = 1.0 / 3.0  # the profile format's default, for a scheme missing from the plan's profile
@@ -150,11 +150,11 @@ def plan_timeline(
 
 def _fwd_fractions(plan: Plan) -> dict[ParallelScheme, float]:
     """The forward share of each scheme's stage time, from the plan's own cost profile."""
-    return {ParallelScheme(entry.tp, entry.pp, entry.cp): entry.fwd_fraction for entry in plan.cost_profile.schemes}
+    return {entry.scheme: entry.fwd_fraction for entry in plan.cost_profile.schemes}
 
 
 def _scheme(pipeline: PipelinePlan) -> ParallelScheme:
-    return ParallelScheme(pipeline.scheme.tp, pipeline.scheme.pp, pipeline.scheme.cp)
+    return pipeline.scheme.scheme
 
 
 def _identical_pipelines(pipelines: Sequence[PipelinePlan]) -> list[list[PipelinePlan]]:
@@ -170,7 +170,11 @@ def _group(members: Sequence[PipelinePlan], fractions: dict[ParallelScheme, floa
     first = members[0]
     scheme = _scheme(first)
     fraction = fractions.get(scheme, DEFAULT_FWD_FRACTION)
-    schedule = schedule_1f1b([batch.stage_time_s for batch in first.micro_batches], scheme.pp, fraction)
+    times = [batch.stage_time_s for batch in first.micro_batches]
+    if scheme.v > 1:  # one block per chunk operation, on its rank
+        schedule = schedule_interleaved_1f1b(times, scheme.pp, scheme.v, fraction, scheme.pp)
+    else:
+        schedule = schedule_1f1b(times, scheme.pp, fraction)
     blocks: list[Block] = [
         (block.stage, block.micro_batch, "F" if block.is_forward else "B", block.start_s, block.end_s)
         for block in schedule

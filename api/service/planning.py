@@ -28,9 +28,19 @@ from hydraplan.planner import limits
 from hydraplan.planner.budget import AUTO, AUTO_MAX_S
 from hydraplan.planner.cache import WeightedLru
 from hydraplan.planner.cost import ProfileCostModel
-from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, Plan, PlanRequest, SolverOptions, TrainingRecipe
+from hydraplan.planner.schemas import (
+    CostProfile,
+    GpuSpec,
+    ModelSpec,
+    Plan,
+    PlanRequest,
+    SolverOptions,
+    TrainingRecipe,
+    default_in_flight_micro_batches,
+)
 from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.solve import evaluate_strategy, solve
+from hydraplan.planner.strategies import named_chunk_counts
 
 Cancel = Callable[[], bool]
 # Wall time of every planner call of the current request, for its Server-Timing header. The route
@@ -91,7 +101,7 @@ class Planning:
         self.models: dict[str, ModelSpec] = load_models()
         self.gpus: dict[str, GpuSpec] = load_gpus()
         budget = settings.profile_cache_bytes // 2
-        self._analytic: WeightedLru[tuple[str, str, int, int, str], CostProfile] = WeightedLru(budget, profile_bytes)
+        self._analytic: WeightedLru[tuple[str | int, ...], CostProfile] = WeightedLru(budget, profile_bytes)
         self._uploaded: WeightedLru[str, CostProfile] = WeightedLru(budget, profile_bytes)
 
     # -- cost sources ---------------------------------------------------------------------------
@@ -103,15 +113,25 @@ class Planning:
         return ref if isinstance(ref, GpuSpec) else _lookup(self.gpus, ref, field)
 
     def analytic_profile(
-        self, model: ModelSpec, gpu: GpuSpec, num_gpus: int, gpus_per_node: int, recipe: TrainingRecipe | None = None
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        num_gpus: int,
+        gpus_per_node: int,
+        recipe: TrainingRecipe | None = None,
+        virtual_stages: Sequence[int] = (),
     ) -> CostProfile:
-        """The analytic profile for the recipe (cached); 422 when the model fits no scheme of the cluster."""
+        """The analytic profile for the recipe (cached), pricing the interleaved schemes of
+        `virtual_stages` too; 422 when the model fits no scheme of the cluster."""
         recipe = recipe or TrainingRecipe()
+        chunks = tuple(sorted(set(virtual_stages) - {1}))
         key = (model.model_dump_json(), gpu.model_dump_json(), num_gpus, gpus_per_node, recipe.model_dump_json())
+        key = (*key, *chunks) if chunks else key
 
         def make() -> CostProfile:
             try:
-                return build_profile(model, gpu, num_gpus, gpus_per_node, AnalyticOptions.from_recipe(recipe))
+                options = AnalyticOptions.from_recipe(recipe)
+                return build_profile(model, gpu, num_gpus, gpus_per_node, options, virtual_stages=chunks)
             except ValueError as exc:
                 raise unprocessable(" ".join(str(exc).split()), ("body", "model")) from None
 
@@ -191,7 +211,8 @@ class Planning:
         """The cost profile a body names: model+gpu (analytic), inline profile, or profile_id."""
         if body.model is not None:
             model, gpu = self.model(body.model), self.gpu(body.gpu)
-            return self.analytic_profile(model, gpu, num_gpus, gpus_per_node, getattr(body, "recipe", None))
+            recipe = getattr(body, "recipe", None)
+            return self.analytic_profile(model, gpu, num_gpus, gpus_per_node, recipe, _named_chunk_counts(body))
         if body.profile is not None:
             return body.profile
         return self.uploaded_profile(body.profile_id)
@@ -308,18 +329,19 @@ class Planning:
 def schedule_operations(plan: Plan) -> int:
     """1F1B operations of a plan's pipelines (the work of simulating its schedule)."""
     return sum(
-        limits.schedule_operations(pipeline.scheme.pp, len(pipeline.micro_batches)) for pipeline in plan.pipelines
+        limits.schedule_operations(pipeline.scheme.pp * pipeline.scheme.v, len(pipeline.micro_batches))
+        for pipeline in plan.pipelines
     )
 
 
 def pipeline_estimates(plan: Plan) -> list[PipelineEstimate]:
     """Per-pipeline time and memory of a plan, memory from its profile's memory model."""
     cost = ProfileCostModel(plan.cost_profile)
-    by_key = {(entry.tp, entry.pp, entry.cp): entry for entry in plan.cost_profile.schemes}
+    by_key = {entry.scheme: entry for entry in plan.cost_profile.schemes}
     estimates = []
     for pipeline in plan.pipelines:
         scheme = pipeline.scheme
-        entry = by_key.get((scheme.tp, scheme.pp, scheme.cp))
+        entry = by_key.get(scheme.scheme)
         largest = max((batch.num_tokens for batch in pipeline.micro_batches), default=0)
         peak = None
         if entry is not None and entry.static_bytes is not None:
@@ -332,7 +354,7 @@ def pipeline_estimates(plan: Plan) -> list[PipelineEstimate]:
                 num_tokens=pipeline.num_tokens,
                 num_micro_batches=len(pipeline.micro_batches),
                 time_s=pipeline.time_s,
-                capacity_tokens=cost.capacity_tokens(ParallelScheme(scheme.tp, scheme.pp, scheme.cp)),
+                capacity_tokens=cost.capacity_tokens(scheme.scheme),
                 max_micro_batch_tokens=largest,
                 peak_memory_bytes=peak,
             )
@@ -341,8 +363,10 @@ def pipeline_estimates(plan: Plan) -> list[PipelineEstimate]:
 
 
 def _peak_memory_bytes(entry: Any, micro_batches: Sequence[Any]) -> float:
-    """static + in_flight * max over micro-batches of (m1 * tokens + m2 * sum l^2) (upper bound)."""
-    in_flight = min(entry.in_flight_micro_batches or entry.pp, max(1, len(micro_batches)))
+    """static + in_flight * max over micro-batches of (m1 * tokens + m2 * sum l^2) (upper bound); an
+    interleaved entry's bytes are one chunk's and its in-flight count is of chunk micro-batches."""
+    in_flight = entry.in_flight_micro_batches or default_in_flight_micro_batches(entry.pp, entry.v)
+    in_flight = min(in_flight, max(1, len(micro_batches) * entry.v))
     per_token = entry.activation_bytes_per_token or 0.0
     per_sq_token = entry.activation_bytes_per_token_sq
     largest = max(
@@ -355,9 +379,21 @@ def _peak_memory_bytes(entry: Any, micro_batches: Sequence[Any]) -> float:
     return float(entry.static_bytes + in_flight * largest)
 
 
+def _named_chunk_counts(body: Any) -> list[int]:
+    """The chunk counts v > 1 a body's strategy pool, previous strategy or fixed strategy names: its
+    analytic profile prices those interleaved schemes."""
+    options = getattr(body, "options", None)
+    texts = [*(getattr(options, "strategy_pool", None) or ()), getattr(body, "previous_strategy", None)]
+    counts = set(named_chunk_counts(texts))
+    parts = getattr(body, "strategy", None)
+    if isinstance(parts, list):
+        counts.update(part.v for part in parts if isinstance(part, StrategyPart) and part.v > 1)
+    return sorted(counts)
+
+
 def _scheme(part: StrategyPart, index: int) -> ParallelScheme:
     try:
-        return ParallelScheme(part.tp, part.pp, part.cp)
+        return ParallelScheme(part.tp, part.pp, part.cp, part.v)
     except ValueError as exc:
         raise unprocessable(str(exc), ("body", "strategy", index)) from None
 

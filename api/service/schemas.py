@@ -232,11 +232,14 @@ class CheckResult(ApiModel):
 
 
 class StrategyPart(ApiModel):
-    """`num_pipelines` pipelines running the scheme <tp, pp, cp>."""
+    """`num_pipelines` pipelines running the scheme <tp, pp, cp> (<tp, pp, cp, v> with v > 1)."""
 
     tp: int = Field(ge=1, le=limits.MAX_GPUS_PER_NODE, description="Tensor-parallel degree.")
     pp: int = Field(ge=1, le=limits.MAX_LAYERS, description="Pipeline-parallel degree.")
     cp: int = Field(1, ge=1, le=limits.MAX_NUM_GPUS, description="Context-parallel degree.")
+    v: int = Field(
+        1, ge=1, le=limits.MAX_LAYERS, description="Model chunks per GPU: 1 is 1F1B, more is interleaved 1F1B."
+    )
     num_pipelines: int = Field(ge=1, le=limits.MAX_NUM_GPUS, description="Pipelines with this scheme.")
 
 

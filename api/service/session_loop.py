@@ -91,7 +91,7 @@ def measured_pipelines(body: MeasurementsBody, profile: CostProfile) -> list[Mea
     pipelines = []
     for index, pipeline in enumerate(body.pipelines):
         scheme = pipeline.scheme
-        key = (scheme.tp, scheme.pp, scheme.cp)
+        key = scheme.scheme.key
         if key not in known:
             raise unprocessable(
                 f"pipelines[{index}].scheme: {scheme_name(key)} is not a scheme of the session's profile",

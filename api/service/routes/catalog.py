@@ -14,7 +14,6 @@ from hydraplan.api.service.schemas import GpuList, ModelList, SchemeInfo, Scheme
 from hydraplan.planner import limits
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.schemas import GpuSpec, ModelSpec
-from hydraplan.planner.scheme import ParallelScheme
 
 router = APIRouter(prefix="/v1", tags=["catalog"], dependencies=TOKEN_REQUIRED)
 
@@ -66,12 +65,12 @@ def _schemes(
     unit = profile.seconds_per_unit
     schemes = [
         SchemeInfo(
-            scheme=str(ParallelScheme(entry.tp, entry.pp, entry.cp)),
+            scheme=str(entry.scheme),
             tp=entry.tp,
             pp=entry.pp,
             cp=entry.cp,
             num_gpus=entry.tp * entry.pp * entry.cp,
-            capacity_tokens=cost.capacity_tokens(ParallelScheme(entry.tp, entry.pp, entry.cp)),
+            capacity_tokens=cost.capacity_tokens(entry.scheme),
             a=entry.a * unit,
             b=entry.b * unit,
             c=entry.c * unit,
