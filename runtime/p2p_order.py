@@ -10,7 +10,13 @@ given to `batch_isend_irecv` is one NCCL group, whose operations progress togeth
 
 - `stage_exchanges(stage, pp, m)`: that rule on the 1F1B order of `assignment.one_f_one_b`: before
   op t, one exchange holding op t-1's outgoing message and op t's incoming one (either may be
-  absent); after the last op, its outgoing message alone. `pipeline_exec` executes exactly this list.
+  absent); after the last op, its outgoing message alone. One exception, Megatron-LM's too: a stage
+  whose forwards are all warm-up (m <= pp - stage - 1) sends its last activation alone, then
+  receives its first gradient alone; the next stage needs that activation to make that gradient,
+  and pairs them in no exchange of its own. `pipeline_exec` executes exactly this list.
+- `trace_of_exchanges`: the batches a stage posts for its exchanges, as `pipeline_exec` posts them:
+  per exchange, the shape headers of its messages in one batch, then their payloads in another
+  (a payload's receive buffer is allocated from its header).
 - `find_nccl_deadlock(traces)`: replays per-rank traces of batches (what every rank posted, in
   order: `("send"|"recv", peer, tag)` per message) under the strictest reading of NCCL: a rank's
   batches run one after another; a batch completes once every message in it is matched; messages
@@ -36,7 +42,7 @@ class Exchange:
     """Messages posted together before op `before_op` (len(order): after the last op). `send`/`recv`:
     (direction, micro-batch) with direction +1 to/from the next stage, -1 the previous one."""
 
-    before_op: int
+    before_op: int  # two exchanges may share it: they run in list order
     sends: tuple[tuple[int, int], ...]
     recvs: tuple[tuple[int, int], ...]
 
@@ -64,11 +70,15 @@ def stage_exchanges(stage: int, num_stages: int, num_micro_batches: int) -> list
             return () if first else ((-1, index),)
         return () if last else ((+1, index),)
 
+    # all forwards are warm-up: the first backward follows the last forward with no steady state
+    all_warm_up = num_micro_batches <= num_stages - stage - 1
     exchanges = []
     for position in range(len(order) + 1):
         sends = outgoing(*order[position - 1]) if position > 0 else ()
         recvs = incoming(*order[position]) if position < len(order) else ()
-        if sends or recvs:
+        if all_warm_up and sends and recvs and order[position - 1][0] and not order[position][0]:
+            exchanges += [Exchange(position, sends, ()), Exchange(position, (), recvs)]
+        elif sends or recvs:
             exchanges.append(Exchange(position, sends, recvs))
     return exchanges
 
@@ -78,13 +88,15 @@ def tag_of(is_forward_message: bool, micro_batch: int) -> int:
 
 
 def trace_of_exchanges(exchanges: list[Exchange], rank_of_stage: dict[int, int], stage: int) -> list[list[Message]]:
-    """The batches a stage posts (one per exchange), with peers as ranks and the messages' tags: a
-    message to the next stage is an activation (forward tag), to the previous one a gradient."""
+    """The batches a stage posts, with peers as ranks and tags as `pipeline_exec` gives them: per
+    exchange, its messages' headers (tag 2t), then their payloads (2t + 1), t the message's tag
+    (a message to the next stage is an activation, to the previous one a gradient)."""
     batches = []
     for exchange in exchanges:
-        batch = [("send", rank_of_stage[stage + d], tag_of(d > 0, index)) for d, index in exchange.sends]
-        batch += [("recv", rank_of_stage[stage + d], tag_of(d < 0, index)) for d, index in exchange.recvs]
-        batches.append(batch)
+        messages = [("send", rank_of_stage[stage + d], tag_of(d > 0, index)) for d, index in exchange.sends]
+        messages += [("recv", rank_of_stage[stage + d], tag_of(d < 0, index)) for d, index in exchange.recvs]
+        for part in (0, 1):  # the headers, then the payloads
+            batches.append([(kind, peer, 2 * tag + part) for kind, peer, tag in messages])
     return batches
 
 

@@ -119,14 +119,16 @@ def run_pipeline_step(
     saved: dict[int, tuple[torch.Tensor | None, torch.Tensor, int]] = {}
     num_stages = assignment.scheme.pp
     order = one_f_one_b(assignment.stage, num_stages, len(assignment.micro_batches))
-    exchanges = {e.before_op: e for e in stage_exchanges(assignment.stage, num_stages, len(assignment.micro_batches))}
+    exchanges: dict[int, list[Exchange]] = {}  # by the op they come before, in order
+    for exchange in stage_exchanges(assignment.stage, num_stages, len(assignment.micro_batches)):
+        exchanges.setdefault(exchange.before_op, []).append(exchange)
     outbox: dict[tuple[int, int], torch.Tensor] = {}  # (direction, micro-batch) -> the tensor to send
     for position, (is_forward, index) in enumerate(order):
         wall, cpu = time.perf_counter(), time.thread_time()
         # the guard names the micro-batch of an out-of-memory; the meter records its collectives
         with oom_guard("F" if is_forward else "B", assignment, index), comm_meter.recording() as collectives:
             batch = batch_of(index) if is_forward else None  # before the exchange: its own faults first
-            inbox, received = _exchange(channel, assignment, exchanges.get(position), outbox)
+            inbox, received = _exchanges(channel, assignment, exchanges.get(position, []), outbox)
             if before_last_backward is not None and position == len(order) - 1 and not is_forward:
                 before_last_backward()
             if is_forward:
@@ -146,22 +148,25 @@ def run_pipeline_step(
                 "comm": [[record.kind, record.num_bytes, record.wall_s, record.cpu_s] for record in collectives],
             }
         )
-    _exchange(channel, assignment, exchanges.get(len(order)), outbox)
+    _exchanges(channel, assignment, exchanges.get(len(order), []), outbox)
     return result
 
 
-def _exchange(channel: _Channel, assignment: RankAssignment, exchange: Exchange | None, outbox: dict):
-    """Post `exchange` (the previous op's output and this op's input together); returns
-    {(direction, micro-batch): tensor} received and the receive timing (zeros without one)."""
-    if exchange is None:
-        return {}, (0.0, 0.0, 0.0)
+def _exchanges(channel: _Channel, assignment: RankAssignment, exchanges: list[Exchange], outbox: dict):
+    """Post `exchanges` in turn (each: the previous op's output and this op's input together);
+    returns {(direction, micro-batch): tensor} received and the receive timing (zeros without one)."""
     rank_of = {+1: assignment.next_rank, -1: assignment.previous_rank}
-    sends = [(outbox.pop(key), rank_of[key[0]], tag_of(key[0] > 0, key[1])) for key in exchange.sends]
-    recvs = [(rank_of[d], tag_of(d < 0, index)) for d, index in exchange.recvs]
-    tensors, timing = channel.exchange(sends, recvs)
-    if not exchange.recvs:
-        timing = (0.0, 0.0, 0.0)  # sends only: no op waits for an input here
-    return dict(zip(exchange.recvs, tensors)), timing
+    inbox: dict = {}
+    timing = (0.0, 0.0, 0.0)
+    for exchange in exchanges:
+        sends = [(outbox.pop(key), rank_of[key[0]], tag_of(key[0] > 0, key[1])) for key in exchange.sends]
+        recvs = [(rank_of[d], tag_of(d < 0, index)) for d, index in exchange.recvs]
+        tensors, took = channel.exchange(sends, recvs)
+        inbox.update(zip(exchange.recvs, tensors))
+        timing = tuple(total + part for total, part in zip(timing, took))
+    if not inbox:  # sends only: no op waits for an input here
+        timing = (0.0, 0.0, 0.0)
+    return inbox, timing
 
 
 def _forward(stage, assignment, batch, index, inbox, outbox, saved, global_tokens, result, slowdown) -> dict:

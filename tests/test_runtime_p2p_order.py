@@ -65,3 +65,14 @@ def test_the_checker_finds_messages_matched_out_of_order():
         "message 0 from rank 0 to rank 1 is tag 0 but the receive posted for it expects tag 2 "
         "(NCCL matches by order, not by tag)"
     )
+
+
+def test_a_stage_with_only_warm_up_forwards_sends_its_last_activation_before_it_waits_for_a_gradient():
+    # pp 2, one micro-batch: stage 1 needs activation 0 to make gradient 0, so stage 0 may not wait
+    # for that gradient's header in the batch that posts the activation's header (the payload
+    # goes out only after that batch): it hung `hydraplan run` on a one-micro-batch pipeline
+    exchanges = stage_exchanges(0, 2, 1)
+    assert [(e.before_op, e.sends, e.recvs) for e in exchanges] == [(1, ((+1, 0),), ()), (1, (), ((+1, 0),))]
+    paired = {0: [[("send", 1, 0), ("recv", 1, 2)], [("send", 1, 1), ("recv", 1, 3)]], 1: pipeline_traces(2, 1)[1]}
+    assert find_nccl_deadlock(paired) is not None
+    assert find_nccl_deadlock(pipeline_traces(2, 1)) is None
