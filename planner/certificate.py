@@ -1,0 +1,93 @@
+"""The bound certificate a plan carries (`schemas.BoundCertificate`), built once at the end of the
+search from what the search already holds: the schemes its bounds priced, the step time the set
+bounds priced bubbles under, and the scheme sets it expanded into their strategies, with the fluid
+dual's multipliers of the strategies whose bound lies near the global one.
+
+The certificate lists only what a verifier cannot find itself: every other scheme set of the space
+is covered by its set bound, which the verifier recomputes (`planner.verify_bound`). A set the
+search expanded only in part (too many strategies to list) is left out: its set bound covers it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hydraplan.planner.schemas import BoundCertificate, ExpandedSet, StrategyWitness
+
+if TYPE_CHECKING:
+    from hydraplan.planner.bounds import BoundTables
+    from hydraplan.planner.search import Frontier
+
+# strategies whose bound is within this share above the global bound carry their multipliers (the
+# verifier bounds the others with its own); measured: the verifier's own multipliers fall short
+# of the solver's grid by well under this
+WITNESS_MARGIN = 0.05
+MULTIPLIER_DIGITS = 6  # any nonnegative multipliers give a valid bound: rounding costs nothing
+
+
+def scheme_text(scheme) -> str:
+    return f"<{scheme.tp},{scheme.pp},{scheme.cp}>"
+
+
+def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bound_s: float) -> BoundCertificate:
+    """The certificate of `lower_bound_s`, the frontier's global bound."""
+    tables = frontier.tables
+    complete = {columns for columns, huge in frontier.expanded if not huge}
+    groups: dict[tuple[int, ...], list] = {}
+    for entry in frontier.strategies:
+        order = sorted(range(len(entry.strategy.counts)), key=lambda k: frontier.column_of[entry.strategy.counts[k][0]])
+        columns = tuple(frontier.column_of[entry.strategy.counts[k][0]] for k in order)
+        counts = tuple(entry.strategy.counts[k][1] for k in order)
+        if space == "search" and len(columns) == 1:
+            complete.add(columns)  # a single scheme has one strategy: enumerated, it is expanded
+        groups.setdefault(columns, []).append((counts, entry.bound_s))
+    listed = sorted(complete) if space == "search" else sorted(groups)
+    expanded = []
+    near_s = lower_bound_s * (1 + WITNESS_MARGIN)
+    for columns in listed:
+        members = groups.get(columns, [])
+        close = [(counts, bound) for counts, bound in members if bound < near_s]
+        witnesses = []
+        if close:
+            weights = tables.fluid_multipliers(columns, np.array([counts for counts, _ in close]))
+            witnesses = [
+                StrategyWitness(
+                    counts=list(counts),
+                    bound_s=bound,
+                    multipliers=[round(float(weight), MULTIPLIER_DIGITS) for weight in row],
+                )
+                for (counts, bound), row in zip(close, weights)
+            ]
+        least = min((bound for _, bound in members), default=math.inf)
+        least_s = least if math.isfinite(least) else None  # no strategy of the set has a plan
+        expanded.append(ExpandedSet(schemes=list(columns), bound_s=least_s, strategies=witnesses))
+    pricing = frontier.set_pricing
+    cap_s = pricing[2] if pricing is not None and np.isfinite(pricing[2]) else None
+    return BoundCertificate(
+        space=space,
+        max_schemes=max_schemes,
+        schemes=[scheme_text(coef.scheme) for coef in tables.coefs],
+        pricing_cap_s=cap_s,
+        expanded=expanded,
+    )
+
+
+def fixed_certificate(tables: BoundTables, counts: np.ndarray, bound_s: float, max_schemes: int) -> BoundCertificate:
+    """The certificate of a fixed strategy's bound (`solve.evaluate_strategy`): its schemes are the
+    tables' columns, its pipeline counts one row of `counts`."""
+    columns = list(range(len(tables.coefs)))
+    weights = tables.fluid_multipliers(columns, counts)[0]
+    witness = StrategyWitness(
+        counts=[int(count) for count in counts[0]],
+        bound_s=bound_s,
+        multipliers=[round(float(weight), MULTIPLIER_DIGITS) for weight in weights],
+    )
+    return BoundCertificate(
+        space="fixed",
+        max_schemes=max_schemes,
+        schemes=[scheme_text(coef.scheme) for coef in tables.coefs],
+        expanded=[ExpandedSet(schemes=columns, bound_s=bound_s, strategies=[witness])],
+    )
