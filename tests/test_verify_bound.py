@@ -122,7 +122,8 @@ def test_a_plan_without_certificate_and_a_malformed_one_fail() -> None:
     bare = plan.model_copy(update={"bound_certificate": None})
     assert verify_bound(bare, profile, request).violations == ["bound: the plan carries no bound certificate"]
     unknown = with_certificate(plan, lambda data: data["schemes"].append("<64,1,1>"))
-    assert "bound certificate: scheme <64,1,1> is not in the profile" in verify_bound(unknown, profile, request).violations
+    violations = verify_bound(unknown, profile, request).violations
+    assert "bound certificate: scheme <64,1,1> is not in the profile" in violations
     shuffled = with_certificate(plan, lambda data: data["expanded"].append({"schemes": [1, 0]}))
     assert any("is not increasing scheme indices" in v for v in verify_bound(shuffled, profile, request).violations)
 
