@@ -178,3 +178,46 @@ def test_the_certificate_round_trips_through_json() -> None:
     again = Plan.model_validate(json.loads(plan.model_dump_json()))
     assert again.bound_certificate == plan.bound_certificate
     assert verify_bound(again, profile, request).ok
+
+
+def needed_set_left_out() -> tuple[Plan, object, PlanRequest, str]:
+    """A verified plan with an expanded set it needs left out of its certificate (plan_id updated,
+    so the checker passes it), and that set's text."""
+    for case in QUICK_CASES:
+        plan, profile, request, _ = solved(case)
+        if not verify_bound(plan, profile, request).ok:
+            continue
+        for index in range(len(plan.bound_certificate.expanded)):
+            cut = with_certificate(plan, lambda data, index=index: data["expanded"].pop(index))
+            verification = verify_bound(cut, profile, request)
+            if not verification.ok:
+                cut = cut.model_copy(update={"plan_id": content_plan_id(cut)})
+                return cut, profile, request, verification.violations[0]
+    raise AssertionError("no certificate needs one of its expanded sets")
+
+
+def test_cli_check_bound(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`hydraplan check --bound`: exit 0 with the verified bound, 1 naming the failing part, 2
+    without the profile that defines the space."""
+    from hydraplan.api.cli import main
+
+    plan, profile, request = verified_case()
+    cut, _, _, violation = needed_set_left_out()
+    paths = {name: tmp_path / f"{name}.json" for name in ("plan", "profile", "request", "cut")}
+    paths["plan"].write_text(plan.model_dump_json())
+    paths["profile"].write_text(profile.model_dump_json())
+    paths["request"].write_text(request.model_dump_json())
+    paths["cut"].write_text(cut.model_dump_json())
+    common = ["--profile", str(paths["profile"]), "--request", str(paths["request"]), "--bound"]
+    assert main(["check", str(paths["plan"]), *common]) == 0
+    out = capsys.readouterr().out
+    assert "plan OK" in out and "bound: claimed" in out and "verified" in out
+    assert check_plan(cut, profile, request) == []  # a valid plan whose certificate does not prove its bound
+    _, cut_profile, cut_request, _ = needed_set_left_out()
+    paths["profile"].write_text(cut_profile.model_dump_json())
+    paths["request"].write_text(cut_request.model_dump_json())
+    assert main(["check", str(paths["cut"]), *common]) == 1
+    out = capsys.readouterr().out
+    assert "plan INVALID" in out and violation in out
+    assert main(["check", str(paths["plan"]), "--bound"]) == 2
+    assert "--bound needs --profile" in capsys.readouterr().err
