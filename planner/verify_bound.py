@@ -63,6 +63,8 @@ MAX_ENUMERATED_STRATEGIES = 20_000  # count vectors of one expanded set the veri
 SET_CHUNK_ELEMENTS = 4_000_000  # rows x sets per vectorised step
 MAX_NAMED = 10  # parts named in the violations (the rest counted)
 FEW_ITEMS = 8  # batches of at most this many items get the assignment bound (Bell(8) = 4,140 partitions)
+GRID_RESOLUTION = 12  # the verifier's own fluid dual multipliers: steps of 1/12 of the simplex
+EXACT_BLOCK_ITEMS = 6  # a pipeline holding at most this many items is timed exactly (4,683 orderings at 6)
 
 Scheme = reference.Scheme
 
@@ -280,10 +282,12 @@ def _bubble_overhead_s(columns: _Columns, work_s: np.ndarray | float) -> np.ndar
     return np.maximum(columns.stages * columns.c, k * columns.c + 2.0 * np.sqrt(k * columns.c * work_s))
 
 
-def _most_work_s(columns: _Columns, time_s: float) -> np.ndarray:
-    """G(T) per scheme: the most work a pipeline finishing by T can carry (inverse of g)."""
+def _most_work_s(columns: _Columns, time_s: np.ndarray | float) -> np.ndarray:
+    """G(T) per scheme: the most work a pipeline finishing by T can carry (inverse of g; T
+    broadcast against the schemes)."""
     k = np.maximum(0.0, 1.0 - 2.0 * columns.fwd) * (columns.stages - 1)
-    root = math.sqrt(time_s) - np.sqrt(k * columns.c)
+    time_s = np.maximum(np.asarray(time_s, dtype=np.float64), 0.0)
+    root = np.sqrt(time_s) - np.sqrt(k * columns.c)
     by_path = np.where(root > 0, root * root, 0.0)
     return np.maximum(np.minimum(time_s - columns.stages * columns.c, by_path), 0.0)
 
@@ -454,20 +458,17 @@ def _expanded_bound_s(entry, combo, profile, columns, tables, num_gpus, floor) -
     for counts in witnesses:
         if len(counts) != len(combo) or sum(n * g for n, g in zip(counts, sizes)) != num_gpus:
             messages.append(f"set {_set_text(columns, combo)}: witness counts {list(counts)} are not a strategy of it")
-    least = math.inf
-    for counts in vectors:
-        multipliers = witnesses.get(counts)
-        if multipliers is not None and len(multipliers) != len(combo):
-            messages.append(f"strategy {_strategy_text(columns, combo, counts)}: {len(multipliers)} multipliers")
-            multipliers = None
-        bound = _strategy_bound_s(profile, columns, tables, combo, counts, num_gpus, multipliers)
+    extra = [weights for weights in witnesses.values() if len(weights) == len(combo)]
+    if len(extra) != len(witnesses):
+        messages.append(f"set {_set_text(columns, combo)}: a witness has not one multiplier per scheme")
+    bounds = _strategy_bounds_s(profile, columns, tables, combo, np.array(vectors), num_gpus, extra)
+    for counts, bound in zip(vectors, bounds.tolist()):
         if bound < floor and len(messages) < MAX_NAMED:
             messages.append(
                 f"strategy {_strategy_text(columns, combo, counts)}: verified bound {bound:.6g} s "
                 f"< claimed {floor / (1 - RELATIVE_TOLERANCE):.6g} s"
             )
-        least = min(least, bound)
-    return least, len(vectors), messages
+    return float(bounds.min()), len(vectors), messages
 
 
 def _strategy_text(columns: _Columns, combo: Sequence[int], counts: Sequence[int]) -> str:
@@ -475,43 +476,80 @@ def _strategy_text(columns: _Columns, combo: Sequence[int], counts: Sequence[int
     return " + ".join(terms)
 
 
-def _strategy_bound_s(
+def _strategy_bounds_s(
     profile: CostProfile,
     columns: _Columns,
     tables: _Tables,
     combo: Sequence[int],
-    counts: Sequence[int],
+    counts: np.ndarray,
     num_gpus: int,
-    multipliers: Sequence[float] | None = None,
+    multipliers: Sequence[Sequence[float]] = (),
     extra_switch_s: float = 0.0,
-) -> float:
-    """The fluid dual at the given and the verifier's own multipliers, the area, longest item and
-    bubble-floor duals (pipeline time), plus the strategy's exact sync (and a known switch cost)."""
+) -> np.ndarray:
+    """Per row of `counts` (pipelines per scheme of `combo`): the fluid dual at the verifier's own
+    grid of multipliers and the given ones, the area, longest item and bubble-floor duals (pipeline
+    time) and, for a few items, the assignment bound; plus the strategy's exact sync (and a known
+    switch cost)."""
     combo = list(combo)
-    counts_array = np.asarray(counts, dtype=np.float64)
-    replicas = int(round(float(counts_array @ columns.cp[combo])))
-    sync = _sync_s(profile, columns, combo, replicas)
-    cost = tables.unit_cost[:, combo]
-    work = tables.work[:, combo]
+    counts = np.asarray(counts, dtype=np.float64).reshape(-1, len(combo))
+    cost, work = tables.unit_cost[:, combo], tables.work[:, combo]
     if not np.isfinite(cost).any(axis=1).all():
-        return math.inf  # some item fits no scheme of the strategy: it has no plan
-    gpus = columns.gpus[combo]
-    grid = [gpus / gpus.sum(), np.full(len(combo), 1.0 / len(combo)), *np.eye(len(combo))]
-    if multipliers is not None:
-        grid.append(np.asarray(multipliers, dtype=np.float64))
+        return np.full(len(counts), math.inf)  # some item fits no scheme of the strategy: it has no plan
+    grid = _multiplier_grid(columns.gpus[combo], multipliers)
+    denominator = counts @ grid.T  # strategies x grid points
+    positive = denominator > 0
     floors = (columns.stages[combo] - 1) * columns.c[combo]
     area = float(tables.multiplicity @ tables.gpu_cost[:, combo].min(axis=1)) / num_gpus
     longest = float(tables.longest[:, combo].min(axis=1).max())
-    bound = max(area, longest, max(_dual_s(tables, cost, counts_array, floors, weights) for weights in grid))
+    fluid = _best_dual(_grid_totals(tables, cost, grid), counts * floors, grid, denominator, positive)
+    bound = np.maximum(max(area, longest), fluid)
+    work_totals = _grid_totals(tables, work, grid)
     for _ in range(2):  # bubble floors from the bound so far (module docstring)
-        floors_now = _bubble_overhead_s(columns, _most_work_s(columns, bound))[combo]  # h(G(T0))
-        raised = max(_dual_s(tables, work, counts_array, floors_now, weights) for weights in grid)
-        if not raised > bound * (1 + 1e-9):
+        held = _bubble_overhead_s(columns, _most_work_s(columns, bound[:, None]))[:, combo]  # h(G(T0))
+        raised = _best_dual(work_totals, counts * held, grid, denominator, positive)
+        if not (raised > bound * (1 + 1e-9)).any():
             break
-        bound = raised
+        bound = np.maximum(bound, raised)
     if len(tables.items) <= FEW_ITEMS:
-        bound = max(bound, _assignment_bound_s(columns, tables.items, combo, counts))
+        assigned = [_assignment_bound_s(columns, tables.items, combo, row) for row in counts.astype(int).tolist()]
+        bound = np.maximum(bound, assigned)
+    replicas = np.rint(counts @ columns.cp[combo]).astype(int)
+    sync = np.array([_sync_s(profile, columns, combo, int(count)) for count in replicas.tolist()])
     return bound + sync + extra_switch_s
+
+
+def _multiplier_grid(gpus: np.ndarray, multipliers: Sequence[Sequence[float]]) -> np.ndarray:
+    """The verifier's own multipliers (points of the simplex in steps of 1/GRID_RESOLUTION for up
+    to three schemes, else corners and centre; and GPUs per pipeline), then the given ones."""
+    size = len(gpus)
+    if size <= 3:
+        points = [p for p in itertools.product(range(GRID_RESOLUTION + 1), repeat=size) if sum(p) == GRID_RESOLUTION]
+        own = np.array(points, dtype=np.float64) / GRID_RESOLUTION
+    else:
+        own = np.vstack([np.eye(size), np.full((1, size), 1.0 / size)])
+    rows = [own, (gpus / gpus.sum())[None, :]]
+    if len(multipliers):
+        rows.append(np.maximum(np.asarray(multipliers, dtype=np.float64), 0.0))
+    return np.vstack(rows)
+
+
+def _grid_totals(tables: _Tables, cost: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Per grid point lambda: `sum_i min_s lambda_s cost_is`, where zero weight prices an item at 0
+    on its scheme and a scheme the item does not fit cannot take it (inf: it fits none)."""
+    unfit = np.where(np.isfinite(cost), 0.0, np.inf)[:, None, :]
+    with np.errstate(invalid="ignore"):  # inf * 0 in the branch np.where leaves out
+        priced = np.where(grid[None, :, :] > 0, cost[:, None, :] * grid[None, :, :], unfit)
+    return tables.multiplicity @ priced.min(axis=2)
+
+
+def _best_dual(
+    totals: np.ndarray, floors: np.ndarray, grid: np.ndarray, denominator: np.ndarray, positive: np.ndarray
+) -> np.ndarray:
+    """Per strategy, the best over grid points of `(totals + sum_s lambda_s n_s floor_s) / sum_s
+    lambda_s n_s` (`floors`: strategies x schemes, already times the counts)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratios = (totals[None, :] + floors @ grid.T) / denominator
+    return np.where(positive & np.isfinite(ratios), ratios, -np.inf).max(axis=1)
 
 
 def _assignment_bound_s(columns: _Columns, items: np.ndarray, combo: Sequence[int], counts: Sequence[int]) -> float:
@@ -527,7 +565,11 @@ def _assignment_bound_s(columns: _Columns, items: np.ndarray, combo: Sequence[in
     def floor(block: tuple[int, ...], column: int) -> float:
         key = (block, column)
         if key not in memo:
-            memo[key] = _pipeline_floor_s(columns, column, [lengths[index] for index in block])
+            members = [lengths[index] for index in block]
+            if len(members) <= EXACT_BLOCK_ITEMS:
+                memo[key] = _least_pipeline_s(columns, column, members)
+            else:
+                memo[key] = _pipeline_floor_s(columns, column, members)
         return memo[key]
 
     orders = set(itertools.permutations(labels))
@@ -556,6 +598,38 @@ def _partitions(items: tuple[int, ...], num_blocks: int):
                 yield ((first, *others), *tail)
 
 
+def _least_pipeline_s(columns: _Columns, column: int, lengths: Sequence[float]) -> float:
+    """The least 1F1B time (`reference.pipeline_time_s`) of one pipeline of scheme `column` over
+    every ordered packing of these items into micro-batches under its capacity; inf when none fits.
+    A packing no faster than the best so far on its first stage alone is not simulated."""
+    capacity = float(columns.capacity[column])
+    a, b, c = float(columns.a[column]), float(columns.b[column]), float(columns.c[column])
+    stages, fwd = int(columns.stages[column]), float(columns.fwd[column])
+    best = math.inf
+    for blocks in _ordered_packings(tuple(lengths), capacity):
+        times = [a * sum(x * x for x in block) + b * sum(block) + c for block in blocks]
+        if sum(times) >= best:
+            continue
+        best = min(best, sum(times) if stages == 1 else reference.pipeline_time_s(times, stages, fwd))
+    return best
+
+
+def _ordered_packings(lengths: tuple[float, ...], capacity: float):
+    """Every sequence of micro-batches (blocks of the items, in execution order) under `capacity`."""
+    if not lengths:
+        yield ()
+        return
+    indices = range(len(lengths))
+    for size in range(len(lengths), 0, -1):
+        for chosen in itertools.combinations(indices, size):
+            block = tuple(lengths[index] for index in chosen)
+            if sum(block) > capacity:
+                continue
+            rest = tuple(lengths[index] for index in indices if index not in chosen)
+            for tail in _ordered_packings(rest, capacity):
+                yield (block, *tail)
+
+
 def _pipeline_floor_s(columns: _Columns, column: int, lengths: Sequence[float]) -> float:
     """A floor under the 1F1B time of one pipeline of scheme `column` holding these items: over
     every micro-batch count m it can run (at least the tokens over the capacity, at most one per
@@ -576,21 +650,6 @@ def _pipeline_floor_s(columns: _Columns, column: int, lengths: Sequence[float]) 
         total = work + count * c
         best = min(best, max(total + (stages - 1) * c, (1 + k / count) * total, total + k * (largest + c)))
     return best
-
-
-def _dual_s(tables: _Tables, cost: np.ndarray, counts: np.ndarray, floors: np.ndarray, weights: np.ndarray) -> float:
-    """`(sum_i min_s lambda_s cost_is + sum_s lambda_s n_s floor_s) / sum_s lambda_s n_s`: zero
-    weight prices an item at 0 on its scheme, a scheme the item does not fit cannot take it."""
-    weights = np.maximum(np.asarray(weights, dtype=np.float64), 0.0)
-    denominator = float(weights @ counts)
-    if denominator <= 0:
-        return -math.inf
-    with np.errstate(invalid="ignore"):  # inf * 0 in the branch np.where leaves out
-        priced = np.where(weights[None, :] > 0, cost * weights[None, :], np.where(np.isfinite(cost), 0.0, np.inf))
-    cheapest = priced.min(axis=1)
-    if not np.isfinite(cheapest).all():
-        return -math.inf
-    return (float(tables.multiplicity @ cheapest) + float(weights @ (counts * floors))) / denominator
 
 
 def _verify_listed(certificate, plan, profile, request, columns, tables) -> BoundVerification:
@@ -622,8 +681,11 @@ def _verify_listed(certificate, plan, profile, request, columns, tables) -> Boun
         combo = sorted(merged)
         counts = [merged[column] for column in combo]
         switch = plan.switch_cost_s if certificate.space == "fixed" else 0.0
-        multipliers = witnesses.get((tuple(combo), tuple(counts)))
-        bound = _strategy_bound_s(profile, columns, tables, combo, counts, plan.num_gpus, multipliers, switch)
+        given = witnesses.get((tuple(combo), tuple(counts)))
+        extra = [given] if given is not None and len(given) == len(combo) else []
+        bound = float(
+            _strategy_bounds_s(profile, columns, tables, combo, np.array([counts]), plan.num_gpus, extra, switch)[0]
+        )
         if bound < floor:
             violations.append(
                 f"strategy {_strategy_text(columns, combo, counts)}: verified bound {bound:.6g} s "
