@@ -88,6 +88,8 @@ TARGETS = {
             ),
         ),
         Target("auth", "api/service/auth.py", ("tests/test_api_auth.py",)),
+        # the independent bound verifier: tampered certificates, then the exhaustive optima
+        Target("verify-bound", "planner/verify_bound.py", ("tests/test_verify_bound.py",)),
     )
 }
 

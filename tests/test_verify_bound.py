@@ -56,12 +56,6 @@ def test_verified_bound_is_at_most_the_brute_forced_optimum(case: int) -> None:
     assert_verified_at_most_optimum(case)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("case", range(len(QUICK_CASES), 50))
-def test_verified_bound_against_the_whole_exhaustive_suite(case: int) -> None:
-    assert_verified_at_most_optimum(case)
-
-
 def test_most_tiny_plans_verify_their_claimed_bound() -> None:
     """On the quick instances the verifier proves the claimed bound in most plans (the rest rest on
     the solver's tabulated bubble floors, which it does not recompute: see the module docstring)."""
