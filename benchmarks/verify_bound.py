@@ -3,7 +3,8 @@ verifier's CPU time, and whether the verified bound reaches the claimed one.
 
 For each setting and dataset, plan one seeded batch (the planner's default solver and the setting's
 budget), then verify `lower_bound_s` from the plan's certificate (`planner.verify_bound`) against the
-profile it was made with. Prints a table and writes benchmarks/results/verify-bound.md.
+profile it was made with. Prints a table and writes its section of benchmarks/RESULTS.md and
+benchmarks/results/verify_bound.md.
 
     python benchmarks/verify_bound.py [--settings 8b-64xh100,...] [--seeds 2]
 """
@@ -11,13 +12,9 @@ profile it was made with. Prints a table and writes benchmarks/results/verify-bo
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
@@ -31,10 +28,10 @@ from benchmarks.common import (  # noqa: E402
     progress,
     split_names,
 )
+from benchmarks.report import command_line, markdown_table, write_result  # noqa: E402
 from hydraplan.planner.solve import solve  # noqa: E402
 from hydraplan.planner.verify_bound import verify_bound  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "verify-bound.md"
 COLUMNS = (
     "setting",
     "dataset",
@@ -80,27 +77,21 @@ def measure(setting_name: str, dataset: str, seed: int) -> dict:
     }
 
 
-def markdown(rows: list[dict], command: str) -> str:
-    lines = [
-        "# Bound certificates and their verifier",
-        "",
-        f"Command: `{command}`",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs (shared with other agents: CPU times, not wall "
-        f"times), Python {platform.python_version()}, numpy {np.__version__}.",
-        "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
-    ]
-    lines += ["| " + " | ".join(str(row[column]) for column in COLUMNS) + " |" for row in rows]
-    failing = [row for row in rows if row["first violation"]]
-    if failing:
-        lines += ["", "First violation of each plan whose bound did not verify:", ""]
-        lines += [
-            f"- {row['setting']} {row['dataset']} seed {row['seed']}: {row['first violation']}" for row in failing
-        ]
+def tables(rows: list[dict]) -> tuple[str, str]:
+    """The full output (every row, then the first violation of each plan that did not verify) and
+    the summary (the table and the share verified)."""
+    table = markdown_table(list(COLUMNS), [[str(row[column]) for column in COLUMNS] for row in rows])
     verified = sum(1 for row in rows if not row["first violation"])
-    lines += ["", f"Verified: {verified} of {len(rows)} plans.", ""]
-    return "\n".join(lines)
+    share = f"Verified: {verified} of {len(rows)} plans (the verified bound reaches the claimed one within 1e-6)."
+    failing = [
+        f"- {r['setting']} {r['dataset']} seed {r['seed']}: {r['first violation']}"
+        for r in rows
+        if r["first violation"]
+    ]
+    full = "\n\n".join(
+        [table, share, *(["First violation of each plan that did not verify:", "\n".join(failing)] if failing else [])]
+    )
+    return full, f"{table}\n\n{share}\n"
 
 
 def main() -> None:
@@ -108,7 +99,6 @@ def main() -> None:
     parser.add_argument("--settings", help="comma-separated setting names (default: all)")
     parser.add_argument("--datasets", help="comma-separated datasets (default: each setting's)")
     parser.add_argument("--seeds", type=int, default=1)
-    parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     names = split_names(args.settings.split(",") if args.settings else None, SETTINGS, "setting") or list(SETTINGS)
     rows = []
@@ -120,14 +110,8 @@ def main() -> None:
                 row = measure(name, dataset, seed)
                 rows.append(row)
                 print(" | ".join(str(row[column]) for column in COLUMNS), flush=True)
-    command = (
-        "python benchmarks/verify_bound.py "
-        + " ".join(
-            f"--{key} {value}" for key, value in (("settings", args.settings), ("datasets", args.datasets)) if value
-        )
-        + f" --seeds {args.seeds}"
-    )
-    Path(args.out).write_text(markdown(rows, command))
+    full, summary = tables(rows)
+    write_result("verify_bound", command_line(), full, summary)
 
 
 if __name__ == "__main__":

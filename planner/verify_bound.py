@@ -62,9 +62,12 @@ RELATIVE_TOLERANCE = 1e-6  # of the claimed bound: float noise between two ways 
 MAX_ENUMERATED_STRATEGIES = 20_000  # count vectors of one expanded set the verifier lists
 SET_CHUNK_ELEMENTS = 4_000_000  # rows x sets per vectorised step
 MAX_NAMED = 10  # parts named in the violations (the rest counted)
-FEW_ITEMS = 8  # batches of at most this many items get the assignment bound (Bell(8) = 4,140 partitions)
+FEW_ITEMS = 12  # batches of at most this many items get the assignment bound
+MAX_ASSIGNMENT_NODES = 100_000  # per strategy: past it the assignment bound claims nothing
 GRID_RESOLUTION = 12  # the verifier's own fluid dual multipliers: steps of 1/12 of the simplex
-EXACT_BLOCK_ITEMS = 6  # a pipeline holding at most this many items is timed exactly (4,683 orderings at 6)
+EXACT_BLOCK_ITEMS = 6  # a pipeline holding at most this many items is timed exactly (4,683 orderings at 6) ...
+EXACT_BATCH_ITEMS = 8  # ... in batches of at most this many items; in larger ones, up to
+EXACT_BLOCK_ITEMS_LARGE_BATCH = 3
 
 Scheme = reference.Scheme
 
@@ -552,50 +555,77 @@ def _best_dual(
     return np.where(positive & np.isfinite(ratios), ratios, -np.inf).max(axis=1)
 
 
+class _OutOfNodes(Exception):
+    pass
+
+
 def _assignment_bound_s(columns: _Columns, items: np.ndarray, combo: Sequence[int], counts: Sequence[int]) -> float:
     """Least over every assignment of the items to the strategy's pipelines (none idle) of the
-    slowest pipeline's floor (`_pipeline_floor_s`): the partitions of the items into as many blocks
-    as pipelines, each block given a pipeline (pipelines of one scheme are interchangeable)."""
+    slowest pipeline's floor: a pipeline of at most `exact` items timed exactly
+    (`_least_pipeline_s`), a larger one by `_pipeline_floor_s`. Depth-first over the items, longest
+    first; empty pipelines of one scheme are interchangeable (only the first is tried); a branch
+    ends when a pipeline's partial floor `W + max(1, tokens / cap) c + (pp-1) c` (which only grows
+    as items join it, and is below both floors) reaches the best complete assignment. -inf (no
+    claim) past MAX_ASSIGNMENT_NODES nodes."""
     labels = [column for column, count in zip(combo, counts) for _ in range(count)]
-    if len(labels) > len(items):
+    num_pipelines, num_items = len(labels), len(items)
+    if num_pipelines > num_items:
         return math.inf
-    lengths = [float(length) for length in items]
+    exact = EXACT_BLOCK_ITEMS if num_items <= EXACT_BATCH_ITEMS else EXACT_BLOCK_ITEMS_LARGE_BATCH
+    lengths = sorted((float(length) for length in items), reverse=True)
+    blocks: list[list[int]] = [[] for _ in labels]
+    work, tokens = [0.0] * num_pipelines, [0.0] * num_pipelines
     memo: dict[tuple[tuple[int, ...], int], float] = {}
+    best, nodes = math.inf, 0
 
-    def floor(block: tuple[int, ...], column: int) -> float:
-        key = (block, column)
-        if key not in memo:
+    def full(block: tuple[int, ...], column: int) -> float:
+        if (block, column) not in memo:
             members = [lengths[index] for index in block]
-            if len(members) <= EXACT_BLOCK_ITEMS:
-                memo[key] = _least_pipeline_s(columns, column, members)
-            else:
-                memo[key] = _pipeline_floor_s(columns, column, members)
-        return memo[key]
+            least = _least_pipeline_s if len(members) <= exact else _pipeline_floor_s
+            memo[(block, column)] = least(columns, column, members)
+        return memo[(block, column)]
 
-    orders = set(itertools.permutations(labels))
-    best = math.inf
-    for blocks in _partitions(tuple(range(len(lengths))), len(labels)):
-        for order in orders:
-            slowest = max(floor(block, column) for block, column in zip(blocks, order))
-            best = min(best, slowest)
+    def partial(column: int, work_s: float, num_tokens: float) -> float:
+        c = float(columns.c[column])
+        fewest = max(1, math.ceil(num_tokens / float(columns.capacity[column]) - 1e-12))
+        return work_s + fewest * c + (float(columns.stages[column]) - 1) * c
+
+    def descend(index: int, empty: int) -> None:
+        nonlocal best, nodes
+        nodes += 1
+        if nodes > MAX_ASSIGNMENT_NODES:
+            raise _OutOfNodes
+        if num_items - index < empty:
+            return  # too few items left to give every empty pipeline one
+        if index == num_items:
+            best = min(best, max(full(tuple(block), column) for block, column in zip(blocks, labels)))
+            return
+        length = lengths[index]
+        tried_empty = set()
+        for pipeline, column in enumerate(labels):
+            if length > columns.capacity[column]:
+                continue
+            if not blocks[pipeline]:
+                if column in tried_empty:
+                    continue
+                tried_empty.add(column)
+            item_s = float(columns.a[column]) * length * length + float(columns.b[column]) * length
+            if partial(column, work[pipeline] + item_s, tokens[pipeline] + length) >= best:
+                continue
+            was_empty = not blocks[pipeline]
+            blocks[pipeline].append(index)
+            work[pipeline] += item_s
+            tokens[pipeline] += length
+            descend(index + 1, empty - was_empty)
+            blocks[pipeline].pop()
+            work[pipeline] -= item_s
+            tokens[pipeline] -= length
+
+    try:
+        descend(0, num_pipelines)
+    except _OutOfNodes:
+        return -math.inf
     return best
-
-
-def _partitions(items: tuple[int, ...], num_blocks: int):
-    """Every partition of `items` into exactly `num_blocks` non-empty blocks (blocks as tuples,
-    the block holding the first item first)."""
-    if num_blocks == 0:
-        if not items:
-            yield ()
-        return
-    if len(items) < num_blocks:
-        return
-    first, rest = items[0], items[1:]
-    for size in range(len(rest) + 1):
-        for others in itertools.combinations(rest, size):
-            left = tuple(item for item in rest if item not in others)
-            for tail in _partitions(left, num_blocks - 1):
-                yield ((first, *others), *tail)
 
 
 def _least_pipeline_s(columns: _Columns, column: int, lengths: Sequence[float]) -> float:
