@@ -10,6 +10,7 @@ search expanded only in part (too many strategies to list) is left out: its set 
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import TYPE_CHECKING
 
@@ -37,36 +38,44 @@ def scheme_text(scheme) -> str:
 def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bound_s: float) -> BoundCertificate:
     """The certificate of `lower_bound_s`, the frontier's global bound."""
     tables = frontier.tables
-    complete = {columns for columns, huge in frontier.expanded if not huge}
-    groups: dict[tuple[int, ...], list] = {}
-    for entry in frontier.strategies:
-        order = sorted(range(len(entry.strategy.counts)), key=lambda k: frontier.column_of[entry.strategy.counts[k][0]])
-        columns = tuple(frontier.column_of[entry.strategy.counts[k][0]] for k in order)
-        counts = tuple(entry.strategy.counts[k][1] for k in order)
-        if space == "search" and len(columns) == 1:
-            complete.add(columns)  # a single scheme has one strategy: enumerated, it is expanded
-        groups.setdefault(columns, []).append((counts, entry.bound_s))
-    listed = sorted(complete) if space == "search" else sorted(groups)
-    expanded = []
     near_s = lower_bound_s * (1 + WITNESS_MARGIN)
-    candidates = [(bound, columns, counts) for columns in listed for counts, bound in groups.get(columns, [])]
-    witnessed = {(columns, counts) for bound, columns, counts in sorted(candidates)[:MAX_WITNESSES] if bound < near_s}
-    for columns in listed:
-        members = groups.get(columns, [])
-        close = [(counts, bound) for counts, bound in members if (columns, counts) in witnessed]
+    least: dict[tuple[int, ...], float] = {}  # per listed set: the least bound of its strategies
+    if space == "search":
+        for columns, huge, least_s in frontier.expanded:
+            if not huge:
+                least[columns] = min(least.get(columns, math.inf), least_s)
+    close: list[tuple[float, tuple[int, ...], tuple[int, ...]]] = []
+    for entry in frontier.strategies:
+        terms = entry.strategy.counts
+        if space == "search" and len(terms) == 1:  # a single scheme has one strategy: it is expanded
+            columns = (frontier.column_of[terms[0][0]],)
+            least[columns] = min(least.get(columns, math.inf), entry.bound_s)
+        if entry.bound_s < near_s or space != "search":
+            positions = sorted(range(len(terms)), key=lambda k: frontier.column_of[terms[k][0]])
+            columns = tuple(frontier.column_of[terms[k][0]] for k in positions)
+            counts = tuple(terms[k][1] for k in positions)
+            close.append((entry.bound_s, columns, counts))
+            if space != "search":
+                least[columns] = min(least.get(columns, math.inf), entry.bound_s)
+    chosen: dict[tuple[int, ...], list[tuple[tuple[int, ...], float]]] = {}
+    for bound_s, columns, counts in heapq.nsmallest(MAX_WITNESSES, (c for c in close if c[0] < near_s)):
+        if columns in least:
+            chosen.setdefault(columns, []).append((counts, bound_s))
+    expanded = []
+    for columns in sorted(least):
+        members = chosen.get(columns, [])
         witnesses = []
-        if close:
-            weights = tables.fluid_multipliers(columns, np.array([counts for counts, _ in close]))
+        if members:
+            weights = tables.fluid_multipliers(columns, np.array([counts for counts, _ in members]))
             witnesses = [
                 StrategyWitness(
                     counts=list(counts),
                     bound_s=bound,
                     multipliers=[round(float(weight), MULTIPLIER_DIGITS) for weight in row],
                 )
-                for (counts, bound), row in zip(close, weights)
+                for (counts, bound), row in zip(members, weights)
             ]
-        least = min((bound for _, bound in members), default=math.inf)
-        least_s = least if math.isfinite(least) else None  # no strategy of the set has a plan
+        least_s = least[columns] if math.isfinite(least[columns]) else None  # None: no strategy has a plan
         expanded.append(ExpandedSet(schemes=list(columns), bound_s=least_s, strategies=witnesses))
     pricing = frontier.set_pricing
     cap_s = pricing[2] if pricing is not None and np.isfinite(pricing[2]) else None

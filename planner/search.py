@@ -357,7 +357,8 @@ class Frontier:
         self.set_pricing: tuple[BoundTables, SyncFloors, float] | None = None
         self._order = itertools.count()
         self._seen: set[Strategy] = set()
-        self.expanded: list[tuple[tuple[int, ...], bool]] = []  # (columns, huge) of each expansion
+        # (columns, huge, least bound of the strategies it added) of each expansion
+        self.expanded: list[tuple[tuple[int, ...], bool, float]] = []
 
     def push_set(self, columns: tuple[int, ...], bound_s: float) -> None:
         heapq.heappush(self.sets, (bound_s, next(self._order), columns))
@@ -443,7 +444,8 @@ class Frontier:
             done = self.expansion(columns, set_bound_s, self.incumbent_s)
         if done.huge:
             self.floor_s = min(self.floor_s, set_bound_s)
-        self.expanded.append((columns, done.huge))
+        least_s = min((entry.bound_s for entry in done.entries), default=math.inf)
+        self.expanded.append((columns, done.huge, least_s))
         self._seen.update(entry.strategy for entry in done.entries)
         self.strategies.extend(done.entries)
 
