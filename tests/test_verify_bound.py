@@ -215,3 +215,21 @@ def test_cli_check_bound(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
     assert "plan INVALID" in out and violation in out
     assert main(["check", str(paths["plan"]), "--bound"]) == 2
     assert "--bound needs --profile" in capsys.readouterr().err
+
+
+def test_a_pool_plan_verifies_against_the_request_pool() -> None:
+    """A pool's space is the request's pool: each member is bounded; without the request the
+    verifier cannot know the pool and says so."""
+    profile, lengths, num_gpus = random_instance(0)
+    pool = [f"{num_gpus}x<1,1,1>", f"{num_gpus // 2}x<2,1,1>"]
+    options = SolverOptions(max_schemes=MAX_SCHEMES, strategy_pool=pool, time_limit_s=2)
+    request = PlanRequest(lengths=lengths, num_gpus=num_gpus, options=options)
+    plan = solve(request, profile)
+    assert plan.bound_certificate.space == "pool"
+    verification = verify_bound(plan, profile, request)
+    assert verification.num_strategies == 2 and verification.verified_bound_s <= plan.objective_s * (1 + 1e-9)
+    assert verify_bound(plan, profile).violations == [
+        "bound: a pool certificate is verified against the request's pool"
+    ]
+    raised = plan.model_copy(update={"lower_bound_s": plan.objective_s * 1.5})
+    assert any(v.startswith("strategy ") for v in verify_bound(raised, profile, request).violations)
