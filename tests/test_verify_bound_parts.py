@@ -98,3 +98,18 @@ def test_a_dominated_scheme_may_be_left_out_of_the_certificate() -> None:
     assert not any(
         v.startswith("bound certificate: scheme") for v in vb.verify_bound(plan, profile, request).violations
     )
+
+
+def test_the_assignment_bound_skips_a_pipeline_an_item_does_not_fit() -> None:
+    """Two pipelines, the longest item fitting only the second: the bound is that assignment's,
+    not infinite (which a search that stopped at the first pipeline would claim)."""
+    profile, _, _ = random_instance(0)
+    narrow = [
+        e.model_copy(update={"capacity_tokens": 1000}) if index == 0 else e for index, e in enumerate(profile.schemes)
+    ]
+    columns = columns_of(profile.model_copy(update={"schemes": narrow}))
+    wide = next(column for column in range(1, len(columns.schemes)) if columns.capacity[column] >= 2000)
+    items = np.array([1800.0, 500.0])
+    bound = vb._assignment_bound_s(columns, items, [0, wide], [1, 1])
+    expected = max(vb._least_pipeline_s(columns, 0, [500.0]), vb._least_pipeline_s(columns, wide, [1800.0]))
+    assert bound == pytest.approx(expected, rel=1e-12)
