@@ -88,6 +88,13 @@ TARGETS = {
             ),
         ),
         Target("auth", "api/service/auth.py", ("tests/test_api_auth.py",)),
+        # the independent bound verifier: its parts against their definitions (seconds), then
+        # tampered certificates and the exhaustive optima
+        Target(
+            "verify-bound",
+            "planner/verify_bound.py",
+            ("tests/test_verify_bound_parts.py", "tests/test_verify_bound.py"),
+        ),
     )
 }
 

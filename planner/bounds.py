@@ -275,6 +275,19 @@ class BoundTables:
             bound = self._bubble_dual(columns, counts, grid, bound, np.broadcast_to(cutoff_s, bound.shape))
         return fluid, bound
 
+    def fluid_multipliers(self, columns: Sequence[int], counts: np.ndarray, resolution: int = 12) -> np.ndarray:
+        """Per row of `counts`: the grid point `lambda` of `count_bounds`' fluid dual that gives the
+        row its best dual bound (the witness a bound certificate carries: rows x columns)."""
+        columns = list(columns)
+        gpus = np.array([self.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
+        per_pipeline, floors = self.fluid_costs(columns)
+        per_pipeline = np.where(np.isfinite(per_pipeline), per_pipeline, 1e30)
+        grid = np.vstack([simplex_grid(len(columns), resolution), gpus / gpus.sum()])
+        totals = weighted_min_totals(np.ascontiguousarray(per_pipeline), grid, self.multiplicity)
+        counts = counts.astype(np.float64)
+        ratios = (totals[None, :] + (counts * floors[None, :]) @ grid.T) / (counts @ grid.T)
+        return grid[ratios.argmax(axis=1)]
+
     def packing_bounds(
         self,
         columns: Sequence[int],

@@ -14,6 +14,7 @@ from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.items import Items
 from hydraplan.planner.packing import PackedPipeline
 from hydraplan.planner.schemas import (
+    BoundCertificate,
     CostProfile,
     MicroBatch,
     PipelinePlan,
@@ -38,9 +39,9 @@ def request_hash(request: PlanRequest, profile: CostProfile) -> str:
 
 def identified(plan: Plan) -> Plan:
     """The plan with `plan_id` set to the hash of everything else in it: equal ids, equal plans
-    (call again after any change to a plan). `session_feedback` counts only when set, so plans made
-    outside a session have the ids they had before the field existed."""
-    excluded = {"plan_id"} if plan.session_feedback is not None else {"plan_id", "session_feedback"}
+    (call again after any change to a plan). `session_feedback` and `bound_certificate` count only
+    when set, so plans made without them have the ids they had before the fields existed."""
+    excluded = {"plan_id"} | {name for name in ("session_feedback", "bound_certificate") if getattr(plan, name) is None}
     return plan.model_copy(update={"plan_id": "hp-" + _digest(plan.model_dump(mode="json", exclude=excluded))})
 
 
@@ -52,6 +53,7 @@ def build_plan(
     lower_bound_s: float,
     stats: SolverStats,
     timed_out: bool,
+    certificate: BoundCertificate | None = None,
 ) -> Plan:
     """Turn a solver candidate into the boundary `Plan` (ranks, micro-batches, bound, status).
 
@@ -100,6 +102,7 @@ def build_plan(
         pipelines=pipelines,
         cost_profile=used_profile,
         solver=stats.model_copy(update={"cut_by_clock": timed_out, "gap_tolerance": request.options.gap_tolerance}),
+        bound_certificate=certificate,
     )
     return identified(plan)
 

@@ -349,9 +349,9 @@ def content_digest(content: Any) -> str:
 
 def content_plan_id(plan: Plan) -> str:
     """What `plan_id` must be: `hp-` and the hash of the plan's JSON without `plan_id`, and
-    without `session_feedback` where it is null (a plan made outside a session hashes as it did
-    before the field existed)."""
-    excluded = {"plan_id"} if plan.session_feedback is not None else {"plan_id", "session_feedback"}
+    without `session_feedback` and `bound_certificate` where they are null (a plan made without
+    them hashes as it did before the fields existed)."""
+    excluded = {"plan_id"} | {name for name in ("session_feedback", "bound_certificate") if getattr(plan, name) is None}
     return "hp-" + content_digest(plan.model_dump(mode="json", exclude=excluded))
 
 

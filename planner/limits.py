@@ -64,3 +64,11 @@ def schedule_operations(num_stages: int, num_micro_batches: int) -> int:
     """1F1B operations of one pipeline: one forward and one backward per stage (virtual stage, for an
     interleaved pipeline: pass pp * v) and micro-batch."""
     return 2 * num_stages * num_micro_batches
+
+
+# A bound certificate (`schemas.BoundCertificate`): the scheme sets it lists as expanded and the
+# strategy witnesses per set (the search expands at most a few thousand sets, and lists
+# witnesses only for strategies near the global bound)
+MAX_CERTIFIED_SETS = 100_000
+MAX_CERTIFIED_STRATEGIES = 10_000
+MAX_PROFILE_SCHEMES = 4096

@@ -620,6 +620,64 @@ class BaselineResult(Frozen):
         return self
 
 
+BOUND_CERTIFICATE_SCHEMA = "hydraplan.bound-certificate/1"
+
+
+class StrategyWitness(Frozen):
+    """One strategy of an expanded scheme set: its pipeline counts, the bound the solver claimed
+    for it and the fluid dual's multipliers that prove most of it (any nonnegative multipliers give
+    a valid bound, so a verifier only evaluates the dual at them)."""
+
+    counts: list[Annotated[int, Field(ge=1)]] = Field(
+        max_length=8, description="Pipelines per scheme, in the order of the set's schemes."
+    )
+    bound_s: FiniteFloat = Field(description="The solver's bound on this strategy's objective.")
+    multipliers: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
+        max_length=8, description="Fluid dual multipliers, one per scheme of the set."
+    )
+
+
+class ExpandedSet(Frozen):
+    """A scheme set the search expanded into its strategies: the verifier enumerates them itself and
+    bounds each, with the listed multipliers where a strategy is listed."""
+
+    schemes: list[Annotated[int, Field(ge=0)]] = Field(
+        min_length=1, max_length=8, description="Indices into the certificate's schemes, increasing."
+    )
+    bound_s: FiniteFloat | None = Field(
+        None, description="The solver's least bound over the set's strategies (null: none of them has a plan)."
+    )
+    strategies: list[StrategyWitness] = Field(
+        default_factory=list,
+        max_length=limits.MAX_CERTIFIED_STRATEGIES,
+        description="Witnesses of the strategies whose bound is near the global one (the others are bounded "
+        "with the verifier's own multipliers).",
+    )
+
+
+class BoundCertificate(Frozen):
+    """The data that proves a plan's `lower_bound_s` (`planner.verify_bound` checks it without the
+    solver's bound code). The strategy space is every strategy of at most `max_schemes` distinct
+    schemes of the request's profile that fits the cluster (`space` 'search'), the request's
+    strategy pool ('pool') or the plan's strategy ('fixed'). Every scheme set of the space not
+    listed in `expanded` is covered by its set bound, recomputed by the verifier."""
+
+    schema_version: Literal["hydraplan.bound-certificate/1"] = BOUND_CERTIFICATE_SCHEMA
+    space: Literal["search", "pool", "fixed"]
+    max_schemes: int = Field(ge=1, le=8)
+    schemes: list[str] = Field(
+        max_length=limits.MAX_PROFILE_SCHEMES,
+        description="The schemes the bounds price, '<tp,pp,cp>'; every other placeable scheme of the profile is "
+        "dominated by one of them (same GPUs, no worse in any cost term).",
+    )
+    pricing_cap_s: FiniteFloat | None = Field(
+        None,
+        description="Step time under which set bounds price the 1F1B bubble into each item's work: a set's bound "
+        "is then min(pricing_cap_s, priced bound), valid for any positive cap.",
+    )
+    expanded: list[ExpandedSet] = Field(default_factory=list, max_length=limits.MAX_CERTIFIED_SETS)
+
+
 class Plan(Frozen):
     """The execution plan for one global batch (versioned, JSON round-trip)."""
 
@@ -656,6 +714,11 @@ class Plan(Frozen):
         description="Set on a plan a planning session made: the version of the session's refitted profile it was "
         "planned with, and the capacities lowered and the error jumps measured since the session's previous plan. "
         "Left out of plan_id when None, so plans made outside a session keep their ids.",
+    )
+    bound_certificate: BoundCertificate | None = Field(
+        None,
+        description="The data that proves lower_bound_s (`hydraplan check --bound` verifies it). Part of plan_id "
+        "when set; left out of it when None, so plans made without one keep their ids.",
     )
 
     @model_validator(mode="after")

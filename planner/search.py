@@ -52,6 +52,7 @@ import numpy as np
 
 from hydraplan.planner.bounds import BoundTables, SyncFloors
 from hydraplan.planner.candidate import Candidate
+from hydraplan.planner.certificate import build_certificate
 from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
 from hydraplan.planner.counts import capped_count_vectors, fillable, near_ideal
 from hydraplan.planner.dispatch import greedy_dispatch
@@ -63,7 +64,8 @@ from hydraplan.planner.lp_dispatch import lp_dispatch
 from hydraplan.planner.milp import solve_milp
 from hydraplan.planner.packing import PackedPipeline, best_order, pack_pipeline
 from hydraplan.planner.refine import polish_packings, refine
-from hydraplan.planner.schemas import CostProfile, SolverBackend
+from hydraplan.planner.schemas import BoundCertificate, CostProfile, SolverBackend
+from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.speculation import SpeculativeSolver
 from hydraplan.planner.strategies import Strategy, placement_key, unplaceable_reason
 from hydraplan.planner.switching import pipeline_blocks, switch_cost_s
@@ -208,6 +210,7 @@ class SearchResult:
     num_strategies: int
     num_strategies_solved: int
     timed_out: bool
+    certificate: BoundCertificate | None = None
 
 
 @dataclass
@@ -357,6 +360,8 @@ class Frontier:
         self.set_pricing: tuple[BoundTables, SyncFloors, float] | None = None
         self._order = itertools.count()
         self._seen: set[Strategy] = set()
+        # (columns, huge, least bound of the strategies it added) of each expansion
+        self.expanded: list[tuple[tuple[int, ...], bool, float]] = []
 
     def push_set(self, columns: tuple[int, ...], bound_s: float) -> None:
         heapq.heappush(self.sets, (bound_s, next(self._order), columns))
@@ -442,6 +447,8 @@ class Frontier:
             done = self.expansion(columns, set_bound_s, self.incumbent_s)
         if done.huge:
             self.floor_s = min(self.floor_s, set_bound_s)
+        least_s = min((entry.bound_s for entry in done.entries), default=math.inf)
+        self.expanded.append((columns, done.huge, least_s))
         self._seen.update(entry.strategy for entry in done.entries)
         self.strategies.extend(done.entries)
 
@@ -617,7 +624,11 @@ def search(
     best = _tighten_bounds(frontier, best, lengths, settings, clock)
     lower_bound_s = frontier.lower_bound_s()  # uncapped: the checker refuses one above the objective
     runners_up = tuple(c.strategy for c in solved if c.strategy != best.strategy)[:NUM_RUNNERS_UP]
-    return SearchResult(best, runners_up, lower_bound_s, len(coefs), len(frontier.strategies), attempts, clock.cut)
+    space = "search" if settings.pool is None else "pool"
+    certificate = build_certificate(frontier, space, settings.max_schemes, lower_bound_s)
+    return SearchResult(
+        best, runners_up, lower_bound_s, len(coefs), len(frontier.strategies), attempts, clock.cut, certificate
+    )
 
 
 def _initial_incumbents(

@@ -13,6 +13,7 @@ from hydraplan.planner.bubble_floor import tabulated_floors
 from hydraplan.planner.budget import resolved_budget_s
 from hydraplan.planner.build import build_plan, identified
 from hydraplan.planner.candidate import Candidate
+from hydraplan.planner.certificate import fixed_certificate
 from hydraplan.planner.check import check_plan
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.errors import PlanningError
@@ -118,7 +119,9 @@ def solve(
         winner=result.best.origin,
         time_limit_s=budget_s,
     )
-    plan = build_plan(request, profile, items, result.best, result.lower_bound_s, stats, result.timed_out)
+    plan = build_plan(
+        request, profile, items, result.best, result.lower_bound_s, stats, result.timed_out, result.certificate
+    )
     return _finish(plan, request, profile, baselines)
 
 
@@ -280,7 +283,8 @@ def evaluate_strategy(
         seed=request.options.seed,
         time_limit_s=budget_s,
     )
-    plan = build_plan(request, profile, items, candidate, bound, stats, clock.cut)
+    certificate = fixed_certificate(tables, counts, bound, request.options.max_schemes)
+    plan = build_plan(request, profile, items, candidate, bound, stats, clock.cut, certificate)
     return _finish(plan, request, profile, ())
 
 

@@ -9,7 +9,7 @@ from api_support import assert_problem, client_fixture, make_client, plan_body, 
 
 from hydraplan.cost_models.analytic import build_profile
 from hydraplan.cost_models.catalog import get_gpu, get_model
-from hydraplan.planner.check import check_plan
+from hydraplan.planner.check import check_plan, content_plan_id
 from hydraplan.planner.schemas import Plan, PlanRequest, SolverOptions
 from hydraplan.planner.solve import solve
 
@@ -176,7 +176,28 @@ def test_check_valid_plan_against_its_request(client, tiny_plan: dict) -> None:
     body = {"plan": tiny_plan, "lengths": plan_body()["lengths"], "num_gpus": 8}
     response = client.post("/v1/plans/check", json=body)
     assert response.status_code == 200, response.text
-    assert response.json() == {"plan_id": tiny_plan["plan_id"], "valid": True, "violations": []}
+    assert response.json() == {
+        "plan_id": tiny_plan["plan_id"],
+        "valid": True,
+        "violations": [],
+        "verified_bound_s": None,
+    }
+
+
+def test_check_verifies_the_bound_with_a_cost_source(client, tiny_plan: dict) -> None:
+    """`bound`: the verifier's bound comes back; a claim raised above it is named; without the
+    profile that defines the strategy space it is a 422."""
+    body = {"plan": tiny_plan, **reproducible_body(), "bound": True}
+    verdict = client.post("/v1/plans/check", json=body).json()
+    assert isinstance(verdict["verified_bound_s"], float)
+    assert verdict["valid"] == (verdict["verified_bound_s"] >= tiny_plan["lower_bound_s"] * (1 - 1e-6)), verdict
+    bare = Plan.model_validate({**tiny_plan, "bound_certificate": None})
+    no_certificate = {**tiny_plan, "bound_certificate": None, "plan_id": content_plan_id(bare)}
+    verdict = client.post("/v1/plans/check", json={**body, "plan": no_certificate}).json()
+    assert verdict["valid"] is False and verdict["verified_bound_s"] is None
+    assert "bound: the plan carries no bound certificate" in verdict["violations"]
+    problem = assert_problem(client.post("/v1/plans/check", json={"plan": tiny_plan, "bound": True}), 422)
+    assert "verifying the bound needs the profile" in problem["detail"]
 
 
 def test_check_reports_mismatches_and_violations(client, tiny_plan: dict) -> None:

@@ -369,3 +369,22 @@ def test_every_interleaved_pipeline_gets_pp_sequences_when_the_batch_allows() ->
         assert check_plan(plan) == []
     with pytest.raises(PlanningError, match="cannot hold the 3 sequences"):
         evaluate_strategy(_request(None, lengths[:3]), _profile(), parse_strategy("2x<1,2,1,2>"))
+
+
+def test_the_bound_verifier_refuses_interleaved_schemes_by_name_and_searches_around_them() -> None:
+    """The verifier's floors are plain 1F1B's: a plan whose space holds an interleaved scheme fails
+    `--bound` naming it (never a false pass), while a search over a profile that also holds one
+    (the search enumerates plain schemes only) is verified as before, without tripping on it."""
+    from hydraplan.planner.verify_bound import verify_bound
+
+    profile = _profile()
+    request = _request(["1x<1,2,1,2> + 2x<1,1,1>"])
+    verification = verify_bound(solve(request, profile), profile, request)
+    assert not verification.ok
+    assert any("<1,2,1,2> is interleaved (v > 1)" in violation for violation in verification.violations)
+    searched_request = _request()
+    searched = solve(searched_request, profile)
+    assert all(pipeline.scheme.v == 1 for pipeline in searched.pipelines)
+    result = verify_bound(searched, profile, searched_request)
+    assert not any("interleaved" in violation for violation in result.violations)
+    assert result.verified_bound_s <= searched.objective_s * (1 + 1e-9)

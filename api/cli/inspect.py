@@ -20,7 +20,7 @@ from hydraplan.api.cli.args import (
 )
 from hydraplan.api.cli.inputs import analytic_profile, cluster_profile
 from hydraplan.api.cli.progress import PROG
-from hydraplan.api.files import read_gpus, read_models, read_plan, read_profile, read_request
+from hydraplan.api.files import InputError, read_gpus, read_models, read_plan, read_profile, read_request
 from hydraplan.api.render.tables import print_table
 
 EXIT_OK, EXIT_INVALID_PLAN = 0, 1
@@ -32,23 +32,45 @@ EXIT_OK, EXIT_INVALID_PLAN = 0, 1
 
 
 def run_check(args: argparse.Namespace) -> int:
-    """0 when the plan is valid, 1 listing violations, 2 (an `InputError`) if unreadable."""
+    """0 when the plan is valid, 1 listing violations, 2 (an `InputError`) if unreadable. With
+    `--bound`, the plan's lower bound must also verify from its certificate."""
     from hydraplan.planner.check import check_plan
 
+    if args.bound and not args.profile:
+        raise InputError("--bound needs --profile: the whole profile the plan was made with defines its strategy space")
     plan = read_plan(args.plan)
     profile = read_profile(args.profile) if args.profile else None
     request = read_request(args.request) if args.request else None
     violations = check_plan(plan, profile, request)
+    verification = None
+    if args.bound and not violations:  # the verifier reads the items of a valid plan
+        from hydraplan.planner.verify_bound import verify_bound
+
+        verification = verify_bound(plan, profile, request)
+        violations = verification.violations
     if violations:
         print(f"plan INVALID: {args.plan}: {len(violations)} violation(s)")
         for violation in violations:
             print(f"  - {violation}")
+        if verification is not None:
+            print(_verified_line(verification))
         return EXIT_INVALID_PLAN
     print(
         f"plan OK: {args.plan}: {plan.strategy}, {len(plan.input_lengths)} sequences on "
         f"{plan.num_gpus} GPUs, step time {plan.step_time_s * 1e3:,.1f} ms"
     )
+    if verification is not None:
+        print(_verified_line(verification))
     return EXIT_OK
+
+
+def _verified_line(verification) -> str:
+    return (
+        f"bound: claimed {verification.claimed_bound_s * 1e3:,.3f} ms, "
+        f"verified {verification.verified_bound_s * 1e3:,.3f} ms "
+        f"({verification.num_sets} scheme sets, {verification.num_expanded_sets} expanded, "
+        f"{verification.num_strategies} strategies bounded one by one)"
+    )
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +86,12 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="the plan must answer this request (JSON, `hydraplan schema request`): its lengths, cluster, previous "
         "strategy and gap tolerance; with --profile (the profile it was planned with) also its request_hash",
+    )
+    parser.add_argument(
+        "--bound",
+        action="store_true",
+        help="also verify lower_bound_s from the plan's bound certificate with the independent verifier (needs "
+        "--profile, the whole profile the plan was made with; --request gives the strategy space's max_schemes)",
     )
     parser.set_defaults(handler=run_check)
 

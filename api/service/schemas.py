@@ -198,6 +198,11 @@ class CheckBody(SourceMixin, ApiModel):
     previous_strategy: StrategyText | None = Field(
         None, description="With options: the previous strategy of the request (the plan's previous_strategy)."
     )
+    bound: bool = Field(
+        False,
+        description="Also verify lower_bound_s from the plan's bound certificate with the independent verifier: "
+        "needs a cost source (the whole profile the plan was made with, which defines the strategy space).",
+    )
     model: ModelRef = None
     gpu: GpuRef = None
     recipe: RecipeRef = None
@@ -207,6 +212,8 @@ class CheckBody(SourceMixin, ApiModel):
     @model_validator(mode="after")
     def _at_most_one_source(self) -> CheckBody:
         check_source(self, required=False)
+        if self.bound and self.source_kind() is None:
+            raise ValueError("bound: verifying the bound needs the profile the plan was made with: give a cost source")
         if (self.options is not None or self.previous_strategy is not None) and (
             self.lengths is None or self.num_gpus is None
         ):
@@ -229,6 +236,11 @@ class CheckResult(ApiModel):
     plan_id: str
     valid: bool
     violations: list[str] = Field(description="Every constraint the plan breaks (empty if valid).")
+    verified_bound_s: float | None = Field(
+        None,
+        description="With bound: the lower bound the verifier proved from the certificate (null when the plan "
+        "fails the checker or has no certificate). The plan is valid only when it is at least lower_bound_s.",
+    )
 
 
 class StrategyPart(ApiModel):

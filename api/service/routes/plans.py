@@ -13,6 +13,7 @@ from hydraplan.api.service.problems import unprocessable
 from hydraplan.api.service.schemas import CheckBody, CheckResult, PlanBody
 from hydraplan.planner.check import check_plan
 from hydraplan.planner.schemas import Plan, PlanRequest
+from hydraplan.planner.verify_bound import verify_bound
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"], dependencies=TOKEN_REQUIRED)
 
@@ -55,7 +56,9 @@ def _plan_json(services: Services, body: PlanBody, cancel: Cancel) -> str:
         "plan must also answer that request; with `options` (and `previous_strategy`) too, the body is "
         "the whole request: its gap tolerance decides the status and, with a cost source, the plan's "
         "`request_hash` must be its hash. With a cost source the times are recomputed from that "
-        "profile instead of the plan's own. An invalid plan is a 200 with `valid: false`. A plan "
+        "profile instead of the plan's own. With `bound` (and a cost source) the plan's `lower_bound_s` must "
+        "also verify from its bound certificate (`planner.verify_bound`; `verified_bound_s` is what it proved). "
+        "An invalid plan is a 200 with `valid: false`. A plan "
         "whose 1F1B schedule has more operations than the server simulates per request is a 422."
     ),
 )
@@ -78,7 +81,12 @@ def _check(services: Services, body: CheckBody, cancel: Cancel) -> CheckResult:
         violations += check_plan(plan, profile, request)
     except (ArithmeticError, IndexError, KeyError, ValueError) as exc:
         raise unprocessable(f"plan is inconsistent and cannot be checked: {exc}", ("body", "plan")) from None
-    return CheckResult(plan_id=plan.plan_id, valid=not violations, violations=violations)
+    verified_s = None
+    if body.bound and profile is not None and not violations:  # the verifier reads a valid plan's items
+        verification = verify_bound(plan, profile, request)
+        violations = verification.violations
+        verified_s = verification.verified_bound_s if plan.bound_certificate is not None else None
+    return CheckResult(plan_id=plan.plan_id, valid=not violations, violations=violations, verified_bound_s=verified_s)
 
 
 def _plan_request(body: CheckBody) -> PlanRequest | None:

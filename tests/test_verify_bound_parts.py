@@ -1,0 +1,115 @@
+"""The verifier's parts against their definitions (`planner.verify_bound`): its placement rule is
+the planner's, its bubble floors invert and stay under the exact 1F1B time, its sync floors are the
+reference sync, and plans whose items do not fit every scheme or whose profile holds a dominated
+scheme verify within the brute-forced optimum."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from test_exhaustive import MAX_SCHEMES, exhaustive_optimum_s, random_instance
+
+from hydraplan.planner import reference
+from hydraplan.planner import verify_bound as vb
+from hydraplan.planner.schemas import BoundCertificate, PlanRequest, SolverOptions
+from hydraplan.planner.scheme import ParallelScheme
+from hydraplan.planner.solve import solve
+from hydraplan.planner.strategies import unplaceable_reason
+
+
+def columns_of(profile) -> vb._Columns:
+    schemes = [f"<{e.tp},{e.pp},{e.cp}>" for e in profile.schemes]
+    certificate = BoundCertificate(space="fixed", max_schemes=1, schemes=schemes)
+    plan_like = type("P", (), {"num_gpus": 64, "gpus_per_node": 64})()
+    columns, violations = vb._columns(certificate, profile, plan_like)
+    assert violations == []
+    return columns
+
+
+@pytest.mark.parametrize(("num_gpus", "per_node"), [(16, 8), (24, 8), (12, 4), (8, 8), (48, 6)])
+def test_the_placement_rule_is_the_planners(num_gpus: int, per_node: int) -> None:
+    for tp, pp, cp in itertools.product((1, 2, 3, 4, 6, 8, 16), (1, 2, 3), (1, 2, 4)):
+        if tp * pp * cp > num_gpus:
+            continue
+        planner = unplaceable_reason(ParallelScheme(tp, pp, cp), num_gpus, per_node) is None
+        assert vb._placeable((tp, pp, cp), num_gpus, per_node) == planner, (tp, pp, cp, num_gpus, per_node)
+
+
+def test_the_bubble_floor_inverts_and_stays_under_the_exact_time() -> None:
+    """G(T) is the inverse of g(W) = W + h(W); and a pipeline's floor over its micro-batch counts
+    is at most its exact least 1F1B time over every ordered packing."""
+    rng = np.random.default_rng(7)
+    for case in range(6):
+        profile, lengths, _ = random_instance(case)
+        columns = columns_of(profile)
+        for time_s in (0.01, 0.05, 0.3):
+            most = vb._most_work_s(columns, time_s)
+            reached = most + vb._bubble_overhead_s(columns, most)
+            floor_only = vb._bubble_overhead_s(columns, 0.0) > time_s  # no work fits: G = 0
+            assert np.allclose(np.where(floor_only, time_s, reached), time_s, rtol=1e-9)
+        for column in range(len(columns.schemes)):
+            block = [float(x) for x in rng.choice(lengths, size=min(4, len(lengths)), replace=False)]
+            exact = vb._least_pipeline_s(columns, column, block)
+            assert vb._pipeline_floor_s(columns, column, block) <= exact * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("fixed_sync_s", [None, 2.5])
+def test_the_sync_floors_are_the_reference_sync(fixed_sync_s) -> None:
+    profile, _, _ = random_instance(3)
+    if fixed_sync_s is not None:
+        profile = profile.model_copy(update={"grad_sync_s": fixed_sync_s})
+    columns = columns_of(profile)
+    for first, second in itertools.combinations(range(len(columns.schemes)), 2):
+        pipelines = [columns.schemes[first]] * 2 + [columns.schemes[second]]
+        replicas = sum(cp for _, _, cp in pipelines)
+        expected = reference.grad_sync_s(profile, pipelines)
+        assert vb._sync_s(profile, columns, [first, second], replicas) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_plan_whose_items_do_not_fit_every_scheme_verifies_within_the_optimum() -> None:
+    """The longest sequences fit only the context-parallel scheme: the assignment bound must skip
+    the pipelines they cannot go to, not stop at them."""
+    profile, _, _ = random_instance(0)
+    narrow = [e.model_copy(update={"capacity_tokens": 2000}) if e.cp == 1 else e for e in profile.schemes]
+    profile = profile.model_copy(update={"schemes": narrow})
+    lengths, num_gpus = [2300, 2100, 900, 400, 300], 4
+    assert any(e.cp > 1 for e in profile.schemes)
+    request = PlanRequest(lengths=lengths, num_gpus=num_gpus, options=SolverOptions(max_schemes=MAX_SCHEMES))
+    plan = solve(request, profile)
+    verification = vb.verify_bound(plan, profile, request)
+    assert verification.verified_bound_s <= exhaustive_optimum_s(profile, lengths, num_gpus) * (1 + 1e-9)
+
+
+def test_a_dominated_scheme_may_be_left_out_of_the_certificate() -> None:
+    """The planner drops a scheme another of the same GPUs beats in every term; the verifier
+    accepts its absence only because it finds the dominating one."""
+    profile, lengths, num_gpus = random_instance(0)
+    better = next(e for e in profile.schemes if e.tp * e.pp * e.cp == 2 and e.pp == 1 and e.cp == 1)
+    worse = better.model_copy(update={"tp": 1, "pp": 1, "cp": 2, "a": better.a * 2, "b": better.b * 2})
+    worse = worse.model_copy(update={"tp": 1, "pp": 2, "cp": 1})
+    profile = profile.model_copy(
+        update={"schemes": [*[e for e in profile.schemes if (e.tp, e.pp, e.cp) != (1, 2, 1)], worse]}
+    )
+    request = PlanRequest(lengths=lengths, num_gpus=num_gpus, options=SolverOptions(max_schemes=MAX_SCHEMES))
+    plan = solve(request, profile)
+    assert "<1,2,1>" not in plan.bound_certificate.schemes
+    assert not any(
+        v.startswith("bound certificate: scheme") for v in vb.verify_bound(plan, profile, request).violations
+    )
+
+
+def test_the_assignment_bound_skips_a_pipeline_an_item_does_not_fit() -> None:
+    """Two pipelines, the longest item fitting only the second: the bound is that assignment's,
+    not infinite (which a search that stopped at the first pipeline would claim)."""
+    profile, _, _ = random_instance(0)
+    narrow = [
+        e.model_copy(update={"capacity_tokens": 1000}) if index == 0 else e for index, e in enumerate(profile.schemes)
+    ]
+    columns = columns_of(profile.model_copy(update={"schemes": narrow}))
+    wide = next(column for column in range(1, len(columns.schemes)) if columns.capacity[column] >= 2000)
+    items = np.array([1800.0, 500.0])
+    bound = vb._assignment_bound_s(columns, items, [0, wide], [1, 1])
+    expected = max(vb._least_pipeline_s(columns, 0, [500.0]), vb._least_pipeline_s(columns, wide, [1800.0]))
+    assert bound == pytest.approx(expected, rel=1e-12)
