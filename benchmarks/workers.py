@@ -7,8 +7,9 @@ For each setting's seed-0 batch, `planner.solve.solve` runs with each process co
 by side, `--repeats` times each: 1 is the search alone; N > 1 adds a fork pool of N - 1 workers
 (created before the timing, as `hydraplan plan --workers N` does), which make the baselines' own
 plans (`planner.portfolio`) and, from two workers on, compute the search's next solves,
-expansions and polishes ahead of it (`planner.speculation`). The clock stands still (`benchmarks.quality.clock_standing_still`): every
-run makes the plan an uncut run makes, and the table checks that they are the same plan.
+expansions and polishes ahead of it (`planner.speculation`). The clock stands still
+(`benchmarks.quality.clock_standing_still`): every run makes the plan an uncut run makes, and the
+table checks that they are the same plan.
 Reported: median wall time of each count, the speed-up over one process, and how many of the
 tasks the search asked for (solves, expansions, polishes) a worker had computed.
 

@@ -65,7 +65,6 @@ from hydraplan.planner.milp import solve_milp
 from hydraplan.planner.packing import PackedPipeline, best_order, pack_pipeline
 from hydraplan.planner.refine import polish_packings, refine
 from hydraplan.planner.schemas import BoundCertificate, CostProfile, SolverBackend
-from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.speculation import SpeculativeSolver
 from hydraplan.planner.strategies import Strategy, placement_key, unplaceable_reason
 from hydraplan.planner.switching import pipeline_blocks, switch_cost_s
