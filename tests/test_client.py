@@ -36,7 +36,12 @@ def test_every_call_of_the_blocking_client(server: Server, user_profile_data: di
     with hydraplan.Client(server.url, token=TOKEN) as client:
         plan = client.plan(TINY_LENGTHS, **TINY)
         assert isinstance(plan, hydraplan.Plan) and plan.input_lengths == TINY_LENGTHS
-        assert client.check(plan) == {"plan_id": plan.plan_id, "valid": True, "violations": []}
+        assert client.check(plan) == {
+            "plan_id": plan.plan_id,
+            "valid": True,
+            "violations": [],
+            "verified_bound_s": None,  # the bound is verified only when asked (`bound`)
+        }
         estimate = client.estimate(TINY_LENGTHS, strategy=[{"tp": 1, "pp": 1, "num_pipelines": 8}], **TINY)
         assert estimate["strategy"] == "8x<1,1,1>"
         profile_id = client.upload_profile(user_profile_data)

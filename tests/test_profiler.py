@@ -70,9 +70,13 @@ def test_a_real_stage_sample_has_time_forward_and_memory() -> None:
     first, last = (list(measure_stage(cfg, 2, stage, [("mixed", [24, 8])], options))[0] for stage in (0, 1))
     for sample in (first, last):
         assert 0 < sample.fwd_s < sample.time_s and sample.activation_bytes > 0 and sample.repeats == 2
-        if ProcessPeakMeter.available():  # the real peak holds at least the saved tensors
-            assert sample.peak_bytes >= sample.activation_bytes
     assert (first.stage, last.stage, first.pp) == (0, 1, 2)
+    if ProcessPeakMeter.available():
+        # the real peak holds at least the saved tensors where they are megabytes: 78 KB of them
+        # for 32 tokens can land in heap pages already resident (0.47x of them measured once in
+        # CI, 1.5-570x here), 24 MB for 1,536 tokens measured 3.2-3.6x
+        (large,) = measure_stage(cfg, 2, 0, [("mixed", [1024, 512])], MeasureOptions(repeats=1))
+        assert large.peak_bytes >= large.activation_bytes > 10_000_000
 
 
 def test_the_process_peak_is_the_high_water_mark_above_the_resident_size_before(tmp_path) -> None:
