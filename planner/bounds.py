@@ -259,17 +259,10 @@ class BoundTables:
         first row's). Rows whose bound already reaches `cutoff_s` skip the (costlier) bubble
         floors."""
         columns = list(columns)
-        gpus = np.array([self.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
-        per_pipeline, floors = self.fluid_costs(columns)
-        # an item that does not fit a scheme may only be priced there at zero weight: a finite
-        # stand-in keeps 0 * inf out; it can only lower (never invalidate) the bound
-        per_pipeline = np.where(np.isfinite(per_pipeline), per_pipeline, 1e30)
-        grid = np.vstack([simplex_grid(len(columns), resolution), gpus / gpus.sum()])
-        totals = weighted_min_totals(np.ascontiguousarray(per_pipeline), grid, self.multiplicity)
+        grid, ratios = self._fluid_ratios(columns, counts, resolution)
+        fluid = ratios.max(axis=1)
         counts = counts.astype(np.float64)
-        numerator = totals[None, :] + (counts * floors[None, :]) @ grid.T
-        denominator = counts @ grid.T
-        fluid = (numerator / denominator).max(axis=1)
+        gpus = np.array([self.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
         bound = np.maximum(fluid, self.pipeline_time_bound_s(columns, int(round(counts[0] @ gpus))))
         if any(bubble_stages(self.coefs[column]) > 1 for column in columns):
             bound = self._bubble_dual(columns, counts, grid, bound, np.broadcast_to(cutoff_s, bound.shape))
@@ -278,15 +271,21 @@ class BoundTables:
     def fluid_multipliers(self, columns: Sequence[int], counts: np.ndarray, resolution: int = 12) -> np.ndarray:
         """Per row of `counts`: the grid point `lambda` of `count_bounds`' fluid dual that gives the
         row its best dual bound (the witness a bound certificate carries: rows x columns)."""
-        columns = list(columns)
+        grid, ratios = self._fluid_ratios(list(columns), counts, resolution)
+        return grid[ratios.argmax(axis=1)]
+
+    def _fluid_ratios(self, columns: list[int], counts: np.ndarray, resolution: int) -> tuple[np.ndarray, np.ndarray]:
+        """The fluid dual's grid of multipliers `lambda` (points x columns, the GPU shares last)
+        and its bound at every point for every row of `counts` (rows x points)."""
         gpus = np.array([self.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
         per_pipeline, floors = self.fluid_costs(columns)
+        # an item that does not fit a scheme may only be priced there at zero weight: a finite
+        # stand-in keeps 0 * inf out; it can only lower (never invalidate) the bound
         per_pipeline = np.where(np.isfinite(per_pipeline), per_pipeline, 1e30)
         grid = np.vstack([simplex_grid(len(columns), resolution), gpus / gpus.sum()])
         totals = weighted_min_totals(np.ascontiguousarray(per_pipeline), grid, self.multiplicity)
         counts = counts.astype(np.float64)
-        ratios = (totals[None, :] + (counts * floors[None, :]) @ grid.T) / (counts @ grid.T)
-        return grid[ratios.argmax(axis=1)]
+        return grid, (totals[None, :] + (counts * floors[None, :]) @ grid.T) / (counts @ grid.T)
 
     def packing_bounds(
         self,
