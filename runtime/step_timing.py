@@ -42,6 +42,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.runtime.assignment import interleaved_order, one_f_one_b
 
 __all__ = [
@@ -259,17 +260,22 @@ def _sync_s(reports: Sequence[dict], step: int, clock: str) -> float:
     return max(per_rank, default=0.0)
 
 
+def step_place(report: dict, step: int) -> tuple[int, int, ParallelScheme]:
+    """Where a rank ran step `step` (`run_worker`'s report): its pipeline, PP stage and scheme, the
+    step's own (a strategy switch moves a rank), else the report's (its last layout)."""
+    record = report["steps"][step]
+    scheme = ParallelScheme.parse(record.get("scheme", report["scheme"]))
+    return record.get("pipeline", report["pipeline"]), record.get("stage", report["stage"]), scheme
+
+
 def step_timing(reports: Sequence[dict], step: int, clock: str = "cpu") -> StepTiming:
     """The measured step `step` from every rank's report (`clock` of the communication: `CLOCKS`)."""
     stages: dict[int, dict[int, list[list[dict]]]] = {}
     shapes: dict[int, tuple[int, int]] = {}  # (pp, v)
     for report in reports:
-        record = report["steps"][step]
-        # the step's own place (a strategy switch moves a rank), else the report's (its last layout)
-        pipeline, stage = record.get("pipeline", report["pipeline"]), record.get("stage", report["stage"])
-        stages.setdefault(pipeline, {}).setdefault(stage, []).append(record["ops"])
-        degrees = [int(part) for part in record.get("scheme", report["scheme"]).strip("<>").split(",")]
-        shapes[pipeline] = (degrees[1], degrees[3] if len(degrees) > 3 else 1)
+        pipeline, stage, scheme = step_place(report, step)
+        stages.setdefault(pipeline, {}).setdefault(stage, []).append(report["steps"][step]["ops"])
+        shapes[pipeline] = (scheme.pp, scheme.v)
     timing = StepTiming()
     for pipeline, by_stage in sorted(stages.items()):
         num_stages, num_chunks = shapes[pipeline]

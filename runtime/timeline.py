@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hydraplan.runtime.step_timing import OpTime, critical_path, interleaved_critical_path
+from hydraplan.runtime.step_timing import OpTime, critical_path, interleaved_critical_path, step_place
 
 __all__ = ["critical_path_s", "pipeline_critical_paths_s"]
 
@@ -30,12 +30,9 @@ def pipeline_critical_paths_s(reports: Sequence[dict], step: int) -> dict[int, f
     durations: dict[int, dict[tuple[int, bool, int], float]] = {}
     shapes: dict[int, tuple[int, int, int]] = {}  # (pp, v, micro-batches)
     for report in reports:
-        record = report["steps"][step]
-        ops = record["ops"]
-        # the step's own place (a strategy switch moves a rank), else the report's (its last layout)
-        pipeline, stage = record.get("pipeline", report["pipeline"]), record.get("stage", report["stage"])
-        degrees = [int(part) for part in record.get("scheme", report["scheme"]).strip("<>").split(",")]
-        num_stages, num_chunks = degrees[1], degrees[3] if len(degrees) > 3 else 1
+        ops = report["steps"][step]["ops"]
+        pipeline, stage, scheme = step_place(report, step)
+        num_stages, num_chunks = scheme.pp, scheme.v
         table = durations.setdefault(pipeline, {})
         for op in ops:
             virtual = op.get("chunk", 0) * num_stages + stage
