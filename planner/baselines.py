@@ -15,6 +15,16 @@ replicas' micro-batches) with the least stage time that still has token room; th
 micro-batches per replica is the least the capacity allows. Each replica's micro-batches are then
 ordered by the 1F1B simulation as `planner.packing` does.
 
+`megatron-vpp` and `wlb-vpp`: the same two, with every pipeline of more than one stage run the
+way Megatron-LM's users run it, interleaved 1F1B (Narayanan et al. 2021 §2.2) with the chunk count
+of the model's published recipe (`recipe_chunks`): micro-batches per replica a multiple of pp
+(Megatron-Core's default `microbatch_group_size_per_vp_stage = pp`, `simulate.interleaved_count_ok`),
+times from `simulate.pipeline_time_s`. The plain names keep their meaning (plain 1F1B), so older
+outputs stay comparable. They need the profile's interleaved entries of those chunk counts
+(`recipe_chunk_counts` lists them for `build_profile(virtual_stages=...)`); a scheme whose entry is
+missing (its layers do not split into pp x v chunks, or it does not fit in memory interleaved) runs
+plain, as a user who cannot interleave it would.
+
 `flexsp` (after FlexSP, Wang et al. ASPLOS 2025, arXiv 2412.01523): heterogeneous
 sequence-parallel-only groups — schemes `<1,1,cp>`; when the profile has none, or none holds the
 longest sequence, the `pp == 1` schemes of the smallest TP that does — with hydraplan's own greedy
@@ -55,8 +65,9 @@ from hydraplan.planner.items import Items, prepare_items
 from hydraplan.planner.kernels import first_fit_shuffles, next_fit_starts
 from hydraplan.planner.packing import PackedPipeline, balance_lpt, best_order, by_length_descending, pack_pipeline
 from hydraplan.planner.schemas import CostProfile, Plan, PlanRequest, SolverStats
+from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.search import placeable_profile, runnable_schemes
-from hydraplan.planner.simulate import simulate_1f1b
+from hydraplan.planner.simulate import pipeline_time_s, simulate_1f1b
 from hydraplan.planner.strategies import Strategy, count_vectors, parse_strategy
 from hydraplan.planner.switching import pipeline_blocks, require_switch_pricing, switch_cost_s
 
@@ -69,6 +80,14 @@ HYDRAULIS_PACKINGS_PER_PIPELINE = 5
 COUNTS_PER_SCHEME_SET = 3
 FALLBACK_COUNT_VECTORS = 256
 
+# Megatron-LM's `--num-layers-per-virtual-pipeline-stage` as NVIDIA's NeMo pretraining recipes set
+# it (https://github.com/NVIDIA/NeMo, nemo/collections/llm/recipes, 2024-25): llama3_70b.py runs
+# TP 4, PP 4, VP 5 (80 layers: 4 a chunk), llama31_405b.py TP 8, PP 9, VP 2 (126 layers: 7 a
+# chunk), gpt3_175b.py TP 4, PP 8, VP 6 (96 layers: 2 a chunk); the 8B recipes run no pipeline.
+RECIPE_LAYERS_PER_CHUNK = {"llama3-70b": 4, "llama3-405b": 7}
+DEFAULT_LAYERS_PER_CHUNK = 4  # the middle of those three recipes (2, 4, 7), for models without one
+INTERLEAVED_BASELINES = {"megatron-vpp": "megatron", "wlb-vpp": "wlb"}  # name -> the plain baseline
+
 
 @dataclass(frozen=True)
 class PeerChoice:
@@ -79,6 +98,70 @@ class PeerChoice:
     num_schemes: int
     num_strategies: int
     num_solved: int
+
+
+# ---------------------------------------------------------------------------------------------
+# the recipes' chunk counts (megatron-vpp, wlb-vpp)
+# ---------------------------------------------------------------------------------------------
+
+
+def recipe_chunks(model: str | None, num_layers: int, pp: int) -> int:
+    """The model chunks per GPU `v` a Megatron-LM user runs a `pp`-stage pipeline of this model
+    with: the divisor of `num_layers / pp` whose chunks (`num_layers / (pp v)` layers) come nearest
+    the recipe's layers per chunk (`RECIPE_LAYERS_PER_CHUNK`, else `DEFAULT_LAYERS_PER_CHUNK`),
+    larger chunks on ties (fewer point-to-point hops); 1 (plain 1F1B) for pp 1 or layers that do
+    not split evenly over the stages. Llama 3 70B at pp 4 gives the recipe's 5, Llama 3 405B at pp 9
+    the recipe's 2."""
+    if pp <= 1 or num_layers % pp:
+        return 1
+    per_rank = num_layers // pp
+    target = RECIPE_LAYERS_PER_CHUNK.get(model or "", DEFAULT_LAYERS_PER_CHUNK)
+    divisors = [v for v in range(1, per_rank + 1) if per_rank % v == 0]
+    return min(divisors, key=lambda v: (abs(per_rank / v - target), v))
+
+
+def recipe_chunk_counts(model: str | None, num_layers: int, pps: Sequence[int]) -> list[int]:
+    """The chunk counts (> 1) `recipe_chunks` gives over these pipeline depths: what a profile
+    needs priced (`build_profile(virtual_stages=...)`) for `megatron-vpp` and `wlb-vpp`."""
+    return sorted({recipe_chunks(model, num_layers, pp) for pp in pps} - {1})
+
+
+def recipe_scheme(profile: CostProfile, scheme: ParallelScheme) -> ParallelScheme:
+    """`scheme` with the recipe's chunk count (`recipe_chunks`)."""
+    v = recipe_chunks(profile.model, profile.num_layers, scheme.pp)
+    return scheme if v == 1 else ParallelScheme(scheme.tp, scheme.pp, scheme.cp, v)
+
+
+def _interleaved_dividing(
+    cost: ProfileCostModel, num_gpus: int
+) -> tuple[list[SchemeCoefficients], list[ParallelScheme]]:
+    """`_dividing`'s schemes, each with its recipe's chunk count where the profile prices that
+    interleaved scheme (plain otherwise), and the interleaved schemes the recipe asks for that the
+    profile lacks."""
+    chosen, missing = [], []
+    for coef in _dividing(cost, num_gpus):
+        scheme = recipe_scheme(cost.profile, coef.scheme)
+        if scheme.v > 1 and not cost.knows(scheme):
+            missing.append(scheme)
+        chosen.append(cost.coefficients(scheme) if cost.knows(scheme) else coef)
+    return chosen, missing
+
+
+def _split_to(groups: list[np.ndarray], lengths: np.ndarray, count: int) -> list[np.ndarray] | None:
+    """Arrival-order micro-batches cut until there are `count`: the one of most tokens (of two or
+    more sequences; the first on ties) splits where its tokens are halved, keeping the order. None
+    when every micro-batch holds one sequence first."""
+    groups = list(groups)
+    while len(groups) < count:
+        tokens = [int(lengths[group].sum()) if len(group) > 1 else -1 for group in groups]
+        index = int(np.argmax(tokens))
+        if tokens[index] < 0:
+            return None
+        group = groups[index]
+        cumulative = np.cumsum(lengths[group])
+        cut = int(np.clip(np.searchsorted(cumulative, cumulative[-1] / 2) + 1, 1, len(group) - 1))
+        groups[index : index + 1] = [group[:cut], group[cut:]]
+    return groups
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,15 +186,19 @@ def _megatron_candidate(
     if num_replicas * coef.scheme.num_gpus != num_gpus or lengths.max() > coef.capacity_tokens:
         return None
     batches = arrival_order_micro_batches(lengths, coef.capacity_tokens)
+    if coef.scheme.v > 1:  # interleaved: every replica runs a multiple of pp micro-batches
+        step = num_replicas * coef.scheme.pp
+        split = _split_to(batches, lengths, step * math.ceil(len(batches) / step))
+        if split is None:
+            return None
+        batches = split
     if len(batches) < num_replicas:
         return None
     packed = []
     for replica in range(num_replicas):
         mine = batches[replica::num_replicas]
         times = [coef.micro_batch_time_s(lengths[b]) for b in mine]
-        packed.append(
-            PackedPipeline(tuple(mine), tuple(times), simulate_1f1b(times, coef.scheme.pp, coef.fwd_fraction))
-        )
+        packed.append(PackedPipeline(tuple(mine), tuple(times), pipeline_time_s(times, coef.scheme, coef.fwd_fraction)))
     return _homogeneous_candidate(coef, num_replicas, packed, cost)
 
 
@@ -136,15 +223,17 @@ def _wlb_candidate(
     order = by_length_descending(np.arange(len(lengths), dtype=np.int64), lengths)
     sub_lengths = lengths[order].astype(np.float64)
     per_replica = max(1, math.ceil(float(sub_lengths.sum()) / (coef.capacity_tokens * num_replicas)))
+    step = coef.scheme.pp if coef.scheme.v > 1 else 1  # interleaved: a multiple of pp per replica
+    per_replica = step * math.ceil(per_replica / step)
     while True:
         # terminates: with at least one micro-batch per item, every item finds an empty one
         balanced = balance_lpt(sub_lengths, per_replica * num_replicas, coef)
         if balanced is not None:
             break
-        per_replica += 1
+        per_replica += step
     bins, times = balanced
-    if len(bins) < num_replicas:
-        return None
+    if len(bins) < num_replicas or (step > 1 and len(bins) < per_replica * num_replicas):
+        return None  # too few sequences for a micro-batch each
     packed = []
     for replica in range(num_replicas):
         # micro-batch k goes to replica k mod R: each replica gets balanced micro-batches
@@ -156,6 +245,16 @@ def _wlb_candidate(
 def wlb(request: PlanRequest, profile: CostProfile) -> Plan:
     """The best homogeneous workload-balanced plan (see module docstring)."""
     return _best_homogeneous("wlb", request, profile, _wlb_candidate)
+
+
+def megatron_vpp(request: PlanRequest, profile: CostProfile) -> Plan:
+    """`megatron` with its pipelines interleaved as the model's recipe runs them (module docstring)."""
+    return _best_homogeneous("megatron-vpp", request, profile, _megatron_candidate, interleaved=True)
+
+
+def wlb_vpp(request: PlanRequest, profile: CostProfile) -> Plan:
+    """`wlb` with its pipelines interleaved as the model's recipe runs them (module docstring)."""
+    return _best_homogeneous("wlb-vpp", request, profile, _wlb_candidate, interleaved=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -469,12 +568,25 @@ def _best_homogeneous(
     request: PlanRequest,
     profile: CostProfile,
     build: Callable[[np.ndarray, SchemeCoefficients, int, ProfileCostModel], Candidate | None],
+    interleaved: bool = False,
 ) -> Plan:
-    """One scheme on every replica, the best of all schemes that divide N by simulated step time."""
+    """One scheme on every replica, the best of all schemes that divide N by simulated step time;
+    `interleaved`: each with its recipe's chunk count (`_interleaved_dividing`)."""
     cost = ProfileCostModel(profile)
     homogeneous = _dividing(cost, request.num_gpus)
     if not homogeneous:
         raise PlanningError(f"{name}: no scheme of the profile divides {request.num_gpus} GPUs evenly")
+    if interleaved:
+        homogeneous, missing = _interleaved_dividing(cost, request.num_gpus)
+        if missing and all(coef.scheme.v == 1 for coef in homogeneous):
+            counts = sorted({scheme.v for scheme in missing})
+            shown = ", ".join(str(scheme) for scheme in missing[:6]) + (", ..." if len(missing) > 6 else "")
+            raise PlanningError(
+                f"{name}: the profile prices none of the interleaved schemes the recipe runs "
+                f"({shown}); build it with virtual stages "
+                f"{', '.join(map(str, counts))} (hydraplan plan --virtual-stages, or "
+                "build_profile(virtual_stages=...))"
+            )
     items = _items_for(name, request, homogeneous)
     choice = _best_homogeneous_choice(items.lengths, cost, homogeneous, request.num_gpus, build)
     if choice.candidate is None:
@@ -507,6 +619,12 @@ def peer_choice(name: str, lengths: np.ndarray, cost: ProfileCostModel, num_gpus
     if name in ("megatron", "wlb"):
         build = _megatron_candidate if name == "megatron" else _wlb_candidate
         return _best_homogeneous_choice(lengths, cost, _dividing(cost, num_gpus), num_gpus, build)
+    if name in INTERLEAVED_BASELINES:
+        build = _megatron_candidate if INTERLEAVED_BASELINES[name] == "megatron" else _wlb_candidate
+        homogeneous, _ = _interleaved_dividing(cost, num_gpus)
+        if all(coef.scheme.v == 1 for coef in homogeneous):  # nothing interleaved: the plain baseline's plan
+            return PeerChoice(None, len(homogeneous), 0, 0)
+        return _best_homogeneous_choice(lengths, cost, homogeneous, num_gpus, build)
     if name == "flexsp":
         coefs = flexsp_schemes(cost, num_gpus, int(lengths.max()))
         return flexsp_choice(lengths, cost, coefs, num_gpus, max_schemes)
@@ -592,6 +710,8 @@ BASELINES: dict[str, Callable[[PlanRequest, CostProfile], Plan]] = {
     "wlb": wlb,
     "flexsp": flexsp,
     "hydraulis": hydraulis,
+    "megatron-vpp": megatron_vpp,
+    "wlb-vpp": wlb_vpp,
 }
 
 

@@ -1,6 +1,7 @@
 """Never behind a peer: the shipped baselines' own plans as candidates of the search.
 
-Every baseline of `planner.baselines` (megatron, wlb, flexsp, hydraulis) plans exactly the
+Every baseline of `planner.baselines` (megatron, wlb, flexsp, hydraulis, and the interleaved
+megatron-vpp and wlb-vpp where the profile prices their recipe's chunk counts) plans exactly the
 search's items (the same sequences, cut the same way), in a worker process while the search runs
 (`solve(executor=...)`) or when the search asks; each plan it makes joins the search's solved
 candidates when the search proper ends and is polished like them (LP re-dispatch, refinement,

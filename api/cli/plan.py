@@ -36,8 +36,8 @@ from hydraplan.api.cli.inputs import (
 )
 from hydraplan.api.cli.progress import PROG, PROGRESS_MIN_S, Progress
 from hydraplan.api.cli.timeline import add_timeline_options, timeline_format, write_timeline
-from hydraplan.api.files import InputError, read_plan, read_pool
-from hydraplan.planner.baselines import BASELINES
+from hydraplan.api.files import InputError, catalog_model, read_plan, read_pool
+from hydraplan.planner.baselines import BASELINES, INTERLEAVED_BASELINES, recipe_chunk_counts
 from hydraplan.planner.strategies import named_chunk_counts
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def run_plan(args: argparse.Namespace) -> int:
     previous = read_plan(args.previous_plan).strategy if args.previous_plan else args.previous_strategy
     pool = read_pool(args.strategy_pool) if args.strategy_pool else None
     request = plan_request(args, lengths, solver_options(args, strategy_pool=pool), previous)
-    profile = cluster_profile(args, named_chunk_counts([*(pool or ()), previous]))
+    profile = cluster_profile(args, [*named_chunk_counts([*(pool or ()), previous]), *recipe_counts(args, names)])
     _note_beyond_measured(profile, lengths)
     budget_s = _budget_s(request, profile)
     progress = Progress.for_command(args.progress, (budget_s or 0.0) + (PROGRESS_MIN_S if names else 0.0))
@@ -186,6 +186,18 @@ def _baseline_plan(name: str, request: PlanRequest, profile: CostProfile, progre
 
     with progress.step(f"baseline {name} on {len(request.lengths):,} sequences"):
         return run_baseline(name, request, profile)
+
+
+def recipe_counts(args: argparse.Namespace, names: tuple[str, ...]) -> list[int]:
+    """The chunk counts the recipe of `--model` runs (`baselines.recipe_chunk_counts`, over every
+    pipeline depth that splits its layers), when an interleaved baseline (`megatron-vpp`, `wlb-vpp`)
+    is compared or asked for and the profile is the analytic one; none otherwise."""
+    wanted = [*names, *([args.baseline] if args.baseline else [])]
+    if getattr(args, "profile", None) or not any(name in INTERLEAVED_BASELINES for name in wanted):
+        return []
+    model = catalog_model(args.model, args.models_file)
+    depths = [pp for pp in range(2, min(model.num_layers, args.num_gpus) + 1) if model.num_layers % pp == 0]
+    return recipe_chunk_counts(model.name, model.num_layers, depths)
 
 
 def compared_baselines(names: str | None) -> tuple[str, ...]:
