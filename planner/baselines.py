@@ -126,6 +126,17 @@ def recipe_chunk_counts(model: str | None, num_layers: int, pps: Sequence[int]) 
     return sorted({recipe_chunks(model, num_layers, pp) for pp in pps} - {1})
 
 
+def recipe_counts_for(model: str | None, num_layers: int, num_gpus: int) -> list[int]:
+    """`recipe_chunk_counts` over every pipeline depth up to `num_gpus` that splits the layers."""
+    depths = [pp for pp in range(2, min(num_layers, num_gpus) + 1) if num_layers % pp == 0]
+    return recipe_chunk_counts(model, num_layers, depths)
+
+
+def wants_interleaved(names: Sequence[str | None]) -> bool:
+    """Whether any of these baseline names is an interleaved one (`megatron-vpp`, `wlb-vpp`)."""
+    return any(name in INTERLEAVED_BASELINES for name in names)
+
+
 def recipe_scheme(profile: CostProfile, scheme: ParallelScheme) -> ParallelScheme:
     """`scheme` with the recipe's chunk count (`recipe_chunks`)."""
     v = recipe_chunks(profile.model, profile.num_layers, scheme.pp)

@@ -6,12 +6,17 @@ import numpy as np
 import pytest
 from synthetic import synthetic_profile, wikipedia_like_batch
 
+from hydraplan.cost_models.analytic import build_profile
+from hydraplan.cost_models.catalog import get_gpu, get_model
 from hydraplan.planner.baselines import (
     BASELINES,
+    INTERLEAVED_BASELINES,
     hydraulis,
     hydraulis_dispatch,
     hydraulis_pack,
     megatron,
+    recipe_chunks,
+    recipe_counts_for,
     run_baseline,
     wlb,
 )
@@ -23,6 +28,7 @@ from hydraplan.planner.scheme import ParallelScheme
 
 PROFILE = synthetic_profile(max_gpus=16)
 NAMES = ["megatron", "wlb", "flexsp", "hydraulis"]
+VPP_NAMES = ["megatron-vpp", "wlb-vpp"]
 
 
 def request(lengths, num_gpus=16, previous_strategy=None, **options) -> PlanRequest:
@@ -39,8 +45,8 @@ def schemes_of(plan) -> set[tuple[int, int, int]]:
     return {(p.scheme.tp, p.scheme.pp, p.scheme.cp) for p in plan.pipelines}
 
 
-def test_registry_holds_the_four_baselines():
-    assert sorted(BASELINES) == sorted(NAMES)
+def test_registry_holds_the_four_baselines_and_the_two_interleaved_ones():
+    assert sorted(BASELINES) == sorted([*NAMES, *VPP_NAMES])
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -162,7 +168,7 @@ def test_hydraulis_packing_minimises_its_pipeline_estimate():
 
 
 def test_unknown_baseline_lists_the_valid_names():
-    with pytest.raises(PlanningError, match="unknown baseline 'nope'; valid: flexsp, hydraulis, megatron, wlb"):
+    with pytest.raises(PlanningError, match="unknown baseline 'nope'; valid: flexsp, hydraulis, megatron, megatron-vpp, wlb, wlb-vpp"):
         run_baseline("nope", request([100] * 20), PROFILE)
 
 
@@ -212,3 +218,53 @@ def test_baseline_plans_are_checked_before_they_are_returned(monkeypatch):
     monkeypatch.setattr(baselines, "check_plan", lambda plan: ["a planted violation"])
     with pytest.raises(AssertionError, match="baseline megatron produced an invalid plan: a planted violation"):
         run_baseline("megatron", request(wikipedia_like_batch(10_000, seed=1)), PROFILE)
+
+
+# ---------------------------------------------------------------------------------------------
+# megatron-vpp, wlb-vpp: the recipe's interleaved schedule
+# ---------------------------------------------------------------------------------------------
+
+
+def test_recipe_chunk_counts_are_those_of_the_nemo_recipes():
+    assert recipe_chunks("llama3-70b", 80, 4) == 5  # llama3_70b.py: PP 4, VP 5
+    assert recipe_chunks("llama3-405b", 126, 9) == 2  # llama31_405b.py: PP 9, VP 2
+    assert recipe_chunks("llama3-8b", 32, 2) == 4  # no recipe: 4 layers a chunk
+    assert recipe_chunks("llama3-8b", 32, 8) == 1  # 4 layers a rank: one chunk of 4
+    assert recipe_chunks("llama3-8b", 32, 1) == 1  # no pipeline
+    assert recipe_chunks("odd", 30, 4) == 1  # layers that do not split evenly over the stages
+    assert recipe_counts_for("llama3-8b", 32, 32) == [2, 4]  # pp 2 -> 4, pp 4 -> 2
+
+
+def _pipelined_8b(interleaved: bool) -> CostProfile:
+    """Llama 3 8B on 16 H100 with only its pp 2 schemes (and their v = 4 entries when
+    `interleaved`): every homogeneous plan is a pipeline the recipe interleaves."""
+    counts = recipe_counts_for("llama3-8b", 32, 16) if interleaved else []
+    profile = build_profile(get_model("llama3-8b"), get_gpu("h100-sxm-80gb"), 16, 8, virtual_stages=counts)
+    return profile.model_copy(update={"schemes": [entry for entry in profile.schemes if entry.pp == 2]})
+
+
+@pytest.mark.parametrize("name", VPP_NAMES)
+def test_interleaved_baselines_run_the_recipe_chunk_count(name):
+    profile = _pipelined_8b(interleaved=True)
+    lengths = wikipedia_like_batch(120_000, seed=5, cap=8192)
+    plan = run_baseline(name, request(lengths), profile)
+    assert check_plan(plan) == [] and check_plan(plan, profile) == []
+    assert plan.solver.backend == f"baseline:{name}"
+    assert {p.scheme.v for p in plan.pipelines} == {4}  # the recipe's v for pp 2
+    assert all(len(p.micro_batches) % p.scheme.pp == 0 for p in plan.pipelines)  # Megatron-Core's rule
+    placed = sorted(sid for p in plan.pipelines for mb in p.micro_batches for sid in mb.sequence_ids)
+    assert placed == list(range(len(lengths)))
+    plain = run_baseline(INTERLEAVED_BASELINES[name], request(lengths), profile)
+    assert {p.scheme.v for p in plain.pipelines} == {1}  # the old names keep meaning plain 1F1B
+    if name == "megatron-vpp":  # arrival order kept: each micro-batch is a run of consecutive sequences
+        for pipeline in plan.pipelines:
+            for micro_batch in pipeline.micro_batches:
+                ids = sorted(micro_batch.sequence_ids)
+                assert ids == list(range(ids[0], ids[0] + len(ids)))
+
+
+@pytest.mark.parametrize("name", VPP_NAMES)
+def test_interleaved_baseline_without_its_schemes_says_how_to_price_them(name):
+    lengths = wikipedia_like_batch(60_000, seed=2, cap=8192)
+    with pytest.raises(PlanningError, match=r"none of the interleaved schemes.*<\d+,2,\d+,4>.*virtual stages 4"):
+        run_baseline(name, request(lengths), _pipelined_8b(interleaved=False))

@@ -12,7 +12,7 @@ from synthetic import synthetic_profile, wikipedia_like_batch
 from benchmarks.quality import same_batch
 from hydraplan.cost_models.analytic import build_profile
 from hydraplan.cost_models.catalog import get_gpu, get_model
-from hydraplan.planner.baselines import BASELINES, run_baseline
+from hydraplan.planner.baselines import BASELINES, INTERLEAVED_BASELINES, recipe_counts_for, run_baseline
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.schemas import Plan, PlanRequest, SolverOptions
 from hydraplan.planner.solve import solve
@@ -23,6 +23,17 @@ PROFILES = {
     "synthetic-16": (synthetic_profile(max_gpus=16), 16),
     "tiny-8": (build_profile(get_model("tiny"), get_gpu("h100-sxm-80gb"), 8, 8), 8),
     "8b-32": (build_profile(get_model("llama3-8b"), get_gpu("h100-sxm-80gb"), 32, 8), 32),
+    # with the interleaved schemes of the recipe's chunk counts: megatron-vpp and wlb-vpp plan too
+    "8b-32-vpp": (
+        build_profile(
+            get_model("llama3-8b"),
+            get_gpu("h100-sxm-80gb"),
+            32,
+            8,
+            virtual_stages=recipe_counts_for("llama3-8b", 32, 32),
+        ),
+        32,
+    ),
 }
 
 
@@ -104,3 +115,20 @@ def test_a_pool_keeps_the_search_inside_it() -> None:
     plan = solve(PlanRequest(lengths=lengths, num_gpus=num_gpus, options=options), profile)
     assert plan.strategy in pool and plan.solver.winner == "search"
     assert np.isfinite(plan.objective_s)
+
+
+def test_never_behind_an_interleaved_baseline_that_beats_the_plain_ones() -> None:
+    """Llama 3 8B on 16 H100 with only its pp 2 schemes and their recipe's v = 4 entries: the
+    interleaved baselines beat the plain ones (a quarter of the bubble), and the plan is behind
+    neither."""
+    full = build_profile(get_model("llama3-8b"), get_gpu("h100-sxm-80gb"), 16, 8, virtual_stages=[4])
+    profile = full.model_copy(update={"schemes": [entry for entry in full.schemes if entry.pp == 2]})
+    lengths = wikipedia_like_batch(120_000, seed=5, cap=8192)
+    options = SolverOptions(time_limit_s=2.0, seed=0, oversize="split")
+    request = PlanRequest(lengths=lengths, num_gpus=16, gpus_per_node=8, options=options)
+    plain = min(run_baseline(name, request, profile).objective_s for name in ("megatron", "wlb"))
+    interleaved = {name: run_baseline(name, request, profile) for name in INTERLEAVED_BASELINES}
+    assert min(plan.objective_s for plan in interleaved.values()) < plain
+    plan = solve(request, profile)
+    assert behind(plan, request, profile) == []
+    assert plan.objective_s <= min(p.objective_s for p in interleaved.values()) * (1 + TOLERANCE)

@@ -37,7 +37,7 @@ from hydraplan.api.cli.inputs import (
 from hydraplan.api.cli.progress import PROG, PROGRESS_MIN_S, Progress
 from hydraplan.api.cli.timeline import add_timeline_options, timeline_format, write_timeline
 from hydraplan.api.files import InputError, catalog_model, read_plan, read_pool
-from hydraplan.planner.baselines import BASELINES, INTERLEAVED_BASELINES, recipe_chunk_counts
+from hydraplan.planner.baselines import BASELINES, recipe_counts_for, wants_interleaved
 from hydraplan.planner.strategies import named_chunk_counts
 
 if TYPE_CHECKING:
@@ -192,12 +192,10 @@ def recipe_counts(args: argparse.Namespace, names: tuple[str, ...]) -> list[int]
     """The chunk counts the recipe of `--model` runs (`baselines.recipe_chunk_counts`, over every
     pipeline depth that splits its layers), when an interleaved baseline (`megatron-vpp`, `wlb-vpp`)
     is compared or asked for and the profile is the analytic one; none otherwise."""
-    wanted = [*names, *([args.baseline] if args.baseline else [])]
-    if getattr(args, "profile", None) or not any(name in INTERLEAVED_BASELINES for name in wanted):
+    if getattr(args, "profile", None) or not wants_interleaved([*names, args.baseline]):
         return []
     model = catalog_model(args.model, args.models_file)
-    depths = [pp for pp in range(2, min(model.num_layers, args.num_gpus) + 1) if model.num_layers % pp == 0]
-    return recipe_chunk_counts(model.name, model.num_layers, depths)
+    return recipe_counts_for(model.name, model.num_layers, args.num_gpus)
 
 
 def compared_baselines(names: str | None) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ from hydraplan.cost_models.analytic import AnalyticOptions, build_profile
 from hydraplan.cost_models.catalog import load_gpus, load_models
 from hydraplan.cost_models.profile_io import ProfileError, load_profile
 from hydraplan.planner import limits
+from hydraplan.planner.baselines import recipe_counts_for, wants_interleaved
 from hydraplan.planner.budget import AUTO, AUTO_MAX_S
 from hydraplan.planner.cache import WeightedLru
 from hydraplan.planner.cost import ProfileCostModel
@@ -212,7 +213,11 @@ class Planning:
         if body.model is not None:
             model, gpu = self.model(body.model), self.gpu(body.gpu)
             recipe = getattr(body, "recipe", None)
-            return self.analytic_profile(model, gpu, num_gpus, gpus_per_node, recipe, _named_chunk_counts(body))
+            counts = _named_chunk_counts(body)
+            named = [*(getattr(body, "baselines", None) or ()), getattr(body, "baseline", None)]
+            if wants_interleaved(named):  # megatron-vpp, wlb-vpp: their recipe's interleaved schemes
+                counts += recipe_counts_for(model.name, model.num_layers, num_gpus)
+            return self.analytic_profile(model, gpu, num_gpus, gpus_per_node, recipe, counts)
         if body.profile is not None:
             return body.profile
         return self.uploaded_profile(body.profile_id)

@@ -113,9 +113,11 @@ def axis_values(key: str, value: Any) -> list[Any]:
 
 
 def _all_baselines() -> list[str]:
-    from hydraplan.planner.baselines import BASELINES
+    """The plain baselines (the interleaved megatron-vpp and wlb-vpp need their recipe's interleaved
+    schemes in the profile: a sweep names them to compare them)."""
+    from hydraplan.planner.baselines import BASELINES, INTERLEAVED_BASELINES
 
-    return list(BASELINES)
+    return [name for name in BASELINES if name not in INTERLEAVED_BASELINES]
 
 
 class SweepSpec(Frozen):
