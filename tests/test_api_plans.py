@@ -67,6 +67,14 @@ def test_plan_with_inline_specs_and_baseline(client) -> None:
     assert [baseline["name"] for baseline in plan["baselines"]] == ["megatron"]
 
 
+def test_plan_compares_the_interleaved_baselines(client) -> None:
+    body = plan_body(model="llama3-8b", num_gpus=16, gpus_per_node=8, baselines=["megatron-vpp", "wlb-vpp"])
+    response = client.post("/v1/plans", json=body)
+    assert response.status_code == 200, response.text
+    assert [baseline["name"] for baseline in response.json()["baselines"]] == ["megatron-vpp", "wlb-vpp"]
+    assert all(baseline["error"] is None for baseline in response.json()["baselines"])
+
+
 def test_plan_with_inline_profile(client, user_profile_data: dict) -> None:
     body = plan_body(profile=user_profile_data)
     del body["model"], body["gpu"]

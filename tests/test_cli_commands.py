@@ -76,7 +76,26 @@ def test_an_unexpected_baseline_error_is_a_row_too(
     code, out, err = run(capsys, "plan", *TINY, "--compare")
     assert code == 0, err
     assert "wlb  could not plan: internal error: RuntimeError: index out of range in the packing" in out
-    assert sum(line.rstrip().endswith("x") for line in out.splitlines()) == 3  # the other three
+    assert sum(line.rstrip().endswith("x") for line in out.splitlines()) == 5  # the other five
+
+
+def test_compare_accepts_the_interleaved_baselines_and_prices_their_recipe(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--compare megatron-vpp,wlb-vpp` plans both; the analytic profile then prices the chunk
+    counts of the model's recipe (Llama 3 8B: 4 at pp 2, 2 at pp 4), and only then."""
+    import argparse
+
+    from hydraplan.api.cli.plan import recipe_counts
+
+    argv = ["--model", "llama3-8b", "--num-gpus", "16", "--num-tokens", "60000", "--time-limit-s", "0.3"]
+    code, out, err = run(capsys, "plan", *argv, "--compare", "megatron-vpp,wlb-vpp", "--json")
+    assert code == 0, err
+    assert [baseline["name"] for baseline in json.loads(out)["baselines"]] == ["megatron-vpp", "wlb-vpp"]
+    args = argparse.Namespace(model="llama3-8b", models_file=None, num_gpus=16, baseline=None, profile=None)
+    assert recipe_counts(args, ("megatron", "wlb-vpp")) == [2, 4]
+    assert recipe_counts(args, ("megatron", "wlb")) == []
+    assert recipe_counts(argparse.Namespace(**{**vars(args), "baseline": "megatron-vpp"}), ()) == [2, 4]
+    code, _, err = run(capsys, "plan", *argv, "--compare", "megatron-pp")
+    assert "unknown baseline 'megatron-pp' in --compare; valid: " in assert_one_line_error(code, err)
 
 
 def test_solve_reports_a_baseline_that_cannot_plan(tmp_path: Path) -> None:
