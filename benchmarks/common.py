@@ -61,13 +61,16 @@ def _tokens(count: int) -> str:
 
 
 @cache
-def profile_for(model: str, gpu: str, num_gpus: int, recipe: str | None = None) -> CostProfile:
+def profile_for(
+    model: str, gpu: str, num_gpus: int, recipe: str | None = None, virtual_stages: tuple[int, ...] = ()
+) -> CostProfile:
     """The analytic cost profile (built once per process per cluster); `recipe` is a
-    `TrainingRecipe` as JSON (None: the default recipe)."""
+    `TrainingRecipe` as JSON (None: the default recipe); `virtual_stages`: the interleaved schemes
+    of these chunk counts too (`build_profile`)."""
     if recipe is None:
-        return build_profile(get_model(model), get_gpu(gpu), num_gpus, GPUS_PER_NODE)
+        return build_profile(get_model(model), get_gpu(gpu), num_gpus, GPUS_PER_NODE, virtual_stages=virtual_stages)
     options = AnalyticOptions.from_recipe(TrainingRecipe.model_validate_json(recipe))
-    return build_profile(get_model(model), get_gpu(gpu), num_gpus, GPUS_PER_NODE, options)
+    return build_profile(get_model(model), get_gpu(gpu), num_gpus, GPUS_PER_NODE, options, virtual_stages)
 
 
 def batch_lengths(dataset: str, num_tokens: int, seed: int, context_cap: int) -> list[int]:

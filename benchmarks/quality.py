@@ -56,9 +56,16 @@ from benchmarks.common import (  # noqa: E402
     split_names,
 )
 from benchmarks.report import RESULTS_PATH, command_line, markdown_table, write_result  # noqa: E402
-from hydraplan.planner.baselines import BASELINES, run_baseline  # noqa: E402
+from hydraplan.cost_models.catalog import get_model  # noqa: E402
+from hydraplan.planner.baselines import (  # noqa: E402
+    BASELINES,
+    INTERLEAVED_BASELINES,
+    recipe_counts_for,
+    run_baseline,
+    wants_interleaved,
+)
 from hydraplan.planner.errors import PlanningError  # noqa: E402
-from hydraplan.planner.schemas import Plan  # noqa: E402
+from hydraplan.planner.schemas import CostProfile, Plan  # noqa: E402
 from hydraplan.planner.solve import solve  # noqa: E402
 
 QUICK_SETTINGS = ("8b-64xh100",)
@@ -98,6 +105,7 @@ class BatchResult:
     strategy: str = ""
     num_distinct_schemes: int = 0
     baseline_step_time_s: dict[str, float] = field(default_factory=dict)
+    baseline_strategy: dict[str, str] = field(default_factory=dict)
     baseline_wall_s: dict[str, float] = field(default_factory=dict)
     baseline_errors: dict[str, str] = field(default_factory=dict)
     # baselines whose own plan of the same batch (the same sequences, cut the same way) has a
@@ -149,7 +157,7 @@ def run_batch(
 ) -> BatchResult:
     tokens = min(setting.num_tokens, max_tokens) if max_tokens else setting.num_tokens
     lengths = batch_lengths(dataset, tokens, seed, setting.context_cap)
-    profile = profile_for(setting.model, setting.gpu, setting.num_gpus, recipe)
+    profile = setting_profile(setting, recipe, baselines)
     request = make_request(lengths, setting.num_gpus, "auto", time_limit_s, seed)
     result = BatchResult(setting.name, dataset, seed, len(lengths), time_limit_s)
     started, started_cpu = time.perf_counter(), time.process_time()
@@ -175,12 +183,24 @@ def run_batch(
         try:
             baseline = run_baseline(name, request, profile)
             result.baseline_step_time_s[name] = baseline.step_time_s
+            result.baseline_strategy[name] = baseline.strategy
             if same_batch(plan, baseline) and plan.objective_s > baseline.objective_s * (1 + NEVER_WORSE_TOLERANCE):
                 result.behind.append(name)
         except PlanningError as error:
             result.baseline_errors[name] = str(error)
         result.baseline_wall_s[name] = time.perf_counter() - started
     return result
+
+
+def setting_profile(setting: Setting, recipe: str | None, baselines: list[str]) -> CostProfile:
+    """The setting's analytic profile; with an interleaved baseline compared (`megatron-vpp`,
+    `wlb-vpp`) it prices the interleaved schemes of the model's recipe chunk counts too, so the
+    planner (whose candidates include those baselines' plans) and the baselines see the same costs."""
+    if not wants_interleaved(baselines):
+        return profile_for(setting.model, setting.gpu, setting.num_gpus, recipe)
+    model = get_model(setting.model)
+    counts = tuple(recipe_counts_for(model.name, model.num_layers, setting.num_gpus))
+    return profile_for(setting.model, setting.gpu, setting.num_gpus, recipe, counts)
 
 
 def trained_lengths(plan: Plan) -> list[int]:
@@ -195,12 +215,12 @@ def same_batch(plan: Plan, baseline: Plan) -> bool:
     )
 
 
-def warm_up(setting: Setting, dataset: str, recipe: str | None = None) -> None:
+def warm_up(setting: Setting, dataset: str, recipe: str | None = None, baselines: list[str] | None = None) -> None:
     """One untimed small solve: library imports and caches are not charged to the first batch."""
     lengths = batch_lengths(dataset, min(setting.num_tokens, QUICK_MAX_TOKENS), 10_000, setting.context_cap)
     request = make_request(lengths, setting.num_gpus, "auto", QUICK_TIME_LIMIT_S, 0)
     try:
-        solve(request, profile_for(setting.model, setting.gpu, setting.num_gpus, recipe))
+        solve(request, setting_profile(setting, recipe, baselines or []))
     except PlanningError:
         pass
 
@@ -269,6 +289,66 @@ def group(results: list[BatchResult]) -> dict[tuple[str, str], list[BatchResult]
     for result in results:
         groups.setdefault((result.setting, result.dataset), []).append(result)
     return groups
+
+
+def fastest_baseline(result: BatchResult, names: list[str]) -> str | None:
+    """The baseline among `names` with the least step time on this batch (None if none planned)."""
+    planned = [(result.baseline_step_time_s[name], name) for name in names if name in result.baseline_step_time_s]
+    return min(planned)[1] if planned else None
+
+
+def interleaving_section(results: list[BatchResult], baselines: list[str]) -> str:
+    """Plain against interleaved baselines, per (setting, dataset): the speed-ups over both, the
+    fastest baseline with and without the interleaved ones, and where interleaving changes it."""
+    plain = [name for name in baselines if name not in INTERLEAVED_BASELINES]
+    pairs = [(INTERLEAVED_BASELINES[name], name) for name in baselines if name in INTERLEAVED_BASELINES]
+    headers = [
+        "setting",
+        "dataset",
+        *(f"x {name}" for base, vpp in pairs for name in ([base] if base in baselines else []) + [vpp]),
+        "fastest plain baseline",
+        "fastest baseline",
+        "interleaving changes it",
+        "plan grew from",
+        "interleaved baseline strategies",
+    ]
+    rows = []
+    for (setting, dataset), group_results in group(results).items():
+        solved = [r for r in group_results if r.error is None]
+        row = [setting, dataset]
+        for base, vpp in pairs:
+            if base in baselines:
+                row.append(fmt(mean_speedup(solved, base), 3))
+            row.append(fmt(mean_speedup(solved, vpp), 3))
+        fastest_plain = Counter(fastest_baseline(r, plain) for r in solved)
+        fastest_all = Counter(fastest_baseline(r, baselines) for r in solved)
+        changed = sum(fastest_baseline(r, plain) != fastest_baseline(r, baselines) for r in solved)
+        winners = Counter(r.winner for r in solved)
+        strategies = Counter(
+            f"{vpp}: {r.baseline_strategy[vpp]}" for r in solved for _, vpp in pairs if vpp in r.baseline_strategy
+        )
+        row += [
+            _counts(fastest_plain),
+            _counts(fastest_all),
+            f"{changed} of {len(solved)}",
+            _counts(winners),
+            "; ".join(f"{text} ({count})" for text, count in strategies.most_common()),
+        ]
+        rows.append(row)
+    return (
+        "### Plain and interleaved baselines\n\n"
+        "`megatron-vpp` and `wlb-vpp` are `megatron` and `wlb` with every pipeline interleaved with the chunk "
+        "count of the model's recipe (`planner.baselines.recipe_chunks`: Megatron-LM layers per virtual stage "
+        "from NVIDIA NeMo's recipes, 4 for Llama 3 70B and for models without a recipe, 7 for Llama 3 405B). "
+        "The profiles price those interleaved schemes, and the planner's candidates include these baselines' "
+        "plans. Fastest baseline: per batch, the compared baseline of least step time (counts over the "
+        "batches); interleaving changes it where the fastest of all differs from the fastest plain one.\n\n"
+        + markdown_table(headers, rows)
+    )
+
+
+def _counts(counter: Counter) -> str:
+    return ", ".join(f"{name} {count}" for name, count in counter.most_common() if name is not None) or "-"
 
 
 def failure_notes(results: list[BatchResult], baselines: list[str]) -> list[str]:
@@ -473,6 +553,8 @@ def report_body(
         table,
         "Plan statuses: " + ", ".join(f"{name} {count}" for name, count in sorted(statuses.items())) + ".",
     ]
+    if wants_interleaved(baselines):
+        parts.append(interleaving_section(results, baselines))
     notes = failure_notes(results, baselines)
     if notes:
         parts.append("Failures:\n" + "\n".join(notes))
@@ -582,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if not plan_rows:
         raise SystemExit("no (setting, dataset) pair left by --settings and --datasets")
-    warm_up(*plan_rows[0], args.recipe)
+    warm_up(*plan_rows[0], args.recipe, args.baselines)
 
     results: list[BatchResult] = []
     truncated = False
