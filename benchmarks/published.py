@@ -7,10 +7,17 @@ to the `published` section of benchmarks/RESULTS.md.
     python -m benchmarks.published [--no-write] [--results FILE]
 
 Each prediction is the analytic profile of exactly that configuration (model, GPU, GPU count, 8
-per node, recipe) evaluated for the run's uniform micro-batches: 1F1B pipeline time
-`(m + (pp - 1) / v) * stage_time` (exact for equal micro-batches, Narayanan et al. 2021 §2.2;
-v the model chunks per GPU of an interleaved schedule, 1 without) plus the
-profile's exposed gradient synchronisation. The capacity is that of the run's own schedule:
+per node, recipe) evaluated for the run's uniform micro-batches under the schedule it ran, priced
+as the planner prices it (issue 32 item 7): the 1F1B simulation, or for v model chunks per GPU the
+interleaved 1F1B simulation in Megatron-Core's order with groups of pp
+(`planner.simulate.pipeline_time_s`), each rank's micro-batch paying its chunks' own
+point-to-point transfers (`cost_models.analytic.chunk_entry`: `(v - 1)` boundary transfers more
+than plain 1F1B), plus the profile's exposed gradient synchronisation. For equal micro-batches the
+simulation is `(m + (pp - 1) / v) * stage_time` (Narayanan et al. 2021 §2.2), the closed form
+these rows were first priced with (`predict(schedule="closed-form")`; `FIRST_EVALUATED` keeps the
+ratios of the rows that changed). The chunk count is the source's where it says one (each row's
+schedule says where it comes from); a pipeline whose source does not say is priced plain (v 1)
+and its row says so. The capacity is that of the run's own schedule:
 every pipeline rank with its layers (Megatron-Core's uneven `embedding-and-loss` split where the
 run used it) and the micro-batches it keeps in flight under 1F1B or the interleaved schedule
 (`cost_models/pipeline_layout.py`). No parameter is set per row: the per-GPU figures are
@@ -25,15 +32,18 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from benchmarks.published_heldout import HELD_OUT, HELD_OUT_MODELS
+from benchmarks.published_heldout import FIRST_EVALUATED, HELD_OUT, HELD_OUT_MODELS
 from benchmarks.published_runs import GPT_MODELS, LLAMA2_70B, RUNS, PublishedRun
 from benchmarks.report import RESULTS_PATH, write_result
 from hydraplan.cost_models.analytic import AnalyticOptions, build_profile, scheme_memory
+from hydraplan.cost_models.analytic_time import pp_comm_s_per_token, pp_messages_per_micro_batch
 from hydraplan.cost_models.catalog import get_gpu, get_model
+from hydraplan.cost_models.hardware import HardwareParams
 from hydraplan.cost_models.pipeline_layout import chunk_layers
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.schemas import ModelSpec
 from hydraplan.planner.scheme import ParallelScheme
+from hydraplan.planner.simulate import interleaved_count_ok, pipeline_time_s
 
 GPUS_PER_NODE = 8
 # Share of FSDP's gathers / reduce-scatters (or an overlapped all-reduce) left on the critical
@@ -112,25 +122,60 @@ def legacy_options(run: PublishedRun) -> AnalyticOptions:
     return AnalyticOptions(recompute=recompute, efficiency="flat", min_capacity_tokens=1)  # type: ignore[arg-type]
 
 
-def predict(run: PublishedRun, options: AnalyticOptions | None = None) -> Prediction:
+def predict(run: PublishedRun, options: AnalyticOptions | None = None, schedule: str = "simulated") -> Prediction:
     """The model's tokens/s per GPU for exactly this run (with `options`, else its recipe and the
     catalog efficiencies); capacity 0 when the scheme does not fit. The capacity is that of the
-    run's own schedule: its split, model chunks and micro-batches in flight on every rank."""
+    run's own schedule: its split, model chunks and micro-batches in flight on every rank.
+    `schedule`: "simulated" (the schedule the run ran, as the planner prices it: module docstring)
+    or "closed-form" (`(m + (pp - 1) / v)` plain stage times, how the rows were first priced)."""
+    if schedule not in ("simulated", "closed-form"):
+        raise ValueError(f"schedule must be 'simulated' or 'closed-form', got {schedule!r}")
     options = options or recipe_of(run)
     gpu = get_gpu(run.gpu)
     scheme = ParallelScheme(run.tp, run.pp, run.cp)
-    stage_s, sync_s = 0.0, 0.0
+    stage_s, sync_s, fwd_fraction = 0.0, 0.0, 0.5
     for model in time_models_of(run):
         cost = ProfileCostModel(build_profile(model, gpu, run.num_gpus, GPUS_PER_NODE, options))
         if scheme not in cost.schemes():
             return Prediction(run, 0.0, float("inf"), 0.0, 0)
-        stage_s = max(stage_s, cost.stage_time_s(scheme, [run.seq_len] * run.micro_batch))
+        rank_s = cost.stage_time_s(scheme, [run.seq_len] * run.micro_batch)
+        if schedule == "simulated":
+            rank_s += interleaving_p2p_s(run, model, options)
+        if rank_s > stage_s:
+            stage_s, fwd_fraction = rank_s, cost.fwd_fraction(scheme)
         sync_s = max(sync_s, cost.grad_sync_s([scheme] * run.dp))
-    # 1F1B: m micro-batches plus the (pp-1)-stage bubble, divided by the model chunks per GPU
-    # under the interleaved schedule (Narayanan et al. 2021 §2.2.2).
-    step_s = (run.micro_batches + (run.pp - 1) / run.virtual_stages) * stage_s + sync_s
+    ran = ParallelScheme(run.tp, run.pp, run.cp, run.virtual_stages)
+    if schedule == "closed-form" or not interleaved_count_ok(ran, run.micro_batches):
+        # 1F1B: m micro-batches plus the (pp-1)-stage bubble, divided by the model chunks per GPU
+        # under the interleaved schedule (Narayanan et al. 2021 §2.2.2)
+        step_s = (run.micro_batches + (run.pp - 1) / run.virtual_stages) * stage_s + sync_s
+    else:
+        step_s = pipeline_time_s([stage_s] * run.micro_batches, ran, fwd_fraction) + sync_s
     tokens = run.global_batch * run.seq_len / step_s / run.num_gpus
     return Prediction(run, tokens, step_s, sync_s, capacity_of(run, options))
+
+
+def interleaving_p2p_s(run: PublishedRun, model: ModelSpec, options: AnalyticOptions) -> float:
+    """What interleaving adds to one rank's micro-batch: `v - 1` more stage-boundary transfers (the
+    activation and its gradient), as `cost_models.analytic.interleaved_scheme_cost` prices them."""
+    if run.virtual_stages == 1:
+        return 0.0
+    gpu = get_gpu(run.gpu)
+    scheme = ParallelScheme(run.tp, run.pp, run.cp)
+    hardware = HardwareParams.from_specs(gpu, options)
+    per_token_s = pp_comm_s_per_token(model, gpu, scheme, GPUS_PER_NODE, hardware)
+    per_micro_batch_s = pp_messages_per_micro_batch(scheme) * hardware.link_latency(scheme.num_gpus <= GPUS_PER_NODE)
+    return (run.virtual_stages - 1) * (per_token_s * run.seq_len * run.micro_batch + per_micro_batch_s)
+
+
+def schedule_text(run: PublishedRun) -> str:
+    """The schedule a row is priced with and where its chunk count comes from."""
+    if run.pp == 1:
+        return "no pipeline"
+    if run.virtual_stages > 1:
+        source = run.virtual_stages_source or "source not recorded"
+        return f"interleaved 1F1B, {run.virtual_stages} model chunks per GPU ({source})"
+    return "1F1B; chunk count not published (v 1 assumed)"
 
 
 def capacity_of(run: PublishedRun, options: AnalyticOptions, group_size: int | None = None) -> int:
@@ -157,9 +202,9 @@ def _ratio_text(item: Prediction) -> str:
 
 HEADER = [
     "| run | GPUs | layout (TP,PP,CP,DP) | seq | batch / micro | recipe | published | "
-    "published tok/s/GPU | predicted tok/s/GPU | ratio | band | ratio, flat efficiency | ratio, model before "
-    "issue 13 | capacity / ran (tokens) | source |",
-    "|---|---:|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|---|",
+    "published tok/s/GPU | predicted tok/s/GPU | ratio | ratio as first evaluated | band | ratio, flat efficiency | "
+    "ratio, model before issue 13 | capacity / ran (tokens) | source |",
+    "|---|---:|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
 ]
 
 
@@ -170,7 +215,7 @@ def _row(item: Prediction, flat_item: Prediction, legacy_item: Prediction) -> st
     recipe += ", TP overlapped" if run.tp_overlap else ""
     recipe += f", Adam {run.optimizer_dtype}" if run.optimizer_dtype != "fp32" else ""
     recipe += f", {run.pipeline_split} split" if run.pipeline_split != "even" else ""
-    recipe += f", {run.virtual_stages} model chunks per GPU" if run.virtual_stages > 1 else ""
+    recipe += f"; {schedule_text(run)}"
     layout = f"{run.tp},{run.pp},{run.cp},{run.dp}"
     capacity = f"{item.capacity_tokens:,} / {item.micro_batch_tokens:,}"
     capacity += " (short)" if item.capacity_tokens < item.micro_batch_tokens else ""
@@ -178,8 +223,14 @@ def _row(item: Prediction, flat_item: Prediction, legacy_item: Prediction) -> st
         f"| {run.name} | {run.num_gpus} x {run.gpu} | {layout} | {run.seq_len} | "
         f"{run.global_batch} / {run.micro_batch} | {recipe} | {run.published_as} | "
         f"{run.published_tokens_per_s_per_gpu:,.1f} | {item.tokens_per_s_per_gpu:,.1f} | {item.ratio:.2f} | "
-        f"{run.band:.0%} | {_ratio_text(flat_item)} | {_ratio_text(legacy_item)} | {capacity} | {run.source} |"
+        f"{_first_evaluated(run)} | {run.band:.0%} | {_ratio_text(flat_item)} | {_ratio_text(legacy_item)} | "
+        f"{capacity} | {run.source} |"
     )
+
+
+def _first_evaluated(run: PublishedRun) -> str:
+    """The ratio a row had when first evaluated, where its pricing has changed since (else blank)."""
+    return f"{FIRST_EVALUATED[run.name]:.2f}" if run.name in FIRST_EVALUATED else ""
 
 
 def summary(predictions: list[Prediction]) -> str:
@@ -330,16 +381,18 @@ source's own FLOP count where it has one (Narayanan eq. 3) and with PaLM's `6N +
 otherwise (Llama 3).
 
 Outliers and why:
-- Llama 3 405B (1.03-1.04 at 8K, 1.21 at 128K): priced with 8 model chunks per GPU, derived
+- Llama 3 405B (1.00-1.01 at 8K, 1.20 at 128K; 1.03-1.04 and 1.21 as first evaluated with the
+  closed-form bubble and no extra transfers): priced with 8 model chunks per GPU, derived
   from the paper's text as recalled (provenance below: a first chunk holding only the
-  embedding is one slot of the 128 its 126 layers, embedding and loss fill), under the interleaved
-  bubble `(pp-1)/v` and the paper's uneven split (7 layers on the first and last rank, 8 on the
+  embedding is one slot of the 128 its 126 layers, embedding and loss fill), under the simulated
+  interleaved schedule (bubble `(pp-1)/v` for its equal micro-batches, 7 more stage-boundary
+  transfers per micro-batch and rank) and the paper's uneven split (7 layers on the first and last rank, 8 on the
   others). Time is the slowest rank's: a middle one with 8 layers (the last runs 7 and the LM
   head, ~0.66 of a layer). The depth is not a published figure: plain 1F1B would give
   0.61-0.75 (the sensitivity list below). The 128K row also depends on the FLOP convention:
   counting attention with the causal saving (`6N + 6*L*h*s`) raises its published tokens/s by
   1.40x and would put it at 0.87; like the narrow 2021 GPTs below, the rows that are off are
-  over-predicted (every held-out ratio is 1.03 or more). Capacity (the one open item of issue
+  over-predicted (every held-out ratio is 1.00 or more). Capacity (the one open item of issue
   13): under selective recompute (assumed) and Megatron-Core's interleaved schedule, which runs
   micro-batches in groups of pp per chunk, rank 1 keeps 128-141 layer-micro-batches of
   activations in flight, and the predicted capacity (7,245 and 8,029 tokens at 8K, 128,468 at
@@ -361,7 +414,8 @@ Outliers and why:
   on) and more for narrow ones, where one half-point parameter fitted on wide-model rows
   under-states the loss. Table 1's pipelined rows (39.1B-1T) are left out: their micro-batch size
   and pipeline schedule are not in the table, and they move the bubble by up to 2x.
-- Nemotron-4 340B on 128 H100 (1.03, capacity 4,343 of the 4,096 it ran): the recipe's own
+- Nemotron-4 340B on 128 H100 (1.00, 1.03 as first evaluated without its 11 extra
+  stage-boundary transfers per micro-batch; capacity 4,343 of the 4,096 it ran): the recipe's own
   settings, read in NVIDIA/dgxc-benchmarking (provenance below): apex's distributed Adam with
   bf16 gradients and bf16 state, TP communication overlapped, 12 model chunks per GPU (rank 0
   then keeps 103 one-layer chunks of activations in flight, against 96 under 1F1B). Priced

@@ -36,6 +36,7 @@ from benchmarks.published_runs import PublishedRun, megatron_gpt
 from hydraplan.planner.schemas import ModelSpec
 
 __all__ = [
+    "FIRST_EVALUATED",
     "HELD_OUT",
     "HELD_OUT_MODELS",
     "LLAMA3_405B",
@@ -211,6 +212,7 @@ def _llama3(name: str, num_gpus: int, cp: int, seq_len: int, tflops: float) -> P
         source=LLAMA3,
         held_out=True,
         virtual_stages=8,
+        virtual_stages_source="derived from the paper's §3.3.2 text as recalled (provenance)",
         pipeline_split="embedding-and-loss",
         provenance=LLAMA3_READ,
         capacity_short=LLAMA3_MEMORY,
@@ -251,6 +253,21 @@ HELD_OUT: tuple[PublishedRun, ...] = (
         source=NGC_NEMOTRON,
         held_out=True,
         virtual_stages=12,
+        virtual_stages_source="read: VP 12 on the NGC page",
         provenance=NGC_READ,
     ),
 )
+
+
+# Rows whose pricing changed after they were first evaluated, with the ratio (predicted / published)
+# they had then, kept beside the new one. Issue 32 item 7 (2026-12-02) prices each row with the
+# schedule it ran, the planner's own: the interleaved 1F1B simulation in Megatron-Core's order
+# (`planner.simulate.pipeline_time_s`, groups of pp) and each chunk's own point-to-point transfers
+# (`cost_models.analytic.chunk_entry`); before, `(m + (pp - 1) / v) * stage_time` of the plain
+# stage time (main at bb58aff, 2026-12-02, the ratios below).
+FIRST_EVALUATED: dict[str, float] = {
+    "Llama 3 405B, 8192 H100, TP8 PP16 DP64, 8K": 1.03,
+    "Llama 3 405B, 16384 H100, TP8 PP16 DP128, 8K": 1.04,
+    "Llama 3 405B, 16384 H100, TP8 CP16 PP16 DP8, 128K": 1.21,
+    "NeMo Nemotron-4 340B, 128 H100, TP8 PP8 VP12": 1.03,
+}

@@ -112,6 +112,9 @@ class PublishedRun:
     # Interleaved 1F1B model chunks per GPU (Narayanan et al. 2021 §2.2.2): bubble (pp-1)/v, and
     # more micro-batches in flight (cost_models/pipeline_layout.py).
     virtual_stages: int = 1
+    # Where the chunk count comes from (read, derived); empty: not published (v 1 is assumed for a
+    # pipeline, and the row says so)
+    virtual_stages_source: str = ""
     # "even", or "embedding-and-loss": Megatron-Core's split where the embedding and the loss take
     # one layer's slot each (cost_models/pipeline_layout.py).
     pipeline_split: str = "even"

@@ -11,13 +11,17 @@ import pytest
 from benchmarks.published import (
     ALL_RUNS,
     capacity_of,
+    interleaving_p2p_s,
     interleaving_sensitivity,
     predict,
     recipe_of,
+    render,
+    schedule_text,
     summary,
     time_models_of,
 )
 from benchmarks.published_heldout import (
+    FIRST_EVALUATED,
     HELD_OUT,
     HELD_OUT_MODELS,
     LLAMA3_405B,
@@ -95,15 +99,50 @@ def test_palm_flops_of_llama3_405b() -> None:
     assert palm_flops_per_token(model, 8192) == pytest.approx(6 * (model.num_params - 128256 * 16384) + attention)
 
 
-def test_interleaving_divides_only_the_bubble() -> None:
-    # Narayanan et al. 2021 §2.2.2: v model chunks per GPU cut the bubble (pp-1) to (pp-1)/v
-    run = next(run for run in HELD_OUT if run.virtual_stages > 1)
+def test_interleaving_divides_the_bubble_and_adds_its_chunks_transfers() -> None:
+    # Narayanan et al. 2021 §2.2.2: v model chunks per GPU cut the bubble (pp-1) to (pp-1)/v; the
+    # simulated interleaved schedule of equal micro-batches is that closed form, with each rank's
+    # micro-batch paying v - 1 more boundary transfers (issue 32 item 7)
+    run = next(run for run in HELD_OUT if run.virtual_stages > 1 and run.pipeline_split == "even")
     plain, interleaved = predict(replace(run, virtual_stages=1)), predict(run)
+    closed = predict(run, schedule="closed-form")
     m, pp, v = run.micro_batches, run.pp, run.virtual_stages
     plain_stage_s = (plain.step_s - plain.grad_sync_s) / (m + pp - 1)
+    assert (closed.step_s - closed.grad_sync_s) / (m + (pp - 1) / v) == pytest.approx(plain_stage_s)
+    extra_s = interleaving_p2p_s(run, time_models_of(run)[0], recipe_of(run))
+    assert extra_s > 0
     interleaved_stage_s = (interleaved.step_s - interleaved.grad_sync_s) / (m + (pp - 1) / v)
-    assert interleaved_stage_s == pytest.approx(plain_stage_s)
-    assert interleaved.step_s < plain.step_s
+    assert interleaved_stage_s == pytest.approx(plain_stage_s + extra_s)
+    assert closed.step_s < interleaved.step_s < plain.step_s
+
+
+def test_rows_keep_their_first_evaluated_ratio_where_the_pricing_changed() -> None:
+    """Held-out discipline: the rows whose ratio moved when they were priced with their schedule
+    (the interleaved ones) keep the ratio they were first evaluated at, which the closed form they
+    were priced with then still gives; rows of plain 1F1B or no pipeline did not move."""
+    for run in ALL_RUNS:
+        first = round(predict(run, schedule="closed-form").ratio, 2)
+        now = round(predict(run).ratio, 2)
+        if run.virtual_stages > 1:
+            assert FIRST_EVALUATED[run.name] == first, run.name
+        else:
+            assert run.name not in FIRST_EVALUATED and now == first, run.name
+    assert set(FIRST_EVALUATED) <= {run.name for run in ALL_RUNS}
+    table = render(
+        [predict(run) for run in ALL_RUNS], [predict(run) for run in ALL_RUNS], [predict(run) for run in ALL_RUNS]
+    )
+    assert "ratio as first evaluated" in table
+    nemotron = next(run for run in HELD_OUT if "Nemotron" in run.name)
+    assert f"| {predict(nemotron).ratio:.2f} | {FIRST_EVALUATED[nemotron.name]:.2f} |" in table
+
+
+def test_each_row_says_its_schedule_and_where_its_chunk_count_comes_from() -> None:
+    nemotron = next(run for run in HELD_OUT if "Nemotron" in run.name)
+    assert schedule_text(nemotron) == "interleaved 1F1B, 12 model chunks per GPU (read: VP 12 on the NGC page)"
+    megatron_175b = next(run for run in RUNS if run.pp == 8)
+    assert schedule_text(megatron_175b) == "1F1B; chunk count not published (v 1 assumed)"
+    assert schedule_text(next(run for run in RUNS if run.pp == 1)) == "no pipeline"
+    assert all(run.virtual_stages_source for run in ALL_RUNS if run.virtual_stages > 1)
 
 
 def test_sensitivity_lists_every_interleaved_held_out_row() -> None:
@@ -135,6 +174,6 @@ def test_an_uneven_split_is_priced_by_its_slowest_rank() -> None:
     stage_s = max(cost.stage_time_s(scheme, [run.seq_len]) for cost in costs)
     sync_s = max(cost.grad_sync_s([scheme] * run.dp) for cost in costs)
     expected = (run.micro_batches + (run.pp - 1) / run.virtual_stages) * stage_s + sync_s
-    assert predict(run).step_s == pytest.approx(expected)
+    assert predict(run, schedule="closed-form").step_s == pytest.approx(expected)
     # the middle rank is the slower one here: 8 layers outweigh 7 plus the head (~0.66 of a layer)
     assert costs[0].stage_time_s(scheme, [run.seq_len]) > costs[1].stage_time_s(scheme, [run.seq_len])
