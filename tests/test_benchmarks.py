@@ -3,6 +3,7 @@ to their section of the RESULTS file, everything to their results file."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -15,6 +16,9 @@ import pytest
 from benchmarks import latency, quality
 from benchmarks.common import geomean, median, percentile
 from benchmarks.report import results_file
+from hydraplan.planner.strategies import parse_strategy
+
+INTERLEAVED = ("megatron-vpp", "wlb-vpp")
 
 
 def section_text(path: Path, name: str) -> str:
@@ -27,7 +31,9 @@ def section_text(path: Path, name: str) -> str:
 def section_table(path: Path, name: str) -> tuple[list[str], list[list[str]], str]:
     """Headers, rows (of its first table) and the whole text of section `name`."""
     section = section_text(path, name)
-    lines = [line for line in section.splitlines() if line.startswith("|")]
+    all_lines = section.splitlines()
+    start = next(index for index, line in enumerate(all_lines) if line.startswith("|"))
+    lines = list(itertools.takewhile(lambda line: line.startswith("|"), all_lines[start:]))
     headers = [cell.strip() for cell in lines[0].strip("|").split("|")]
     assert set(lines[1].strip("|").split("|")) == {"---"}
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
@@ -75,6 +81,8 @@ def test_quality_quick_writes_its_section(tmp_path, capsys):
         "x wlb",
         "x flexsp",
         "x hydraulis",
+        "x megatron-vpp",
+        "x wlb-vpp",
         "min x hydraulis",
         "heterogeneous %",
         "behind a baseline",
@@ -103,7 +111,13 @@ def test_quality_quick_writes_its_section(tmp_path, capsys):
 
     records = json.loads(raw.read_text())
     assert len(records) == 2 and all(r["error"] is None for r in records)
-    assert set(records[0]["baseline_step_time_s"]) == {"megatron", "wlb", "flexsp", "hydraulis"}
+    assert set(records[0]["baseline_step_time_s"]) == {"megatron", "wlb", "flexsp", "hydraulis", *INTERLEAVED}
+    # the interleaved baselines ran their recipe (Llama 3 8B: v 4 at pp 2, 2 at pp 4) where they pipeline
+    for name in INTERLEAVED:
+        strategy = records[0]["baseline_strategy"][name]
+        assert all(scheme.pp == 1 or scheme.v == {2: 4, 4: 2}[scheme.pp] for scheme in parse_strategy(strategy).schemes)
+    section = full.split("### Plain and interleaved baselines", 1)[1].split("###", 1)[0]
+    assert "| x megatron | x megatron-vpp | x wlb | x wlb-vpp | fastest plain baseline | fastest baseline |" in section
     assert "| setting | dataset |" in capsys.readouterr().out
 
 
@@ -117,6 +131,7 @@ def test_quality_baseline_subset_and_rewrite(tmp_path):
     assert text.count("<!-- quality:start -->") == 1 and "kept" in text
     headers, rows, section = section_table(results, "quality")
     assert "x megatron" in headers and "x hydraulis" not in headers and len(rows) == 1
+    assert "x megatron-vpp" not in headers and "Plain and interleaved baselines" not in full_output(results, "quality")
     assert "not measured (`hydraulis` not among --baselines)" in full_output(results, "quality")
     assert [path.name for path in (tmp_path / "results").iterdir()] == ["quality.md"]
 
