@@ -344,7 +344,36 @@ def interleaving_section(results: list[BatchResult], baselines: list[str]) -> st
         "plans. Fastest baseline: per batch, the compared baseline of least step time (counts over the "
         "batches); interleaving changes it where the fastest of all differs from the fastest plain one.\n\n"
         + markdown_table(headers, rows)
+        + "\n\n"
+        + "\n".join(interleaving_findings(results, baselines))
     )
+
+
+def interleaving_findings(results: list[BatchResult], baselines: list[str]) -> list[str]:
+    """One line per (setting, dataset): where interleaving changes the fastest baseline, and how
+    the plan's speed-up over each plain baseline compares with that over its interleaved twin."""
+    plain = [name for name in baselines if name not in INTERLEAVED_BASELINES]
+    pairs = [(INTERLEAVED_BASELINES[name], name) for name in baselines if name in INTERLEAVED_BASELINES]
+    lines = []
+    for (setting, dataset), group_results in group(results).items():
+        solved = [r for r in group_results if r.error is None and r.baseline_step_time_s]
+        if not solved:
+            lines.append(f"- {setting} / {dataset}: no baseline planned these batches.")
+            continue
+        changed = [r for r in solved if fastest_baseline(r, plain) != fastest_baseline(r, baselines)]
+        moves = Counter(f"{fastest_baseline(r, plain)} -> {fastest_baseline(r, baselines)}" for r in changed)
+        text = (
+            f"interleaving changes the fastest baseline on {len(changed)} of {len(solved)} batches ({_counts(moves)})"
+            if changed
+            else f"interleaving changes the fastest baseline on none of {len(solved)} batches"
+        )
+        speedups = [
+            f"x {base} {fmt(mean_speedup(solved, base), 3)} -> x {vpp} {fmt(mean_speedup(solved, vpp), 3)}"
+            for base, vpp in pairs
+            if base in baselines
+        ]
+        lines.append(f"- {setting} / {dataset}: {text}; " + ", ".join(speedups) + ".")
+    return lines
 
 
 def _counts(counter: Counter) -> str:
@@ -710,7 +739,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=1, default=str))
     if not args.no_write:
-        full = write_result(args.section, command_line_for(argv), body, table, path=args.results)
+        summary = table
+        if wants_interleaved(args.baselines):
+            summary += "\n\nPlain against interleaved baselines (`megatron-vpp`, `wlb-vpp`; full output):\n\n"
+            summary += "\n".join(interleaving_findings(results, args.baselines))
+        full = write_result(args.section, command_line_for(argv), body, summary, path=args.results)
         progress(f"wrote {full} and the {args.section} section of {args.results}")
     return 0
 
