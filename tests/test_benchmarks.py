@@ -118,6 +118,9 @@ def test_quality_quick_writes_its_section(tmp_path, capsys):
         assert all(scheme.pp == 1 or scheme.v == {2: 4, 4: 2}[scheme.pp] for scheme in parse_strategy(strategy).schemes)
     section = full.split("### Plain and interleaved baselines", 1)[1].split("###", 1)[0]
     assert "| x megatron | x megatron-vpp | x wlb | x wlb-vpp | fastest plain baseline | fastest baseline |" in section
+    summary = section_text(results, "quality")
+    assert summary.count("interleaving changes the fastest baseline on ") == 2  # one line per row, in RESULTS too
+    assert re.search(r"x megatron [\d.]+ -> x megatron-vpp [\d.]+, x wlb [\d.]+ -> x wlb-vpp [\d.]+\.", summary)
     assert "| setting | dataset |" in capsys.readouterr().out
 
 
