@@ -239,9 +239,9 @@ def test_the_cost_source_error_quoted_in_the_report_is_the_published_one() -> No
     changes one fails here until the report's text follows."""
     results = RESULTS.read_text(encoding="utf-8")
     published = results.split("<!-- published:start -->")[1].split("<!-- published:end -->")[0]
-    assert "Held-out rows: 11 rows: median ratio 1.08 (range 1.03-1.22)" in published
+    assert "Held-out rows: 11 rows: median ratio 1.08 (range 1.00-1.22)" in published
     assert "within +-30%: 11 of 11" in published
-    assert "median of 1.08 on 11 held-out runs (range 1.03-1.22, all within +-30%)" in report_module.ANALYTIC_ERROR
+    assert "median of 1.08 on 11 held-out runs (range 1.00-1.22, all within +-30%)" in report_module.ANALYTIC_ERROR
     calibrated = _headline(results, "cost_model_accuracy", "Stage time error, calibration-only schemes")
     assert calibrated == "12.5%" and "a median of 12.5%" in report_module.ANALYTIC_ERROR
     held_out = _headline(results, "cost_model_accuracy", "Stage time error, measured schemes, held out")
@@ -389,3 +389,16 @@ def test_a_target_is_answered_per_model_when_models_vary_too() -> None:
     answers = smallest_clusters(rows + bigger, 170.0)
     assert [(a.gpu, a.row_index) for a in answers] == [("a", 1), ("b", 4), ("a", 8), ("b", 11)]
     assert answers[2].text.startswith("a, model big: ")
+
+
+def test_a_sweep_comparing_an_interleaved_baseline_prices_its_recipe() -> None:
+    """`compare: [megatron-vpp]` adds the interleaved schemes of the model's recipe chunk counts to
+    each configuration's analytic profile (Llama 3 8B on 16 GPUs: v 4 at pp 2, v 2 at pp 4); a
+    sweep of plain baselines keeps the plain profile."""
+    from hydraplan.api.whatif.engine import configuration_profile
+
+    vpp = tiny_configurations(models=["llama3-8b"], num_gpus=[16], compare=["megatron", "megatron-vpp"])[0]
+    plain = tiny_configurations(models=["llama3-8b"], num_gpus=[16])[0]
+    chunks = {(entry.pp, entry.v) for entry in configuration_profile(vpp).schemes if entry.v > 1}
+    assert {v for _, v in chunks} == {2, 4} and {(2, 4), (4, 2)} <= chunks
+    assert all(entry.v == 1 for entry in configuration_profile(plain).schemes)

@@ -77,9 +77,18 @@ def configuration_profile(configuration: Configuration) -> CostProfile:
     if configuration.cost_source.profile is not None:
         return configuration.cost_source.profile
     from hydraplan.cost_models.analytic import build_profile
+    from hydraplan.planner.baselines import recipe_counts_for, wants_interleaved
 
     assert configuration.model is not None and configuration.gpu is not None  # spec expansion ensures it
-    return build_profile(configuration.model, configuration.gpu, configuration.num_gpus, configuration.gpus_per_node)
+    model = configuration.model
+    counts = (  # megatron-vpp, wlb-vpp compared or planning: their recipe's interleaved schemes priced
+        recipe_counts_for(model.name, model.num_layers, configuration.num_gpus)
+        if wants_interleaved([*configuration.compare, configuration.planner])
+        else []
+    )
+    return build_profile(
+        model, configuration.gpu, configuration.num_gpus, configuration.gpus_per_node, virtual_stages=counts
+    )
 
 
 def step_lengths(configuration: Configuration, seed: int) -> list[int]:

@@ -30,7 +30,7 @@ ANALYTIC_ERROR = (
     "catalog's vendor specs, with per-GPU achieved efficiencies (cost_models/data/efficiency.json; 55% of "
     "BF16 peak for matmuls and 45% for attention on a GPU without an entry). Its published error is in "
     "benchmarks/RESULTS.md: against published training runs (section published), predicted over published "
-    "tokens/s per GPU has a median of 1.08 on 11 held-out runs (range 1.03-1.22, all within +-30%); on a CPU "
+    "tokens/s per GPU has a median of 1.08 on 11 held-out runs (range 1.00-1.22, all within +-30%); on a CPU "
     "(headline figures, section cost_model_accuracy), its formulas with the hardware parameters calibrated "
     "have a stage-time error with a median of 12.5% on schemes the calibration did not see. Absolute times "
     "may be off by as much; comparisons between configurations share the same assumptions."
