@@ -31,6 +31,7 @@ from hydraplan.planner.search import (
     solve_fixed,
     solve_strategy,
 )
+from hydraplan.planner.slowdowns import slowed_best
 from hydraplan.planner.speculation import SpeculativeSolver
 from hydraplan.planner.strategies import Strategy, parse_strategy, unplaceable_reason
 from hydraplan.planner.switching import require_switch_pricing
@@ -110,6 +111,16 @@ def solve(
             f"{space} on {request.num_gpus} GPUs can hold the {len(items)} sequences "
             "(fewer sequences than pipelines, or capacities too small)"
         )
+    best = slowed_best(
+        result.best,
+        result.runners_up,
+        items.lengths,
+        cost,
+        request.rank_slowdowns or {},
+        settings.previous,
+        settings.work.refine_rounds,
+        clock.stop,
+    )
     stats = SolverStats(
         backend=options.solver.value,
         num_schemes=result.num_schemes,
@@ -120,7 +131,7 @@ def solve(
         time_limit_s=budget_s,
     )
     plan = build_plan(
-        request, profile, items, result.best, result.lower_bound_s, stats, result.timed_out, result.certificate
+        request, profile, items, best, result.lower_bound_s, stats, result.timed_out or clock.cut, result.certificate
     )
     return _finish(plan, request, profile, baselines)
 
@@ -268,6 +279,10 @@ def evaluate_strategy(
     budget_s = _budget_s(request, items, cost)
     settings, clock = _settings(request, budget_s, None, cancel=None, started=started, num_items=len(items))
     candidate = solve_fixed(fixed, items.lengths, cost, settings, clock)
+    if candidate is not None:  # the bound below is of unscaled times: factors >= 1 keep it valid
+        slow = request.rank_slowdowns or {}
+        rounds = settings.work.refine_rounds
+        candidate = slowed_best(candidate, (), items.lengths, cost, slow, settings.previous, rounds, clock.stop)
     if candidate is None:
         raise PlanningError(f"strategy {fixed} cannot hold the {len(items)} sequences (too few sequences or capacity)")
     distinct = list(dict.fromkeys(candidate.coefs))
