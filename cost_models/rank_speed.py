@@ -10,11 +10,13 @@ its measured micro-batches), with its ranks. The estimate, with its stated const
   ratio is multiplied back by f). A drift of the whole machine moves every ratio alike and is the
   refit's business, not a slow rank; a step of one pipeline shows no contrast and adds nothing;
 - **every rank of the pipeline gets the observation** (the body names the pipeline's ranks, not
-  which of them was slow); a rank's factor is the **median** of its last observations from the
-  last `WINDOW_STEPS` steps (a straggler step or one outlier pipeline moves no median);
+  which of them was slow); a rank's factor is the **median of its last `MIN_OBSERVATIONS`**
+  observations within the last `WINDOW_STEPS` steps: one straggler step or one outlier pipeline
+  moves no median, two in a row (a new regime) do, and an older regime does not hold the estimate
+  back (a median over the whole window took 6 steps to see a 3x slowdown in the closed-loop run);
 - **evidence before acting**: a rank needs at least `MIN_OBSERVATIONS` observations, and a median
-  of at least `MIN_FACTOR` (the ratios' noise on a loaded CPU is 10-30%, measured in
-  benchmarks/results/closed_loop.md) before it is called slow;
+  of at least `MIN_FACTOR` (two pipelines of one scheme differ by up to 27% on the loaded 2-core
+  CPU of benchmarks/results/closed_loop.md with no slowdown at all) before it is called slow;
 - **only slowdowns, clipped**: factors are >= 1 (a rank faster than the fastest pipeline is not
   a thing the relative ratio can show) and at most `MAX_FACTOR`.
 
@@ -38,8 +40,8 @@ __all__ = [
 ]
 
 WINDOW_STEPS = 8  # observations of the last 8 steps count
-MIN_OBSERVATIONS = 3  # a rank is called slow after 3 observations at least ...
-MIN_FACTOR = 1.25  # ... whose median is 25% or more over the step's fastest pipeline
+MIN_OBSERVATIONS = 3  # a rank's factor: the median of its last 3 observations (3 needed) ...
+MIN_FACTOR = 1.5  # ... when it is 50% or more over the step's fastest pipeline
 MAX_FACTOR = 8.0  # a factor is clipped to at most 8
 
 
@@ -73,18 +75,18 @@ def step_observations(step: int, pipelines: Sequence[PipelineRatio]) -> list[tup
 
 def rank_factors(observations: Iterable[tuple[int, int, float]], now_step: int) -> dict[int, float]:
     """Rank -> slowdown factor (> 1 only) from the observations of the last `WINDOW_STEPS` steps:
-    the median of a rank's observations, when it has `MIN_OBSERVATIONS` and the median is at least
-    `MIN_FACTOR`; clipped to `MAX_FACTOR`."""
-    by_rank: dict[int, list[float]] = {}
+    the median of a rank's last `MIN_OBSERVATIONS` (by step), when it has that many and the median
+    is at least `MIN_FACTOR`; clipped to `MAX_FACTOR`."""
+    by_rank: dict[int, list[tuple[int, float]]] = {}
     for step, rank, ratio in observations:
         if step > now_step - WINDOW_STEPS:
-            by_rank.setdefault(rank, []).append(ratio)
+            by_rank.setdefault(rank, []).append((step, ratio))
     factors = {}
     for rank in sorted(by_rank):
-        ratios = by_rank[rank]
-        if len(ratios) < MIN_OBSERVATIONS:
+        recent = sorted(by_rank[rank], key=lambda observation: observation[0])[-MIN_OBSERVATIONS:]
+        if len(recent) < MIN_OBSERVATIONS:
             continue
-        median = statistics.median(ratios)
+        median = statistics.median(ratio for _, ratio in recent)
         if median >= MIN_FACTOR:
             factors[rank] = min(median, MAX_FACTOR)
     return factors

@@ -461,6 +461,10 @@ class SolverOptions(Frozen):
     )
 
 
+# a rank as a JSON object's key (a string of digits there, an int in Python)
+RankKey = Annotated[int, Strict(False), Field(ge=0, lt=limits.MAX_NUM_GPUS)]
+
+
 def _is_none(value: Any) -> bool:
     """`exclude_if` of an optional field added later: left out of the JSON when None, so requests
     and plans made without it keep their hashes and ids."""
@@ -515,7 +519,7 @@ class PlanRequest(Frozen):
             raise ValueError(f"num_gpus {self.num_gpus} is not a multiple of gpus_per_node {self.gpus_per_node}")
         return self
 
-    rank_slowdowns: dict[StrictInt, float] | None = Field(
+    rank_slowdowns: dict[RankKey, float] | None = Field(
         None,
         max_length=limits.MAX_NUM_GPUS,
         description="Known slow ranks: rank -> slowdown factor >= 1 (2.0: the rank takes twice the profile's "
@@ -754,7 +758,7 @@ class Plan(Frozen):
         "planned with, and the capacities lowered and the error jumps measured since the session's previous plan. "
         "Left out of plan_id when None, so plans made outside a session keep their ids.",
     )
-    rank_slowdowns: dict[StrictInt, float] | None = Field(
+    rank_slowdowns: dict[RankKey, float] | None = Field(
         None,
         max_length=limits.MAX_NUM_GPUS,
         description="The slow ranks and their factors the plan was made with (the request's rank_slowdowns, only "

@@ -127,7 +127,7 @@ def solve(
         num_strategies=result.num_strategies,
         num_strategies_solved=result.num_strategies_solved,
         seed=options.seed,
-        winner=result.best.origin,
+        winner=best.origin,
         time_limit_s=budget_s,
     )
     plan = build_plan(
@@ -279,10 +279,6 @@ def evaluate_strategy(
     budget_s = _budget_s(request, items, cost)
     settings, clock = _settings(request, budget_s, None, cancel=None, started=started, num_items=len(items))
     candidate = solve_fixed(fixed, items.lengths, cost, settings, clock)
-    if candidate is not None:  # the bound below is of unscaled times: factors >= 1 keep it valid
-        slow = request.rank_slowdowns or {}
-        rounds = settings.work.refine_rounds
-        candidate = slowed_best(candidate, (), items.lengths, cost, slow, settings.previous, rounds, clock.stop)
     if candidate is None:
         raise PlanningError(f"strategy {fixed} cannot hold the {len(items)} sequences (too few sequences or capacity)")
     distinct = list(dict.fromkeys(candidate.coefs))
@@ -299,6 +295,9 @@ def evaluate_strategy(
         time_limit_s=budget_s,
     )
     certificate = fixed_certificate(tables, counts, bound, request.options.max_schemes)
+    # the bound above is of the profile's (unscaled) times: slow ranks' factors >= 1 keep it valid
+    slow, rounds = request.rank_slowdowns or {}, settings.work.refine_rounds
+    candidate = slowed_best(candidate, (), items.lengths, cost, slow, settings.previous, rounds, clock.stop)
     plan = build_plan(request, profile, items, candidate, bound, stats, clock.cut, certificate)
     return _finish(plan, request, profile, ())
 

@@ -134,6 +134,11 @@ class SourceMixin:
         return None
 
 
+# a JSON object's keys are strings: a rank key is the decimal digits of a rank
+RankKey = Annotated[int, Strict(False), Field(ge=0, le=limits.MAX_NUM_GPUS)]
+SlowdownFactor = Annotated[float, Strict(), Field(allow_inf_nan=True)]  # the planner names a bad one
+
+
 class PlanBody(SourceMixin, ApiModel):
     """POST /v1/plans: one global batch, its cluster, its cost source and the solver options."""
 
@@ -156,7 +161,7 @@ class PlanBody(SourceMixin, ApiModel):
         description="Instead of previous_plan, just its strategy (e.g. '2x<4,1,1>'); it must run on the cluster.",
     )
     baselines: Baselines = []
-    rank_slowdowns: dict[StrictInt, float] | None = Field(
+    rank_slowdowns: dict[RankKey, SlowdownFactor] | None = Field(
         None,
         max_length=limits.MAX_NUM_GPUS,
         description="Known slow ranks: rank -> slowdown factor >= 1. A pipeline holding one has its stage times "
