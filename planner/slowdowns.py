@@ -25,6 +25,7 @@ checker (`planner.check`) recomputes every stage time with them, by its own code
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -111,18 +112,22 @@ def slowed_best(
     should_stop: Callable[[], bool],
 ) -> Candidate:
     """The fastest of the search's strategy and its runners-up, each dispatched with the slow
-    ranks' factors (`slowed_candidate`); `best` itself when no factor is above 1."""
+    ranks' factors (`slowed_candidate`), and of `best`'s own assignment re-packed with them;
+    `best` itself when no factor is above 1."""
     factors = effective_slowdowns(rank_slowdowns)
     if not factors:
         return best
-    chosen = None
+    # the search's own assignment, re-priced, is always a candidate
+    chosen = _rescaled(best, lengths, factors)
+    if not math.isfinite(chosen.objective_s):
+        chosen = None
     for strategy in dict.fromkeys([best.strategy, *runners_up]):
         candidate = slowed_candidate(strategy, lengths, cost, factors, previous, refine_rounds, should_stop)
-        if candidate is not None and (chosen is None or candidate.objective_s < chosen.objective_s):
+        if candidate is None or not math.isfinite(candidate.objective_s):  # e.g. an interleaved count refused
+            continue
+        if chosen is None or candidate.objective_s < chosen.objective_s:
             chosen = dataclasses.replace(candidate, origin=best.origin if strategy == best.strategy else "search")
-    if chosen is None:  # the search's own dispatch of its strategy, rescaled, always exists
-        chosen = _rescaled(best, lengths, factors)
-    return chosen
+    return chosen if chosen is not None else _rescaled(best, lengths, factors)
 
 
 def _rescaled(candidate: Candidate, lengths: np.ndarray, rank_slowdowns: Mapping[int, float]) -> Candidate:
