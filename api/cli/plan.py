@@ -270,6 +270,12 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         "--previous-plan", metavar="FILE", help="the previous step's plan JSON (its strategy, as --previous-strategy)"
     )
     solver.add_argument(
+        "--rank-slowdowns",
+        metavar="RANK=FACTOR,...",
+        help="known slow ranks, e.g. '3=2.5,7=1.5' (factor >= 1): a pipeline holding one runs at its slowest "
+        "rank's pace and gets less work",
+    )
+    solver.add_argument(
         "--strategy-pool",
         metavar="FILE",
         help="plan only with these strategies: a pool written by `hydraplan strategies --out`, or one per line",
