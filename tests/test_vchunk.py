@@ -195,11 +195,57 @@ def test_interleaving_shortens_the_same_pipelines_bubble() -> None:
     assert chunked.step_time_s < plain.step_time_s
 
 
-def test_the_search_alone_stays_plain() -> None:
-    profile = _profile()
-    plan = solve(_request(), profile)
-    assert all(pipeline.scheme.v == 1 for pipeline in plan.pipelines)
-    assert '"v":' not in plan.model_dump_json()
+def _deep_profile(interleaved_capacity: int = 16384) -> CostProfile:
+    """PP 4 on 4 GPUs, bubble-heavy (a large per-micro-batch overhead): plain, and interleaved v 2
+    whose chunks each pay a boundary transfer of their own (8 layers: one per chunk)."""
+    return CostProfile(
+        num_layers=8,
+        schemes=[
+            SchemeCost(tp=1, pp=4, cp=1, a=0, b=1e-5, c=5e-3, capacity_tokens=16384, grad_bytes_per_gpu=1e8),
+            SchemeCost(
+                tp=1,
+                pp=4,
+                cp=1,
+                v=2,
+                a=0,
+                b=0.55e-5,
+                c=2.8e-3,
+                capacity_tokens=interleaved_capacity,
+                grad_bytes_per_gpu=1e8,
+            ),
+        ],
+    )
+
+
+def test_the_search_chooses_v_where_it_pays_and_the_plan_is_checked_and_verified() -> None:
+    """A deep, bubble-heavy pipeline: the search (no pool) runs it interleaved, the checker passes
+    the plan, and the bound verifier (`hydraplan check --bound`) proves its bound with its own
+    interleaved floors."""
+    from hydraplan.planner.verify_bound import verify_bound
+
+    profile = _deep_profile()
+    request = PlanRequest(lengths=[2000] * 16, num_gpus=4, gpus_per_node=4)
+    plan = solve(request, profile)
+    assert plan.strategy == "1x<1,4,1,2>"
+    plain = evaluate_strategy(request, profile, parse_strategy("1x<1,4,1>"))
+    assert plan.objective_s < plain.objective_s * 0.95
+    assert check_plan(plan, profile, request) == []
+    verification = verify_bound(plan, profile, request)
+    assert verification.ok, verification.violations
+    assert plan.lower_bound_s <= plan.objective_s
+
+
+def test_the_search_stays_plain_where_memory_forbids_interleaving() -> None:
+    """The same pipeline, its interleaved entry holding fewer tokens than the longest sequence (more
+    micro-batches in flight): the plan runs plain 1F1B, and a profile without interleaved entries
+    plans as it always did (no `v` in the plan)."""
+    request = PlanRequest(lengths=[3000, *[2000] * 15], num_gpus=4, gpus_per_node=4)
+    plan = solve(request, _deep_profile(interleaved_capacity=2500))
+    assert plan.strategy == "1x<1,4,1>"
+    assert check_plan(plan) == []
+    searched = solve(_request(), _profile(with_interleaved=False))
+    assert all(pipeline.scheme.v == 1 for pipeline in searched.pipelines)
+    assert '"v":' not in searched.model_dump_json()
 
 
 def test_an_unpriced_or_uncuttable_interleaved_scheme_is_refused() -> None:
@@ -371,20 +417,18 @@ def test_every_interleaved_pipeline_gets_pp_sequences_when_the_batch_allows() ->
         evaluate_strategy(_request(None, lengths[:3]), _profile(), parse_strategy("2x<1,2,1,2>"))
 
 
-def test_the_bound_verifier_refuses_interleaved_schemes_by_name_and_searches_around_them() -> None:
-    """The verifier's floors are plain 1F1B's: a plan whose space holds an interleaved scheme fails
-    `--bound` naming it (never a false pass), while a search over a profile that also holds one
-    (the search enumerates plain schemes only) is verified as before, without tripping on it."""
+def test_the_bound_verifier_checks_interleaved_schemes_with_its_own_floors() -> None:
+    """The verifier prices an interleaved scheme by its own fill-and-drain floor: pools and searches
+    over a profile holding one verify, and a claim above the plan fails naming the part."""
     from hydraplan.planner.verify_bound import verify_bound
 
     profile = _profile()
-    request = _request(["1x<1,2,1,2> + 2x<1,1,1>"])
-    verification = verify_bound(solve(request, profile), profile, request)
-    assert not verification.ok
-    assert any("<1,2,1,2> is interleaved (v > 1)" in violation for violation in verification.violations)
-    searched_request = _request()
-    searched = solve(searched_request, profile)
-    assert all(pipeline.scheme.v == 1 for pipeline in searched.pipelines)
-    result = verify_bound(searched, profile, searched_request)
-    assert not any("interleaved" in violation for violation in result.violations)
-    assert result.verified_bound_s <= searched.objective_s * (1 + 1e-9)
+    for pool in (["1x<1,2,1,2> + 2x<1,1,1>"], None):
+        request = _request(pool)
+        plan = solve(request, profile)
+        assert check_plan(plan, profile, request) == []
+        result = verify_bound(plan, profile, request)
+        assert result.verified_bound_s <= plan.objective_s * (1 + 1e-9)
+        assert not any("interleaved" in violation for violation in result.violations)
+        raised = plan.model_copy(update={"lower_bound_s": plan.objective_s * 1.01})
+        assert not verify_bound(raised, profile, request).ok
