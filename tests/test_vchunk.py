@@ -208,8 +208,8 @@ def _deep_profile(interleaved_capacity: int = 16384) -> CostProfile:
                 cp=1,
                 v=2,
                 a=0,
-                b=0.55e-5,
-                c=2.8e-3,
+                b=0.52e-5,
+                c=2.6e-3,
                 capacity_tokens=interleaved_capacity,
                 grad_bytes_per_gpu=1e8,
             ),
@@ -224,7 +224,7 @@ def test_the_search_chooses_v_where_it_pays_and_the_plan_is_checked_and_verified
     from hydraplan.planner.verify_bound import verify_bound
 
     profile = _deep_profile()
-    request = PlanRequest(lengths=[2000] * 16, num_gpus=4, gpus_per_node=4)
+    request = PlanRequest(lengths=[4000] * 8, num_gpus=4, gpus_per_node=4)
     plan = solve(request, profile)
     assert plan.strategy == "1x<1,4,1,2>"
     plain = evaluate_strategy(request, profile, parse_strategy("1x<1,4,1>"))
@@ -239,8 +239,8 @@ def test_the_search_stays_plain_where_memory_forbids_interleaving() -> None:
     """The same pipeline, its interleaved entry holding fewer tokens than the longest sequence (more
     micro-batches in flight): the plan runs plain 1F1B, and a profile without interleaved entries
     plans as it always did (no `v` in the plan)."""
-    request = PlanRequest(lengths=[3000, *[2000] * 15], num_gpus=4, gpus_per_node=4)
-    plan = solve(request, _deep_profile(interleaved_capacity=2500))
+    request = PlanRequest(lengths=[5000, *[4000] * 7], num_gpus=4, gpus_per_node=4)
+    plan = solve(request, _deep_profile(interleaved_capacity=4500))
     assert plan.strategy == "1x<1,4,1>"
     assert check_plan(plan) == []
     searched = solve(_request(), _profile(with_interleaved=False))
