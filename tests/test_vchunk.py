@@ -122,6 +122,18 @@ def test_the_analytic_chunk_adds_one_boundary_transfer_per_extra_chunk() -> None
     assert all(e.pp > 1 and model.num_layers % (e.pp * 2) == 0 for e in profile.schemes if e.v == 2)
 
 
+def test_several_chunk_counts_each_come_from_the_plain_entries() -> None:
+    """`virtual_stages=[2, 4]` adds each v to the plain entries once (v 4 was also added to the v 2
+    entries, and the profile refused the duplicates)."""
+    model, gpu = get_model("llama3-8b"), get_gpu("h100-sxm-80gb")
+    profile = build_profile(model, gpu, 8, 8, virtual_stages=[2, 4])
+    keys = [entry.key for entry in profile.schemes]
+    assert len(keys) == len(set(keys))
+    assert {entry.v for entry in profile.schemes} == {1, 2, 4}
+    two = build_profile(model, gpu, 8, 8, virtual_stages=[2])
+    assert [e for e in profile.schemes if e.v < 4] == two.schemes
+
+
 def _analytic_options():
     from hydraplan.cost_models.analytic import AnalyticOptions
 
