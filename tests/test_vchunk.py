@@ -247,6 +247,27 @@ def test_the_search_chooses_v_where_it_pays_and_the_plan_is_checked_and_verified
     assert plan.lower_bound_s <= plan.objective_s
 
 
+def test_hydraplan_check_bound_passes_a_searched_interleaved_plan(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    """`hydraplan check plan.json --bound`: exit 0 on the searched interleaved plan, 1 once its
+    claimed bound is raised above its own objective."""
+    from hydraplan.api.cli import main
+    from hydraplan.planner.check import content_plan_id
+
+    profile = _deep_profile()
+    request = PlanRequest(lengths=[4000] * 8, num_gpus=4, gpus_per_node=4)
+    plan = solve(request, profile)
+    assert any(pipeline.scheme.v == 2 for pipeline in plan.pipelines)
+    raised = plan.model_copy(update={"lower_bound_s": plan.objective_s * 1.01})
+    raised = raised.model_copy(update={"plan_id": content_plan_id(raised)})
+    paths = {name: tmp_path / f"{name}.json" for name in ("plan", "profile", "request", "raised")}
+    for name, value in (("plan", plan), ("profile", profile), ("request", request), ("raised", raised)):
+        paths[name].write_text(value.model_dump_json())
+    common = ["--profile", str(paths["profile"]), "--request", str(paths["request"]), "--bound"]
+    assert main(["check", str(paths["plan"]), *common]) == 0
+    assert "plan OK" in capsys.readouterr().out
+    assert main(["check", str(paths["raised"]), *common]) == 1
+
+
 def test_the_search_stays_plain_where_memory_forbids_interleaving() -> None:
     """The same pipeline, its interleaved entry holding fewer tokens than the longest sequence (more
     micro-batches in flight): the plan runs plain 1F1B, and a profile without interleaved entries
