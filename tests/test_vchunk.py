@@ -362,6 +362,15 @@ def test_the_command_line_prices_and_plans_interleaved_schemes(capsys: pytest.Ca
     profile_file.write_text(plan.cost_profile.model_dump_json())
     assert main(["schemes", "--profile", str(profile_file), "--virtual-stages", "2"]) == 2
     assert "--virtual-stages 2 applies to the analytic profile" in capsys.readouterr().err
+    # `plan --virtual-stages` offers the interleaved schemes to the search itself (no pool)
+    searched = tmp_path / "searched.json"
+    assert main(["plan", *cluster, "--lengths", str(lengths), "--virtual-stages", "2", "--out", str(searched)]) == 0
+    capsys.readouterr()
+    offered = Plan.model_validate_json(searched.read_text())
+    assert check_plan(offered) == []
+    assert offered.bound_certificate is not None and "<2,2,1,2>" in offered.bound_certificate.schemes
+    assert main(["plan", "--profile", str(profile_file), "--lengths", str(lengths), "--virtual-stages", "2"]) == 2
+    assert "--virtual-stages 2 applies to the analytic profile" in capsys.readouterr().err
 
 
 def test_the_measured_interleaved_path_is_the_simulated_schedule() -> None:
