@@ -24,6 +24,7 @@ from hydraplan.api.cli.args import (
     add_progress_option,
     add_sampling_options,
     add_solver_options,
+    add_virtual_stages_option,
     positive_float,
     positive_int,
 )
@@ -255,6 +256,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = "Plan one global batch: strategy, dispatch and packing, checked before printing."
     add_cluster_options(parser)
     add_profile_option(parser)
+    add_virtual_stages_option(parser)
     batch = parser.add_argument_group("batch")
     source = batch.add_mutually_exclusive_group()
     source.add_argument("--lengths", metavar="FILE|-", help="sequence lengths: one integer per line, or a JSON list")
