@@ -66,6 +66,7 @@ class RunResult:
     pipelines: list[list[tuple[str, list[int], int, float]]]  # per step: (scheme, ranks, tokens, measured s)
     wall_s: float
     ratios: list[list[dict]]  # per step: each pipeline's ranks and measured / predicted stage time
+    slow_ranks: list[dict[int, float]]  # per step: the slow ranks and factors its plan was made with
 
 
 def wrong_profile(profile):
@@ -118,6 +119,7 @@ def online_run(name: str, profile, args, slowdowns: tuple = ()) -> RunResult:
         ],
         wall_s=wall_s,
         ratios=[loop.get(step, {}).get("pipeline_ratios", []) for step in range(len(plans))],
+        slow_ranks=[dict(plan.rank_slowdowns or {}) for plan in plans],
     )
 
 
@@ -176,13 +178,14 @@ def slow_table(slow: RunResult, first_slow_step: int, factor: float) -> str:
                 f"x{factor:g}" if step >= first_slow_step else "-",
                 slow.versions[step] if slow.versions[step] is not None else 0,
                 slow.strategies[step],
+                ", ".join(f"{rank}: x{factor:.2f}" for rank, factor in slow.slow_ranks[step].items()) or "-",
                 parts,
                 ", ".join(f"{entry['ranks']}: {entry['measured_over_predicted']:.2f}" for entry in slow.ratios[step]),
                 pct(slow.errors[step]),
                 f"{slow.step_s[step]:.3f}",
             ]
         )
-    headers = ["step", "rank 1", "version", "strategy", "pipelines (ranks, tokens, measured)"]
+    headers = ["step", "rank 1", "version", "strategy", "plan's slow ranks", "pipelines (ranks, tokens, measured)"]
     headers += ["measured / predicted by ranks", "median error", "step s"]
     return markdown_table(headers, rows)
 
@@ -250,10 +253,24 @@ def slow_verdict(slow: RunResult, first_slow_step: int) -> str:
 
     before = [share(step) for step in range(first_slow_step)]
     after = [share(step) for step in range(first_slow_step, len(slow.step_s))]
-    return (
+    text = (
         f"Share of each step's tokens on pipelines that hold rank 1: mean {statistics.fmean(before):.0%} before the "
         f"slowdown, {statistics.fmean(after):.0%} after it (per step: {', '.join(f'{s:.0%}' for s in before + after)})."
     )
+    # a one-pipeline strategy holds every rank (100%): only steps of several pipelines can move work
+    detected = next((step for step in range(len(slow.step_s)) if 1 in slow.slow_ranks[step]), None)
+    phases = [("before the slowdown", range(first_slow_step))]
+    if detected is None:
+        phases.append(("after it (rank 1 never detected slow)", range(first_slow_step, len(slow.step_s))))
+    else:
+        phases.append(("after it, before its plans named rank 1 slow", range(first_slow_step, detected)))
+        phases.append((f"from step {detected} on (its plans name rank 1 slow)", range(detected, len(slow.step_s))))
+    parts = []
+    for label, steps in phases:
+        shares = [share(step) for step in steps if len(slow.pipelines[step]) > 1]
+        mean = f"{statistics.fmean(shares):.0%}" if shares else "-"
+        parts.append(f"{label}: {mean} over {len(shares)} steps")
+    return f"{text} On steps with more than one pipeline, rank 1's share: {'; '.join(parts)}."
 
 
 def plot_svg(wrong: RunResult, right: RunResult, slow: RunResult) -> str:
@@ -327,10 +344,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--plan-time-limit-s", type=float, default=0.5)
     parser.add_argument("--slow-factor", type=float, default=3.0)
     parser.add_argument("--timeout-s", type=float, default=1200.0)
+    parser.add_argument(
+        "--scenario",
+        choices=("all", "slowdown"),
+        default="all",
+        help="slowdown: only the slowdown run (its own section, default closed_loop-slowdown)",
+    )
     parser.add_argument("--quick", action="store_true", help="3 steps, nothing written")
     parser.add_argument("--results", type=Path, default=RESULTS_PATH)
-    parser.add_argument("--section", default=SECTION, help="section of RESULTS.md and name of the results file")
+    parser.add_argument("--section", default=None, help="section of RESULTS.md and name of the results file")
     args = parser.parse_args(argv)
+    if args.section is None:
+        args.section = SECTION if args.scenario == "all" else f"{SECTION}-slowdown"
     if args.quick:
         args.steps = 3
     return args
@@ -343,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     right_profile = benchmark_profile(bundled_profile(), args.memory_bytes)
     first_slow_step = args.steps // 2
+    if args.scenario == "slowdown":
+        return slowdown_only(args, right_profile, first_slow_step)
     # the wrong and the right start run at the same time, so both see the same load (run one after
     # the other, a change of this machine's load between them moved step times by 30%)
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -382,6 +409,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     summary = f"{setup}\n\n{verdict}\n\n{moved}\n"
     write_result(args.section, command_line(), body, summary, path=args.results)
+    return 0
+
+
+def slowdown_only(args: argparse.Namespace, profile, first_slow_step: int) -> int:
+    """The slowdown scenario alone, into its own section (the full run's numbers stay beside it)."""
+    slow = online_run("slow", profile, args, ((1, first_slow_step, args.slow_factor),))
+    print(f"slow: {args.steps} steps in {slow.wall_s:.0f} s wall", file=sys.stderr, flush=True)
+    table = slow_table(slow, first_slow_step, args.slow_factor)
+    moved = slow_verdict(slow, first_slow_step)
+    print(table, "\n", moved, sep="")
+    if args.quick:
+        return 0
+    setup = (
+        f"2 gloo ranks, float32, tiny model, {args.steps} steps of {args.batch_sequences} log-uniform lengths up to "
+        f"{args.max_length} (data seed {args.data_seed}), bundled tiny-cpu profile on a pretend device of "
+        f"{args.memory_bytes / 1e6:.0f} MB per rank, local planner (plan budget {args.plan_time_limit_s} s) with the "
+        f"in-process refit and per-rank slowdown factors (`cost_models.rank_speed`); slowdown: rank 1 "
+        f"x{args.slow_factor:g} from step {first_slow_step}. Times: thread CPU per op (`runtime.step_timing`, clock "
+        f"`cpu`). The run took {slow.wall_s:.0f} s wall."
+    )
+    body = f"{setup}\n\n{table}\n\n{moved}\n"
+    write_result(args.section, command_line(), body, f"{setup}\n\n{moved}\n", path=args.results)
     return 0
 
 

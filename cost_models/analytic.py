@@ -519,9 +519,9 @@ def build_profile(
     ]
     if not schemes:
         raise _does_not_fit(model, gpu, num_gpus, memories, options)
-    plain = list(schemes)  # each chunk count interleaves the plain schemes (not those of another count)
+    plain_entries = list(schemes)  # each v > 1 from the plain entries only (not from another v's)
     for chunks in sorted(set(virtual_stages) - {1}):
-        for entry in plain:
+        for entry in plain_entries:
             scheme = ParallelScheme(entry.tp, entry.pp, entry.cp, chunks) if entry.pp > 1 else None
             if scheme is None or model.num_layers % (scheme.pp * chunks):
                 continue

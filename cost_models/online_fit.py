@@ -23,12 +23,17 @@ profile predicts, lowers that scheme's capacity at once, in proportion (`lowered
 error jump (a step's median error over `DRIFT_RATIO` x the recent median and over `DRIFT_MIN_ERROR`)
 is reported (`is_error_jump`).
 
+Slow ranks: each step's per-pipeline measured/predicted ratios, with the pipelines' ranks, give
+per-rank slowdown factors (`cost_models.rank_speed`, kept in the state's `rank_slowdowns`); a
+pipeline holding a slow rank is scored and refitted with its times divided by its factor.
+
 Pure: numpy and scipy only, no IO, no service imports; the session (`api/service/session_fit.py`)
 stores the `OnlineFitState` and applies it to its profile.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +43,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.optimize import nnls
 
+from hydraplan.cost_models.rank_speed import PipelineRatio, kept_observations, rank_factors, step_observations
 from hydraplan.planner import limits
 from hydraplan.planner.measurements import CapacityChange, DriftEvent, StepError
 from hydraplan.planner.schemas import CostProfile, SchemeCost, derive_capacity_tokens, single_chunk
@@ -124,6 +130,13 @@ class OnlineFitState(_Frozen):
     errors: list[StepError] = Field(default_factory=list)
     capacity_changes: list[CapacityChange] = Field(default_factory=list)
     drift: list[DriftEvent] = Field(default_factory=list)
+    rank_observations: list[tuple[int, int, float]] = Field(
+        default_factory=list,
+        description="(step, rank, ratio over the step's fastest pipeline) of the last steps (`rank_speed`).",
+    )
+    rank_slowdowns: dict[int, float] = Field(
+        default_factory=dict, description="Ranks estimated slow after the last step, with their factors (> 1)."
+    )
 
     def window(self, key: tuple[int, ...]) -> SchemeWindow | None:
         return next((window for window in self.schemes if window.current.key == key), None)
@@ -144,6 +157,23 @@ class MeasuredPipeline:
     scheme: tuple[int, ...]
     micro_batches: tuple[MeasuredMicroBatch, ...]
     peak_bytes: float | None = None
+    # its ranks, the plan's predicted time of its measured micro-batches (summed) and the slowdown
+    # factor that prediction held: what the per-rank factors are estimated from (`rank_speed`)
+    ranks: tuple[int, ...] = ()
+    predicted_s: float | None = None
+    slowdown: float = 1.0
+
+    def normalized(self, factor: float) -> MeasuredPipeline:
+        """Its micro-batches' times divided by `factor` (a slow rank's share taken out)."""
+        if factor == 1.0:
+            return self
+        micro_batches = tuple(
+            MeasuredMicroBatch(
+                mb.sum_sq_tokens, mb.num_tokens, mb.time_s / factor, None if mb.fwd_s is None else mb.fwd_s / factor
+            )
+            for mb in self.micro_batches
+        )
+        return dataclasses.replace(self, micro_batches=micro_batches)
 
 
 def scheme_name(key: tuple[int, ...]) -> str:
@@ -318,6 +348,17 @@ def apply_step(
             raise ValueError(f"scheme {scheme_name(pipeline.scheme)} is not in the session's profile")
     planned = coefficients_at(state, profile, planned_version)
     step = state.num_steps + 1
+    # per-rank slowdowns first: a slow rank's pipelines are then scored and refitted with their
+    # times divided by its factor, so one slow rank does not drag its scheme's fit (`rank_speed`)
+    ratios = [
+        PipelineRatio(p.ranks, sum(mb.time_s for mb in p.micro_batches), p.predicted_s, p.slowdown)
+        for p in pipelines
+        if p.ranks and p.predicted_s and p.micro_batches
+    ]
+    observations = kept_observations([*state.rank_observations, *step_observations(step, ratios)], step)
+    slow_ranks = rank_factors(observations, step)
+    pipelines = [p.normalized(max([1.0, *(slow_ranks.get(rank, 1.0) for rank in p.ranks)])) for p in pipelines]
+    rank_update = {"rank_observations": observations, "rank_slowdowns": slow_ranks}
     errors = [  # capped at MAX_ERROR: an absurd time is still a number the state can keep
         min(abs(planned[p.scheme].stage_time_s(mb.sum_sq_tokens, mb.num_tokens) - mb.time_s) / mb.time_s, MAX_ERROR)
         for p in pipelines
@@ -343,7 +384,12 @@ def apply_step(
     changes = _lower_capacities(windows, profile, pipelines, step, next_version)
     if not changed and not changes:
         return state.model_copy(
-            update={"num_steps": step, "errors": new_errors[-KEPT_ERRORS:], "drift": new_drift[-KEPT_EVENTS:]}
+            update={
+                "num_steps": step,
+                "errors": new_errors[-KEPT_ERRORS:],
+                "drift": new_drift[-KEPT_EVENTS:],
+                **rank_update,
+            }
         )
     schemes = [windows[key] for key in sorted(windows)]
     snapshots = [*state.snapshots, (next_version, [window.current for window in schemes])][-KEPT_VERSIONS:]
@@ -355,6 +401,7 @@ def apply_step(
         errors=new_errors[-KEPT_ERRORS:],
         capacity_changes=[*state.capacity_changes, *changes][-KEPT_EVENTS:],
         drift=new_drift[-KEPT_EVENTS:],
+        **rank_update,
     )
 
 

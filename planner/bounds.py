@@ -16,8 +16,9 @@ scheme sets bounds the optimum over the whole strategy space.
 
 With the pipeline counts `n_s` known, a tighter bound follows from Lagrangian duality of the fluid
 dispatch LP (each pipeline of scheme s has time >= its items' `u_is = w_is + c_s l_i/cap_s` plus
-the bubble floor `K_s = (pp_s - 1) c_s`, since 1F1B adds at least pp-1 of its smallest
-micro-batch): for every `lambda >= 0`,
+the bubble floor `K_s = (pp_s - 1) c_s / v_s`, since 1F1B adds at least pp-1 of its smallest
+micro-batch and the interleaved schedule with v chunks per rank pp-1 of its smallest chunk's;
+`planner.bubble_floor`, items 1 and 3): for every `lambda >= 0`,
 `T - sync >= (sum_i min_s lambda_s u_is + sum_s lambda_s n_s K_s) / sum_s lambda_s n_s`.
 We take the best `lambda` on a grid of the simplex (any grid point gives a valid bound).
 
@@ -55,7 +56,7 @@ import numpy as np
 
 from hydraplan.planner.bubble_floor import (
     MAX_CAPPED_MICRO_BATCHES,
-    bubble_stages,
+    fill_drain_floor_s,
     largest_micro_batch_floor_s,
     most_work_s,
     pipeline_time_floor_s,
@@ -238,12 +239,12 @@ class BoundTables:
 
     def fluid_costs(self, columns: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """The fluid relaxation's terms for the schemes `columns`: each item's cost on one pipeline
-        of each (`u_is`, rows x columns, inf where it does not fit) and each pipeline's 1F1B floor
-        `K_s = (pp_s - 1) c_s`. Shared by the dual bounds here and the estimates of
-        `planner.fluid`."""
+        of each (`u_is`, rows x columns, inf where it does not fit) and each pipeline's bubble floor
+        `K_s = (pp_s - 1) c_s / v_s` (`bubble_floor.fill_drain_floor_s`). Shared by the dual bounds
+        here and the estimates of `planner.fluid`."""
         columns = list(columns)
         gpus = np.array([self.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
-        floors = np.array([(bubble_stages(self.coefs[column]) - 1) * self.coefs[column].c for column in columns])
+        floors = np.array([fill_drain_floor_s(self.coefs[column]) for column in columns])
         return self.gpu_seconds[:, columns] / gpus[None, :], floors
 
     def count_bounds(
@@ -264,7 +265,7 @@ class BoundTables:
         counts = counts.astype(np.float64)
         gpus = np.array([self.coefs[column].scheme.num_gpus for column in columns], dtype=np.float64)
         bound = np.maximum(fluid, self.pipeline_time_bound_s(columns, int(round(counts[0] @ gpus))))
-        if any(bubble_stages(self.coefs[column]) > 1 for column in columns):
+        if any(self.coefs[column].scheme.pp > 1 for column in columns):
             bound = self._bubble_dual(columns, counts, grid, bound, np.broadcast_to(cutoff_s, bound.shape))
         return fluid, bound
 
@@ -447,7 +448,8 @@ class BoundTables:
         costs w_is is then valid, and the step repeats from the raised bound.
 
         The pipeline that holds the longest item l* also obeys the largest-micro-batch floor
-        `T >= W + E_s`, `E_s = c + (pp-1)((1-2f)(c + w_s(l*)) + f c)` (`planner.bubble_floor`):
+        `T >= W + E_s`, `E_s = c + (pp-1)((1-2f)(c + w_s(l*)) + f c)` (`planner.bubble_floor`;
+        interleaved: `E_s = (pp + (pp-1)/v) c`):
         its load is short of T - K_s by `(E_s - K_s)^+` more, which adds
         `min_s lambda_s (E_s - K_s)^+` (over the schemes l* fits) to the dual's numerator."""
         finite = np.isfinite(start) & (start < cutoff_s)

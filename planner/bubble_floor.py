@@ -33,6 +33,30 @@ increasing linear functions of `W`: concave and increasing, with inverse
 trade micro-batch overheads against bubbles, at a cost of about `2 sqrt(kappa' (pp-1) W c)`.
 A pipeline that holds only k items runs at most k micro-batches: `g` over m <= k (ranges cut at
 k, no unbounded tail) is larger, still concave and increasing, and its inverse is found the same way.
+
+**Interleaved 1F1B** (`v > 1` chunks per rank, `planner.simulate.simulate_interleaved_1f1b`). A
+rank runs v chunks of every micro-batch, each taking `f t_i / v` forward and `(1-f) t_i / v`
+backward, so every rank is busy `S = W + m c` in all (a, b, c price a rank's v chunks). The floor
+used is the fill-and-drain path, valid for any order of the operations on each rank:
+
+3. **Fill and drain** (proved here). Let rank pp-1 first run the forward of some micro-batch k' on
+   virtual stage `j pp + pp - 1`: that forward waits for the forwards of k' on the virtual stages
+   before it, among them stages 0..pp-2, so rank pp-1 starts no earlier than
+   `(pp-1) f t_k' / v`. It then runs its S of work one operation after another. Its last
+   operation is a backward (every forward on a rank precedes its own backward there), of some
+   micro-batch k on a virtual stage `j pp + pp - 1 >= pp - 1`: the backwards of k on the pp-1
+   virtual stages below it (on ranks pp-2..0) follow it one after another. So
+
+       T >= S + (pp-1) (f t_k' + (1-f) t_k) / v >= W + m c + (pp-1) c / v,
+
+   every micro-batch taking at least c. hydraplan runs interleaved pipelines with Megatron-Core's
+   groups of pp (`simulate.interleaved_count_ok`; the checker refuses other counts): m is a
+   positive multiple of pp, so `g(W) = W + (pp + (pp-1)/v) c` (`interleaved_overhead_s`), one
+   linear piece whatever the cap on the count, and the fluid floor per pipeline is
+   `(pp-1) c / v` (`fill_drain_floor_s`: the bubble of 1F1B, `(pp-1) c`, shrunk v times). The
+   largest-micro-batch path and the LP table are 1F1B's and are not used for v > 1; the
+   longest-item bound `T >= pp (w + c)` holds as it is (the item's micro-batch crosses all
+   `pp v` chunks, `t / v` each).
 """
 
 from __future__ import annotations
@@ -171,10 +195,22 @@ def peak_shares(num_stages: int, fwd_fraction: float) -> np.ndarray | None:
 
 
 def bubble_stages(coef: SchemeCoefficients) -> int:
-    """The stage count whose 1F1B bubble the floors price: pp, or 1 (no bubble priced) for an
-    interleaved scheme, whose floors these 1F1B derivations are not. The no-bubble floors stay valid
-    for it: rank 0 runs every micro-batch's chunks, `T >= W + m c`."""
+    """The stage count whose 1F1B bubble the tabulated and largest-micro-batch floors price: pp, or
+    1 (neither applies) for an interleaved scheme, which has its own floor (`interleaved_overhead_s`)."""
     return coef.scheme.pp if coef.scheme.v == 1 else 1
+
+
+def fill_drain_floor_s(coef: SchemeCoefficients) -> float:
+    """K: a pipeline of this scheme takes at least its micro-batches' stage times plus this,
+    `(pp-1) c` for 1F1B and `(pp-1) c / v` for the interleaved schedule (floor 3 of the module
+    docstring; 1F1B's is its v = 1 case)."""
+    return (coef.scheme.pp - 1) * coef.c / coef.scheme.v
+
+
+def interleaved_overhead_s(coef: SchemeCoefficients) -> float:
+    """`T - W` at least for an interleaved pipeline (v > 1): at least pp micro-batches (a multiple
+    of pp) of overhead c each, plus the fill-and-drain floor (module docstring, item 3)."""
+    return coef.scheme.pp * coef.c + fill_drain_floor_s(coef)
 
 
 def _path_kappa(coef: SchemeCoefficients) -> float:
@@ -184,7 +220,11 @@ def _path_kappa(coef: SchemeCoefficients) -> float:
 
 def largest_micro_batch_floor_s(coef: SchemeCoefficients, item_work_s: float | np.ndarray) -> float | np.ndarray:
     """`T - W` at least, for a pipeline of this scheme whose items carry work W and include one
-    of work `item_work_s`: the path bound with `S >= W + c`, `t_1 >= c`, `t_max >= c + item`."""
+    of work `item_work_s`: the path bound with `S >= W + c`, `t_1 >= c`, `t_max >= c + item`
+    (interleaved: `interleaved_overhead_s`, whatever the item)."""
+    if coef.scheme.v > 1:
+        overhead_s = interleaved_overhead_s(coef)
+        return overhead_s if np.ndim(item_work_s) == 0 else np.full(np.shape(item_work_s), overhead_s)
     return coef.c + _path_kappa(coef) * (coef.c + item_work_s) + (bubble_stages(coef) - 1) * coef.fwd_fraction * coef.c
 
 
@@ -203,6 +243,8 @@ def _pieces(coef: SchemeCoefficients, max_micro_batches: int | None) -> tuple[np
     stages, c = bubble_stages(coef), coef.c
     capped = max_micro_batches is not None
     most = max(1, max_micro_batches) if capped else MAX_PRICED_MICRO_BATCHES
+    if coef.scheme.v > 1:  # a positive multiple of pp micro-batches, and the fill-and-drain path
+        return np.array([1.0]), np.array([interleaved_overhead_s(coef)])
     if stages == 1:
         return np.array([1.0]), np.array([c])  # one micro-batch at least, no bubble
     kappa = _path_kappa(coef)

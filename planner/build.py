@@ -24,6 +24,7 @@ from hydraplan.planner.schemas import (
     SolverStats,
     SolveStatus,
 )
+from hydraplan.planner.slowdowns import effective_slowdowns
 from hydraplan.planner.strategies import Placement, place_pipelines
 
 
@@ -76,8 +77,10 @@ def build_plan(
                 f"interleaved 1F1B needs a multiple of pp {coef.scheme.pp} micro-batches, at least pp"
             )
     placements = place_pipelines(candidate.strategy.pipeline_schemes())
+    # the factors the candidate's coefficients were scaled by (`planner.slowdowns`)
+    slow_ranks = effective_slowdowns(request.rank_slowdowns)
     pipelines = [
-        _pipeline_plan(index, coef, packed, placement, items)
+        _pipeline_plan(index, coef, packed, placement, items, slow_ranks)
         for index, (coef, packed, placement) in enumerate(zip(candidate.coefs, candidate.packed, placements))
     ]
     used = {coef.scheme for coef in candidate.coefs}
@@ -102,13 +105,19 @@ def build_plan(
         pipelines=pipelines,
         cost_profile=used_profile,
         solver=stats.model_copy(update={"cut_by_clock": timed_out, "gap_tolerance": request.options.gap_tolerance}),
+        rank_slowdowns=slow_ranks or None,
         bound_certificate=certificate,
     )
     return identified(plan)
 
 
 def _pipeline_plan(
-    index: int, coef: SchemeCoefficients, packed: PackedPipeline, placement: Placement, items: Items
+    index: int,
+    coef: SchemeCoefficients,
+    packed: PackedPipeline,
+    placement: Placement,
+    items: Items,
+    slow_ranks: dict[int, float],
 ) -> PipelinePlan:
     # every micro-batch's items in index order, gathered for the whole pipeline at once (thousands
     # of micro-batches per plan at scale), then cut at the micro-batches' boundaries
@@ -149,4 +158,5 @@ def _pipeline_plan(
         num_tokens=sum(batch.num_tokens for batch in micro_batches),
         time_s=packed.time_s,
         micro_batches=micro_batches,
+        slowdown=max((slow_ranks[rank] for rank in placement.ranks if rank in slow_ranks), default=None),
     )

@@ -4,7 +4,9 @@ It recomputes everything from the plan's inputs and the cost profile, trusting n
 reported and sharing none of its code: costs, capacities, the 1F1B simulation, the gradient sync
 and the switch cost come from `planner.reference`, written apart from the solver. It checks
 sequence coverage (every sequence placed exactly once, split only when longer than every
-capacity, dropped only then too), capacities, the rank layout, the cluster layout (whole nodes;
+capacity, dropped only then too), capacities, the rank layout, the slow ranks' factors (a
+pipeline's stage times scaled by the largest `rank_slowdowns` factor among its ranks), the
+cluster layout (whole nodes;
 every TP group, and every TP x CP grid that fits a node, inside one), stage times, pipeline times,
 the gradient sync, the step time, the switch cost, the bound (at most the objective), the gap, the
 status, the `plan_id` and, given the request, that the plan answers it (its `request_hash` too
@@ -42,9 +44,10 @@ def check_plan(plan: Plan, profile: CostProfile | None = None, request: PlanRequ
     violations = _check_ranks(plan)
     violations += _check_nodes(plan)
     violations += _check_coverage(plan, costs)
+    violations += _check_slowdown_factors(plan)
     pipeline_times = []
     for pipeline in plan.pipelines:
-        pipeline_violations, time_s = _check_pipeline(pipeline, costs)
+        pipeline_violations, time_s = _check_pipeline(pipeline, costs, _slowdown_of(plan, pipeline))
         violations += pipeline_violations
         pipeline_times.append(time_s)
     if not violations:  # the totals are recomputed from consistent pipelines only
@@ -174,7 +177,33 @@ def _check_coverage(plan: Plan, profile: CostProfile) -> list[str]:
     return violations
 
 
-def _check_pipeline(pipeline: PipelinePlan, profile: CostProfile) -> tuple[list[str], float]:
+def _slowdown_of(plan: Plan, pipeline: PipelinePlan) -> float:
+    """The factor a pipeline's stage times carry: a pipeline runs at its slowest rank's pace, so the
+    largest of the plan's `rank_slowdowns` over its ranks (1 when it holds no slow rank)."""
+    factors = plan.rank_slowdowns or {}
+    return max([1.0, *(factors[rank] for rank in pipeline.ranks if rank in factors)])
+
+
+def _check_slowdown_factors(plan: Plan) -> list[str]:
+    """`rank_slowdowns` names ranks of the plan with finite factors above 1, and every pipeline's
+    `slowdown` is the largest of them over its ranks (absent when it holds none)."""
+    violations = []
+    for rank, factor in (plan.rank_slowdowns or {}).items():
+        if not 0 <= rank < plan.num_gpus:
+            violations.append(f"rank_slowdowns: rank {rank} is not a rank of the {plan.num_gpus} GPUs")
+        if not (math.isfinite(factor) and factor > 1.0):
+            violations.append(f"rank_slowdowns[{rank}] = {factor}: a plan lists only finite factors above 1")
+    if violations:
+        return violations
+    for pipeline in plan.pipelines:
+        factor = _slowdown_of(plan, pipeline)
+        expected = factor if factor > 1.0 else None
+        if pipeline.slowdown != expected:
+            violations.append(f"{_label(pipeline)}: slowdown {pipeline.slowdown} != {expected} from rank_slowdowns")
+    return violations
+
+
+def _check_pipeline(pipeline: PipelinePlan, profile: CostProfile, slowdown: float = 1.0) -> tuple[list[str], float]:
     label = _label(pipeline)
     entry = reference.scheme_entries(profile).get(_scheme(pipeline))
     if entry is None:
@@ -195,7 +224,7 @@ def _check_pipeline(pipeline: PipelinePlan, profile: CostProfile) -> tuple[list[
             violations.append(f"{where}: num_tokens {batch.num_tokens} != sum of lengths {sum(batch.lengths)}")
         if sum(batch.lengths) > capacity:
             violations.append(f"{where}: {sum(batch.lengths)} tokens exceed capacity {capacity}")
-        stage_time_s = reference.stage_time_s(profile, entry, batch.lengths)
+        stage_time_s = reference.stage_time_s(profile, entry, batch.lengths) * slowdown
         if not _close(stage_time_s, batch.stage_time_s):
             violations.append(f"{where}: stage time {batch.stage_time_s} != recomputed {stage_time_s}")
         stage_times.append(stage_time_s)
@@ -325,6 +354,9 @@ def _check_request(plan: Plan, profile: CostProfile | None, request: PlanRequest
         planned, asked = getattr(plan, field), getattr(request, field)
         if planned != asked:
             violations.append(f"{field} {planned!r} is not the request's {asked!r}")
+    asked_slow = {rank: factor for rank, factor in (request.rank_slowdowns or {}).items() if factor > 1.0}
+    if (plan.rank_slowdowns or {}) != asked_slow:
+        violations.append(f"rank_slowdowns {plan.rank_slowdowns} are not the request's factors above 1 ({asked_slow})")
     if profile is not None:
         violations += _check_request_hash(plan, request, profile)
     return violations

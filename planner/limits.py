@@ -55,6 +55,7 @@ MAX_SCHEDULE_OPERATIONS = 1_000_000
 MAX_COST_A = 1e-3  # per squared token
 MAX_COST_B = 1.0  # per token
 MAX_COST_C = 1e3  # per micro-batch
+MAX_RANK_SLOWDOWN = 1e3  # a rank's slowdown factor (planner/slowdowns.py): 1000x slower at most
 MAX_TIME_S = 1e6  # fixed times (grad_sync_s): ~11 days
 MAX_BYTES = 1e15  # memory sizes: 1 PB per GPU
 MAX_RATE = 1e18  # FLOP/s and bytes/s: 1 EFLOP/s, 1 EB/s per GPU

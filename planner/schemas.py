@@ -461,6 +461,16 @@ class SolverOptions(Frozen):
     )
 
 
+# a rank as a JSON object's key (a string of digits there, an int in Python)
+RankKey = Annotated[int, Strict(False), Field(ge=0, lt=limits.MAX_NUM_GPUS)]
+
+
+def _is_none(value: Any) -> bool:
+    """`exclude_if` of an optional field added later: left out of the JSON when None, so requests
+    and plans made without it keep their hashes and ids."""
+    return value is None
+
+
 def previous_strategy_fits(text: str | None, info: ValidationInfo) -> str | None:
     """Field validator: a previous strategy must run on the cluster of the fields before it
     (`num_gpus`, `gpus_per_node`), checked before any work (a pool is checked by `solve`)."""
@@ -509,7 +519,34 @@ class PlanRequest(Frozen):
             raise ValueError(f"num_gpus {self.num_gpus} is not a multiple of gpus_per_node {self.gpus_per_node}")
         return self
 
+    rank_slowdowns: dict[RankKey, float] | None = Field(
+        None,
+        max_length=limits.MAX_NUM_GPUS,
+        description="Known slow ranks: rank -> slowdown factor >= 1 (2.0: the rank takes twice the profile's "
+        "time). A pipeline runs at its slowest rank's pace: its stage times are scaled by the largest factor "
+        "among its ranks, and dispatch gives it less work (planner/slowdowns.py). A planning session fills it "
+        "with the factors it estimated from measurements when the request gives none. Left out when None.",
+        exclude_if=_is_none,
+    )
+
     _previous_strategy_fits = field_validator("previous_strategy")(previous_strategy_fits)
+
+    @model_validator(mode="after")
+    def _known_ranks(self) -> PlanRequest:
+        check_rank_slowdowns(self.rank_slowdowns, self.num_gpus)
+        return self
+
+
+def check_rank_slowdowns(rank_slowdowns: dict[int, float] | None, num_gpus: int) -> None:
+    """ValueError naming the first rank outside the cluster or factor not finite in [1, limit]."""
+    for rank, factor in (rank_slowdowns or {}).items():
+        if not 0 <= rank < num_gpus:
+            raise ValueError(f"rank_slowdowns: rank {rank} is not a rank of the {num_gpus} GPUs")
+        if not (math.isfinite(factor) and 1.0 <= factor <= limits.MAX_RANK_SLOWDOWN):
+            raise ValueError(
+                f"rank_slowdowns: rank {rank} has factor {factor}; a slowdown factor must be finite, >= 1 and at most "
+                f"{limits.MAX_RANK_SLOWDOWN:g}"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -566,6 +603,12 @@ class PipelinePlan(Frozen):
     num_tokens: int
     time_s: FiniteFloat = Field(description="Simulated 1F1B time of this pipeline.")
     micro_batches: list[MicroBatch] = Field(max_length=limits.MAX_ITEMS)
+    slowdown: float | None = Field(
+        None,
+        description="The slowdown factor its stage times are scaled by: the largest of the plan's rank_slowdowns "
+        "over its ranks, when above 1 (stage_time_s and time_s include it). Left out when None.",
+        exclude_if=_is_none,
+    )
 
 
 class SolverStats(Frozen):
@@ -714,6 +757,13 @@ class Plan(Frozen):
         description="Set on a plan a planning session made: the version of the session's refitted profile it was "
         "planned with, and the capacities lowered and the error jumps measured since the session's previous plan. "
         "Left out of plan_id when None, so plans made outside a session keep their ids.",
+    )
+    rank_slowdowns: dict[RankKey, float] | None = Field(
+        None,
+        max_length=limits.MAX_NUM_GPUS,
+        description="The slow ranks and their factors the plan was made with (the request's rank_slowdowns, only "
+        "factors above 1); each pipeline holding one says its factor in `slowdown`. Left out when None.",
+        exclude_if=_is_none,
     )
     bound_certificate: BoundCertificate | None = Field(
         None,

@@ -21,6 +21,20 @@ time, polishes start only if the time left covers what the last one took, and a 
 build in the time left is not built. Stopping at the clock is status `timeout_incumbent`; the
 same request under the work limits alone gives the same plan.
 
+**The chunk count v** (interleaved 1F1B) is chosen by the enumeration: every interleaved entry
+`<tp,pp,cp,v>` of the profile (v dividing the layers per stage) is a scheme of its own, beside its
+plain `<tp,pp,cp>`, so a strategy may run some pipelines of a `<tp,pp,cp>` plainly and others
+interleaved. The alternative, v as a per-pipeline choice of the packer under one `<tp,pp,cp>`,
+would keep the space and the certificate's coverage but needs every bound of a `<tp,pp,cp>` to
+hold for its best v (the least of the floors, the most capacity): it loosens the plain schemes'
+bounds wherever an interleaved entry exists. Enumerated, the plain entries keep their 1F1B
+floors, the interleaved ones have their own (`planner.bubble_floor`, item 3), dominance prunes
+within one schedule only (`runnable_schemes`), and the certificate lists the interleaved schemes
+like the others. v is offered where the profile prices it: an interleaved entry (per-chunk
+coefficients and its own capacity, e.g. `hydraplan profile --virtual-stages` or the analytic
+model's `virtual_stages`); a profile without one plans plain 1F1B, as before, byte for byte.
+Measured in `benchmarks/results/vsearch.md`.
+
 Scheme sets are seeded once the first incumbents are known: their bounds price the 1F1B bubble
 for pipelines that could still beat the incumbent (`planner.bounds`), and sets that cannot are
 not even listed. An expanded set's bound stays a floor under its strategies' bounds.
@@ -274,10 +288,14 @@ def runnable_schemes(cost: ProfileCostModel, num_gpus: int, keep: Sequence = ())
     """Schemes that fit the cluster, without those another scheme dominates (except `keep`):
     one that uses the same GPUs and is no worse in every cost, capacity, bubble and sync term,
     and better in one of them or first in scheme order. All pairs at once (~150 schemes at 64
-    GPUs: 20 ms as a Python double loop)."""
-    # the enumeration is plain 1F1B; an interleaved scheme enters only when a pinned strategy names it
-    interleaved = sorted(scheme for scheme in keep if scheme.v > 1)
-    fitting = [cost.coefficients(scheme) for scheme in [*cost.schemes(), *interleaved] if scheme.num_gpus <= num_gpus]
+    GPUs: 20 ms as a Python double loop).
+
+    Every scheme the profile prices is a candidate, its interleaved entries `<tp,pp,cp,v>` too
+    (the profile validates that v divides the layers per stage; see the module docstring: v is
+    chosen by enumerating those entries as schemes of their own). A scheme dominates only one of
+    the same schedule: both plain 1F1B, or both interleaved with the same pp and v (the same
+    order of operations, so smaller stage times and more capacity cannot make a plan slower)."""
+    fitting = [cost.coefficients(scheme) for scheme in cost.all_schemes() if scheme.num_gpus <= num_gpus]
     if not fitting:
         return []
     terms = np.array(
@@ -303,7 +321,11 @@ def runnable_schemes(cost: ProfileCostModel, num_gpus: int, keep: Sequence = ())
     # [better, worse]: the better one no worse in every term, and strictly better somewhere
     no_worse = (terms[:, None, :] <= terms[None, :, :]).all(axis=2)
     strictly = (terms[:, None, :] < terms[None, :, :]).any(axis=2) | (rank[:, None] < rank[None, :])
-    dominates = no_worse & strictly & (gpus[:, None] == gpus[None, :])
+    chunks = np.array([coef.scheme.v for coef in fitting])
+    stages = np.array([coef.scheme.pp for coef in fitting])
+    plain = chunks[:, None] == 1
+    same_schedule = (chunks[:, None] == chunks[None, :]) & (plain | (stages[:, None] == stages[None, :]))
+    dominates = no_worse & strictly & (gpus[:, None] == gpus[None, :]) & same_schedule
     np.fill_diagonal(dominates, False)
     dominated = dominates.any(axis=0)
     return [coef for coef, beaten in zip(fitting, dominated.tolist()) if coef.scheme in keep or not beaten]
@@ -479,7 +501,7 @@ def _bubble_inflation(tables: BoundTables, columns: Sequence[int], bounds: np.nd
     factors = []
     for column in columns:
         coef = tables.coefs[column]
-        bubbles = coef.scheme.pp - 1
+        bubbles = (coef.scheme.pp - 1) / coef.scheme.v  # interleaving shrinks the bubble v times
         longest = tables.longest_fitting(column)
         long_item_s = bubbles * (coef.a * longest * longest + coef.b * longest + coef.c)
         factors.append(1 + 2 * math.sqrt(bubbles * coef.c / load_s) + long_item_s / load_s)

@@ -31,6 +31,7 @@ from hydraplan.planner.search import (
     solve_fixed,
     solve_strategy,
 )
+from hydraplan.planner.slowdowns import slowed_best
 from hydraplan.planner.speculation import SpeculativeSolver
 from hydraplan.planner.strategies import Strategy, parse_strategy, unplaceable_reason
 from hydraplan.planner.switching import require_switch_pricing
@@ -110,17 +111,27 @@ def solve(
             f"{space} on {request.num_gpus} GPUs can hold the {len(items)} sequences "
             "(fewer sequences than pipelines, or capacities too small)"
         )
+    best = slowed_best(
+        result.best,
+        result.runners_up,
+        items.lengths,
+        cost,
+        request.rank_slowdowns or {},
+        settings.previous,
+        settings.work.refine_rounds,
+        clock.stop,
+    )
     stats = SolverStats(
         backend=options.solver.value,
         num_schemes=result.num_schemes,
         num_strategies=result.num_strategies,
         num_strategies_solved=result.num_strategies_solved,
         seed=options.seed,
-        winner=result.best.origin,
+        winner=best.origin,
         time_limit_s=budget_s,
     )
     plan = build_plan(
-        request, profile, items, result.best, result.lower_bound_s, stats, result.timed_out, result.certificate
+        request, profile, items, best, result.lower_bound_s, stats, result.timed_out or clock.cut, result.certificate
     )
     return _finish(plan, request, profile, baselines)
 
@@ -284,6 +295,9 @@ def evaluate_strategy(
         time_limit_s=budget_s,
     )
     certificate = fixed_certificate(tables, counts, bound, request.options.max_schemes)
+    # the bound above is of the profile's (unscaled) times: slow ranks' factors >= 1 keep it valid
+    slow, rounds = request.rank_slowdowns or {}, settings.work.refine_rounds
+    candidate = slowed_best(candidate, (), items.lengths, cost, slow, settings.previous, rounds, clock.stop)
     plan = build_plan(request, profile, items, candidate, bound, stats, clock.cut, certificate)
     return _finish(plan, request, profile, ())
 

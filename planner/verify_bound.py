@@ -28,10 +28,15 @@ boundary types and the checker's reference costs (`planner.reference`). It
   the 1F1B schedule has the path `S + (pp-1)(f t_1 + (1-f) t_m) >= W + pp c`, and the path of
   `planner.bubble_floor`'s docstring (item 1) `T >= (1 + k / m) S`, `k = max(0, 1-2f)(pp-1)`, whose
   least over m is `(sqrt(W) + sqrt(k c))^2`. So `T_p >= g(W) = W + h(W)`, `h = max(pp c, k c +
-  2 sqrt(k c W))`, increasing with `h(W) / W` non-increasing. Under a step time `T_cap`
+  2 sqrt(k c W))`, increasing with `h(W) / W` non-increasing. An interleaved scheme (v chunks per
+  rank; a, b, c then price a rank's v chunks) runs a positive multiple of pp micro-batches (the
+  checker's rule) and has the fill-and-drain path: rank pp-1 starts after pp-1 chunk forwards, runs
+  its S, and its last backward is followed by pp-1 chunk backwards, `T >= S + (pp-1) c / v`; so
+  `h = (pp + (pp-1)/v) c` (`_interleaved_floors`). Under a step time `T_cap`
   (`pricing_cap_s`) every item's work then costs at least `w (1 + h(T_cap) / T_cap)`: a set's
   area may use that pricing per scheme, the set's bound being min(T_cap, that bound);
-* *fluid dual* (per strategy, `n_s` pipelines of s): every pipeline has `T_p >= sum u_is + (pp-1) c`,
+* *fluid dual* (per strategy, `n_s` pipelines of s): every pipeline has `T_p >= sum u_is + (pp-1) c`
+  (interleaved: `(pp-1) c / v`),
   so for any `lambda >= 0`, `T >= (sum_i min_s lambda_s u_is + sum_s lambda_s n_s (pp_s-1) c_s) /
   sum_s lambda_s n_s` (a scheme of zero weight prices its items at 0, one an item does not fit
   cannot take it); and from a valid bound T0, `W_p <= G(T) <= T - (T0 - G(T0))` for every
@@ -103,6 +108,7 @@ class _Columns:
     cp: np.ndarray
     fwd: np.ndarray
     sync_factor: np.ndarray  # seconds per ring factor of its largest shard
+    chunks: np.ndarray  # v: model chunks per PP rank (1: plain 1F1B)
 
 
 @dataclass(frozen=True)
@@ -155,14 +161,30 @@ def _check_space(certificate: BoundCertificate, plan: Plan, request: PlanRequest
 
 
 def _parse_scheme(text: str) -> Scheme:
+    """(tp, pp, cp), or (tp, pp, cp, v) for an interleaved scheme (`reference.short_scheme`)."""
     degrees = text.strip().removeprefix("<").removesuffix(">").split(",")
     if len(degrees) not in (3, 4) or not all(degree.strip().isdigit() for degree in degrees):
-        raise ValueError(f"scheme {text!r} is not <tp,pp,cp>")
-    if len(degrees) == 4 and int(degrees[3]) != 1:
-        # the floors below are plain 1F1B's: an interleaved pipeline's bubble is smaller
-        raise ValueError(f"scheme {text} is interleaved (v > 1): bounds over it are not verified yet")
-    tp, pp, cp = (int(degree) for degree in degrees[:3])
-    return tp, pp, cp
+        raise ValueError(f"scheme {text!r} is not <tp,pp,cp> or <tp,pp,cp,v>")
+    tp, pp, cp, *chunks = (int(degree) for degree in degrees)
+    if min(tp, pp, cp, *chunks) < 1 or (chunks and chunks[0] > 1 and pp == 1):
+        raise ValueError(f"scheme {text!r} is not a valid <tp,pp,cp,v>")
+    return reference.short_scheme(tp, pp, cp, *chunks)
+
+
+def _scheme_text(scheme: Scheme) -> str:
+    return "<" + ",".join(map(str, scheme)) + ">"
+
+
+def _chunks(scheme: Scheme) -> int:
+    return scheme[3] if len(scheme) > 3 else 1
+
+
+def _interleaved_floors(columns: _Columns) -> tuple[np.ndarray, np.ndarray]:
+    """Per scheme: the fewest micro-batches a pipeline runs (1, or pp for an interleaved scheme,
+    whose count is a positive multiple of pp) and the fill-and-drain floor `(pp-1) c / v` (module
+    docstring: 1F1B's `(pp-1) c` at v = 1)."""
+    fewest = np.where(columns.chunks > 1, columns.stages, 1.0)
+    return fewest, (columns.stages - 1) * columns.c / columns.chunks
 
 
 def _placeable(scheme: Scheme, num_gpus: int, gpus_per_node: int) -> bool:
@@ -170,7 +192,7 @@ def _placeable(scheme: Scheme, num_gpus: int, gpus_per_node: int) -> bool:
     grid no larger than a node inside one, under the planner's largest-grid-first layout: such a
     grid is a whole node or a power of two dividing it; a larger grid is whole nodes, TP dividing
     a node."""
-    tp, pp, cp = scheme
+    tp, pp, cp = scheme[:3]
     if tp * pp * cp > num_gpus:
         return False
     if num_gpus <= gpus_per_node:
@@ -201,19 +223,21 @@ def _columns(certificate: BoundCertificate, profile: CostProfile, plan: Plan) ->
             schemes.append(scheme)
     if not schemes and not violations:
         violations.append("bound certificate: no schemes")
-    unit = profile.seconds_per_unit
     chosen = [entries[scheme] for scheme in schemes]
+    # an interleaved entry prices one of a rank's v chunks: the floors price the rank's micro-batch
+    per_rank = [profile.seconds_per_unit * entry.v for entry in chosen]
     columns = _Columns(
         schemes,
-        np.array([entry.a * unit for entry in chosen]),
-        np.array([entry.b * unit for entry in chosen]),
-        np.array([entry.c * unit for entry in chosen]),
+        np.array([entry.a * unit for entry, unit in zip(chosen, per_rank)]),
+        np.array([entry.b * unit for entry, unit in zip(chosen, per_rank)]),
+        np.array([entry.c * unit for entry, unit in zip(chosen, per_rank)]),
         np.array([float(reference.capacity_tokens(profile, entry)) for entry in chosen]),
-        np.array([float(tp * pp * cp) for tp, pp, cp in schemes]),
-        np.array([float(pp) for _, pp, _ in schemes]),
-        np.array([float(cp) for _, _, cp in schemes]),
+        np.array([float(scheme[0] * scheme[1] * scheme[2]) for scheme in schemes]),
+        np.array([float(scheme[1]) for scheme in schemes]),
+        np.array([float(scheme[2]) for scheme in schemes]),
         np.array([entry.fwd_fraction for entry in chosen]),
         np.array([_sync_factor(profile, scheme, entries) for scheme in schemes]),
+        np.array([float(_chunks(scheme)) for scheme in schemes]),
     )
     if certificate.space == "search" and not violations:
         violations += _check_dominated(profile, plan, entries, columns)
@@ -232,29 +256,32 @@ def _sync_factor(profile: CostProfile, scheme: Scheme, entries) -> float:
 def _terms(profile: CostProfile, scheme: Scheme, entries) -> tuple[float, ...]:
     """The cost terms a plan's time can only grow with (capacity negated)."""
     entry = entries[scheme]
-    _, pp, cp = scheme
+    pp, cp = scheme[1], scheme[2]
     capacity = reference.capacity_tokens(profile, entry)
     sync = _sync_factor(profile, scheme, entries)
     return (entry.a, entry.b, entry.c, pp, cp, entry.grad_bytes_per_gpu, sync, -capacity, entry.fwd_fraction)
 
 
 def _check_dominated(profile: CostProfile, plan: Plan, entries, columns: _Columns) -> list[str]:
-    """Every placeable scheme left out of the certificate is dominated by a listed one."""
+    """Every placeable scheme left out of the certificate is dominated by a listed one of the same
+    schedule (both plain 1F1B, or both interleaved with the same pp and v: the same order of
+    operations, so no worse terms give no slower plans)."""
     listed = {scheme: _terms(profile, scheme, entries) for scheme in columns.schemes}
     violations = []
     for scheme in entries:
-        if len(scheme) > 3:  # interleaved: the search enumerates plain schemes only
-            continue
         if scheme in listed or not _placeable(scheme, plan.num_gpus, plan.gpus_per_node):
             continue
         terms = _terms(profile, scheme, entries)
         gpus = scheme[0] * scheme[1] * scheme[2]
+        schedule = (_chunks(scheme), scheme[1] if _chunks(scheme) > 1 else 0)
         if not any(
-            other[0] * other[1] * other[2] == gpus and all(x <= y for x, y in zip(other_terms, terms))
+            other[0] * other[1] * other[2] == gpus
+            and (_chunks(other), other[1] if _chunks(other) > 1 else 0) == schedule
+            and all(x <= y for x, y in zip(other_terms, terms))
             for other, other_terms in listed.items()
         ):
             violations.append(
-                f"bound certificate: scheme <{scheme[0]},{scheme[1]},{scheme[2]}> is left out of its schemes "
+                f"bound certificate: scheme {_scheme_text(scheme)} is left out of its schemes "
                 "and no listed scheme dominates it"
             )
     return violations
@@ -285,19 +312,21 @@ def _tables(lengths: np.ndarray, columns: _Columns) -> _Tables:
 
 def _bubble_overhead_s(columns: _Columns, work_s: np.ndarray | float) -> np.ndarray:
     """h(W) per scheme (see the module docstring), for work W (broadcast against the schemes)."""
-    k = np.maximum(0.0, 1.0 - 2.0 * columns.fwd) * (columns.stages - 1)
+    k = np.where(columns.chunks > 1, 0.0, np.maximum(0.0, 1.0 - 2.0 * columns.fwd) * (columns.stages - 1))
+    fewest, fill_drain = _interleaved_floors(columns)
     work_s = np.maximum(np.asarray(work_s, dtype=np.float64), 0.0)
-    return np.maximum(columns.stages * columns.c, k * columns.c + 2.0 * np.sqrt(k * columns.c * work_s))
+    return np.maximum(fewest * columns.c + fill_drain, k * columns.c + 2.0 * np.sqrt(k * columns.c * work_s))
 
 
 def _most_work_s(columns: _Columns, time_s: np.ndarray | float) -> np.ndarray:
     """G(T) per scheme: the most work a pipeline finishing by T can carry (inverse of g; T
     broadcast against the schemes)."""
-    k = np.maximum(0.0, 1.0 - 2.0 * columns.fwd) * (columns.stages - 1)
+    k = np.where(columns.chunks > 1, 0.0, np.maximum(0.0, 1.0 - 2.0 * columns.fwd) * (columns.stages - 1))
+    fewest, fill_drain = _interleaved_floors(columns)
     time_s = np.maximum(np.asarray(time_s, dtype=np.float64), 0.0)
     root = np.sqrt(time_s) - np.sqrt(k * columns.c)
     by_path = np.where(root > 0, root * root, 0.0)
-    return np.maximum(np.minimum(time_s - columns.stages * columns.c, by_path), 0.0)
+    return np.maximum(np.minimum(time_s - (fewest * columns.c + fill_drain), by_path), 0.0)
 
 
 def _sync_s(profile: CostProfile, columns: _Columns, set_columns: Sequence[int], replicas: int) -> float:
@@ -448,7 +477,7 @@ def _verify_search(
 
 
 def _set_text(columns: _Columns, combo: Sequence[int]) -> str:
-    return "{" + ", ".join("<{},{},{}>".format(*columns.schemes[column]) for column in combo) + "}"
+    return "{" + ", ".join(_scheme_text(columns.schemes[column]) for column in combo) + "}"
 
 
 def _expanded_bound_s(entry, combo, profile, columns, tables, num_gpus, floor) -> tuple[float, int, list[str]]:
@@ -506,7 +535,7 @@ def _strategy_bounds_s(
     grid = _multiplier_grid(columns.gpus[combo], multipliers)
     denominator = counts @ grid.T  # strategies x grid points
     positive = denominator > 0
-    floors = (columns.stages[combo] - 1) * columns.c[combo]
+    floors = _interleaved_floors(columns)[1][combo]
     area = float(tables.multiplicity @ tables.gpu_cost[:, combo].min(axis=1)) / num_gpus
     longest = float(tables.longest[:, combo].min(axis=1).max())
     fluid = _best_dual(_grid_totals(tables, cost, grid), counts * floors, grid, denominator, positive)
@@ -590,10 +619,12 @@ def _assignment_bound_s(columns: _Columns, items: np.ndarray, combo: Sequence[in
             memo[(block, column)] = least(columns, column, members)
         return memo[(block, column)]
 
+    least_counts, fill_drain = _interleaved_floors(columns)
+
     def partial(column: int, work_s: float, num_tokens: float) -> float:
         c = float(columns.c[column])
-        fewest = max(1, math.ceil(num_tokens / float(columns.capacity[column]) - 1e-12))
-        return work_s + fewest * c + (float(columns.stages[column]) - 1) * c
+        fewest = max(int(least_counts[column]), math.ceil(num_tokens / float(columns.capacity[column]) - 1e-12))
+        return work_s + fewest * c + float(fill_drain[column])
 
     def descend(index: int, empty: int) -> None:
         nonlocal best, nodes
@@ -639,13 +670,18 @@ def _least_pipeline_s(columns: _Columns, column: int, lengths: Sequence[float]) 
     A packing no faster than the best so far on its first stage alone is not simulated."""
     capacity = float(columns.capacity[column])
     a, b, c = float(columns.a[column]), float(columns.b[column]), float(columns.c[column])
-    stages, fwd = int(columns.stages[column]), float(columns.fwd[column])
+    stages, fwd, chunks = int(columns.stages[column]), float(columns.fwd[column]), int(columns.chunks[column])
     best = math.inf
     for blocks in _ordered_packings(tuple(lengths), capacity):
+        if chunks > 1 and len(blocks) % stages:
+            continue  # interleaved: a multiple of pp micro-batches (the checker's rule)
         times = [a * sum(x * x for x in block) + b * sum(block) + c for block in blocks]
         if sum(times) >= best:
             continue
-        best = min(best, sum(times) if stages == 1 else reference.pipeline_time_s(times, stages, fwd))
+        if chunks > 1:
+            best = min(best, reference.interleaved_pipeline_time_s(times, stages, chunks, fwd, stages))
+        else:
+            best = min(best, sum(times) if stages == 1 else reference.pipeline_time_s(times, stages, fwd))
     return best
 
 
@@ -681,6 +717,11 @@ def _pipeline_floor_s(columns: _Columns, column: int, lengths: Sequence[float]) 
     largest = max(a * length * length + b * length for length in lengths)
     fewest = max(1, math.ceil(sum(lengths) / capacity - 1e-12))
     best = math.inf
+    if columns.chunks[column] > 1:  # interleaved: multiples of pp, the fill-and-drain floor alone
+        fill_drain = float(_interleaved_floors(columns)[1][column])
+        for count in range(int(stages) * math.ceil(fewest / stages), len(lengths) + 1, int(stages)):
+            best = min(best, work + count * c + fill_drain)
+        return best
     for count in range(fewest, len(lengths) + 1):
         total = work + count * c
         best = min(best, max(total + (stages - 1) * c, (1 + k / count) * total, total + k * (largest + c)))

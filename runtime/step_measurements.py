@@ -19,7 +19,9 @@ service's `MeasurementsBody` accepts and the local planner applies in-process:
 Beside the body, `pipeline_ratios` gives each pipeline's measured stage time over the time its
 plan predicted (the plan's `stage_time_s` of the same micro-batches), with its ranks: the body
 names schemes only (the refit is per scheme), this names the ranks a slow pipeline runs on. It
-goes to the run's report (`loop`), nothing plans with it yet.
+goes to the run's report (`loop`). The body carries the same per pipeline (`ranks`,
+`predicted_s`, the plan's `slowdown`): the session estimates per-rank slowdown factors from them
+(`cost_models.rank_speed`) and its next plans give the slow ranks' pipelines less work.
 
 The body is bounded as the service bounds it (`MAX_*`, equal to `api/service/loop_schemas.py`'s,
 a test holds them equal): past a bound, micro-batches are thinned evenly (every k-th kept, the
@@ -147,6 +149,12 @@ def _pipeline_entry(pipeline, stages: dict[int, list[list[dict]]], peaks: list[f
     scheme = pipeline.scheme
     degrees = {"tp": scheme.tp, "pp": scheme.pp, "cp": scheme.cp, **({"v": scheme.v} if scheme.v > 1 else {})}
     entry = {"scheme": degrees, "micro_batches": micro_batches}
+    predicted_s = sum(pipeline.micro_batches[index].stage_time_s for index in measured if measured[index][1] > 0)
+    if micro_batches and predicted_s > 0:  # what the session estimates slow ranks from (`cost_models.rank_speed`)
+        entry["ranks"] = list(pipeline.ranks)
+        entry["predicted_s"] = predicted_s
+        if pipeline.slowdown is not None:
+            entry["slowdown"] = pipeline.slowdown
     if peak_memory is not None:
         entry["peak_memory_bytes"] = peak_memory[: scheme.tp * scheme.pp * scheme.cp]
     return entry
@@ -168,6 +176,9 @@ def _thin(pipelines: list[dict]) -> int:
         if keep < len(measured):
             entry["micro_batches"] = [measured[(i * len(measured)) // keep] for i in range(keep)]
             left_out += len(measured) - keep
+            if "predicted_s" in entry:  # the prediction of the kept ones: the pipeline's ratio unchanged
+                kept_share = sum(mb["time_s"] for mb in entry["micro_batches"]) / sum(mb["time_s"] for mb in measured)
+                entry["predicted_s"] *= kept_share
     return left_out
 
 

@@ -34,6 +34,10 @@ from hydraplan.api.service.settings import Settings  # noqa: E402
 
 PROBLEM_JSON = "application/problem+json"
 ROOT = Path(__file__).resolve().parents[1]
+# how long a server process may take to answer after its start: a liveness wait, not a speed
+# target (a dead process ends the wait at once); on a loaded 2-core host importing the solver
+# libraries alone took over 30 s
+STARTUP_TIMEOUT_S = 180.0
 TINY_LENGTHS = [64 + (index * 7919) % 6000 for index in range(60)] + [8000, 9000, 12000, 16000]
 
 
@@ -266,10 +270,12 @@ def start_uvicorn(
     log = tempfile.TemporaryFile("w+")
     process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT, text=True)
     server = Server(process, f"http://127.0.0.1:{port}", log, token)
-    wait_for(lambda: _healthy(server) or process.poll() is not None, timeout_s=30, interval_s=0.1)
+    wait_for(lambda: _healthy(server) or process.poll() is not None, timeout_s=STARTUP_TIMEOUT_S, interval_s=0.1)
     assert process.poll() is None, server.stop()
     if workers > 1:  # every worker answers (each loads the solver libraries on start-up)
-        wait_for(lambda: len(server.worker_pids()) == workers and _all_started(server, workers), timeout_s=60)
+        wait_for(
+            lambda: len(server.worker_pids()) == workers and _all_started(server, workers), timeout_s=STARTUP_TIMEOUT_S
+        )
     return server
 
 

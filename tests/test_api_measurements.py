@@ -16,6 +16,7 @@ from api_support import (  # noqa: F401
     assert_problem,
     client_fixture,
     make_client,
+    plan_body,
     redis_url_fixture,
     session_body,
 )
@@ -148,6 +149,44 @@ def test_an_error_jump_is_reported_in_the_session_the_next_plan_and_the_metrics(
     metrics = client.get("/metrics").text
     assert "hydraplan_session_error_jumps_total 1.0" in metrics
     assert "hydraplan_session_fit_error_count 5.0" in metrics
+
+
+def test_a_slow_rank_is_estimated_shown_and_its_pipelines_get_less_work(client) -> None:
+    """Rank 3's pipeline measured 3x its prediction three steps in a row: the session holds rank 3
+    slow (its fit, a metric), and its next plan names the factor and gives that pipeline less work."""
+    session_id = open_session(client, options={"time_limit_s": 0.3, "seed": 0, "strategy_pool": ["8x<1,1,1>"]})
+    plan = plan_in(client, session_id)
+    before = next(pipeline.num_tokens for pipeline in plan.pipelines if 3 in pipeline.ranks)
+    for _ in range(3):
+        body = measurements_of(plan)
+        for measured, pipeline in zip(body["pipelines"], plan.pipelines):
+            slow = 3.0 if 3 in pipeline.ranks else 1.0
+            measured["ranks"] = list(pipeline.ranks)
+            measured["predicted_s"] = sum(mb["time_s"] for mb in measured["micro_batches"]) * (pipeline.slowdown or 1.0)
+            for micro_batch in measured["micro_batches"]:  # the profile's time, on rank 3 three times it
+                micro_batch["time_s"] *= slow
+                micro_batch["fwd_s"] *= slow
+            if pipeline.slowdown is not None:
+                measured["slowdown"] = pipeline.slowdown
+        response = post(client, session_id, body)
+        assert response.status_code == 200, response.text
+        plan = plan_in(client, session_id)
+    fit = client.get(f"/v1/sessions/{session_id}").json()["fit"]
+    assert fit["rank_slowdowns"] == {"3": pytest.approx(3.0)}
+    assert plan.rank_slowdowns == {3: pytest.approx(3.0)}
+    slowed = next(pipeline for pipeline in plan.pipelines if 3 in pipeline.ranks)
+    assert slowed.slowdown == pytest.approx(3.0) and slowed.num_tokens < before
+    assert "hydraplan_session_slow_ranks_total 1.0" in client.get("/metrics").text
+
+
+def test_plan_bodies_with_bad_slowdowns_are_refused_naming_the_value(client) -> None:
+    for slowdowns, named in (({"8": 2.0}, "rank 8"), ({"1": 0.5}, "factor 0.5"), ({"x": 2.0}, "x")):
+        response = client.post("/v1/plans", json=plan_body(rank_slowdowns=slowdowns))
+        assert_problem(response, 422, named)
+    bad_body = {**_body(**_good_micro_batch()), "profile_version": 0}
+    bad_body["pipelines"][0]["ranks"] = [0, 1]  # a <1,1,1> pipeline has one rank
+    session_id = open_session(client)
+    assert_problem(post(client, session_id, bad_body), 422, "ranks")
 
 
 def _good_micro_batch() -> dict[str, Any]:

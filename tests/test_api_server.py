@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from api_support import dockerfile_healthcheck_command, free_port, plan_body, wait_for
+from api_support import STARTUP_TIMEOUT_S, dockerfile_healthcheck_command, free_port, plan_body, wait_for
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 
@@ -44,7 +44,7 @@ def server() -> Iterator[str]:
     )
     base_url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _healthy(base_url) or process.poll() is not None, timeout_s=30, interval_s=0.1)
+        wait_for(lambda: _healthy(base_url) or process.poll() is not None, timeout_s=STARTUP_TIMEOUT_S, interval_s=0.1)
         assert process.poll() is None, process.stdout.read() if process.stdout else ""
         yield base_url
     finally:

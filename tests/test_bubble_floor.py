@@ -336,3 +336,43 @@ def test_few_items_assignments_never_leave_a_pipeline_idle():
     assert 0 in result.assignment[holder].tolist()  # the long item fits only the wide pipeline
     optimum = _brute_force_s(lengths.tolist(), [wide if coef.scheme.tp == 2 else shallow for coef in pipelines])
     assert result.bound_s <= optimum * (1 + 1e-9)
+
+
+# -- interleaved 1F1B (v > 1): the fill-and-drain floor ---------------------------------------------
+
+
+def _interleaved_coef(stages: int, chunks: int, c: float = 1.0, fwd: float = THIRD) -> SchemeCoefficients:
+    scheme = ParallelScheme(1, stages, 1, chunks)
+    return SchemeCoefficients(scheme, a=0.0, b=1.0, c=c, fwd_fraction=fwd, capacity_tokens=10**9, grad_bytes_per_gpu=0)
+
+
+@pytest.mark.parametrize(("stages", "chunks"), [(2, 2), (3, 2), (4, 2), (4, 3), (8, 4)])
+def test_the_interleaved_floor_holds_for_random_micro_batches(stages: int, chunks: int) -> None:
+    """Megatron-Core's order over random uneven micro-batches (a multiple of pp of them): the exact
+    time is at least `S + (pp-1) t_min / v` (the fill-and-drain path) and at least g(W), the floor
+    the bounds use."""
+    from hydraplan.planner.simulate import simulate_interleaved_1f1b
+
+    rng = np.random.default_rng(stages * 10 + chunks)
+    for fwd in (THIRD, 0.5, 0.2):
+        coef = _interleaved_coef(stages, chunks, c=float(rng.uniform(0.1, 2.0)), fwd=fwd)
+        for _ in range(20):
+            count = stages * int(rng.integers(1, 4))
+            work = rng.exponential(1.0, count) * rng.choice([0.1, 1.0, 10.0])
+            times = work + coef.c
+            exact = simulate_interleaved_1f1b(times.tolist(), stages, chunks, fwd)
+            assert exact >= times.sum() + (stages - 1) * times.min() / chunks - 1e-9
+            assert exact >= float(pipeline_time_floor_s(coef, work.sum())) - 1e-9
+            assert float(most_work_s(coef, exact)) >= work.sum() - 1e-9
+
+
+def test_the_interleaved_floor_is_the_closed_form_bubble_when_micro_batches_are_equal() -> None:
+    """Equal micro-batches of overhead only (no work): the Megatron order runs pp of them in
+    `pp c + (pp-1) c / v`, the floor exactly, and the floor's bubble is 1F1B's shrunk v times."""
+    from hydraplan.planner.simulate import simulate_interleaved_1f1b
+
+    for stages, chunks in ((2, 2), (4, 2), (4, 4)):
+        coef = _interleaved_coef(stages, chunks, c=1.0)
+        exact = simulate_interleaved_1f1b([1.0] * stages, stages, chunks, THIRD)
+        assert float(pipeline_time_floor_s(coef, 0.0)) == pytest.approx(exact, rel=1e-12)
+        assert exact == pytest.approx(stages + (stages - 1) / chunks, rel=1e-12)

@@ -127,6 +127,11 @@ def test_many_micro_batches_are_thinned_evenly_under_the_services_bounds(monkeyp
     kept = [len(entry["micro_batches"]) for entry in body["pipelines"]]
     assert all(count <= 4 for count in kept) and sum(kept) <= 6 and min(kept) >= 1
     assert body["left_out"] == sum(sizes) - sum(kept)
+    # the thinned pipelines' predictions are of what they kept: their measured/predicted is the whole's
+    whole = {tuple(entry["ranks"]): entry["measured_over_predicted"] for entry in pipeline_ratios(plan, records)}
+    for entry in body["pipelines"]:
+        ratio = sum(mb["time_s"] for mb in entry["micro_batches"]) / entry["predicted_s"]
+        assert ratio == pytest.approx(whole[tuple(entry["ranks"])])
     # evenly: the kept ones spread over the pipeline, not its first ones
     times = [entry["time_s"] for entry in body["pipelines"][0]["micro_batches"]]
     assert times == sorted(times) and times[-1] > 0.02 * sizes[0] * 0.5

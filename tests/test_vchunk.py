@@ -122,6 +122,18 @@ def test_the_analytic_chunk_adds_one_boundary_transfer_per_extra_chunk() -> None
     assert all(e.pp > 1 and model.num_layers % (e.pp * 2) == 0 for e in profile.schemes if e.v == 2)
 
 
+def test_several_chunk_counts_each_come_from_the_plain_entries() -> None:
+    """`virtual_stages=[2, 4]` adds each v to the plain entries once (v 4 was also added to the v 2
+    entries, and the profile refused the duplicates)."""
+    model, gpu = get_model("llama3-8b"), get_gpu("h100-sxm-80gb")
+    profile = build_profile(model, gpu, 8, 8, virtual_stages=[2, 4])
+    keys = [entry.key for entry in profile.schemes]
+    assert len(keys) == len(set(keys))
+    assert {entry.v for entry in profile.schemes} == {1, 2, 4}
+    two = build_profile(model, gpu, 8, 8, virtual_stages=[2])
+    assert [e for e in profile.schemes if e.v < 4] == two.schemes
+
+
 def _analytic_options():
     from hydraplan.cost_models.analytic import AnalyticOptions
 
@@ -195,11 +207,78 @@ def test_interleaving_shortens_the_same_pipelines_bubble() -> None:
     assert chunked.step_time_s < plain.step_time_s
 
 
-def test_the_search_alone_stays_plain() -> None:
-    profile = _profile()
-    plan = solve(_request(), profile)
-    assert all(pipeline.scheme.v == 1 for pipeline in plan.pipelines)
-    assert '"v":' not in plan.model_dump_json()
+def _deep_profile(interleaved_capacity: int = 16384) -> CostProfile:
+    """PP 4 on 4 GPUs, bubble-heavy (a large per-micro-batch overhead): plain, and interleaved v 2
+    whose chunks each pay a boundary transfer of their own (8 layers: one per chunk)."""
+    return CostProfile(
+        num_layers=8,
+        schemes=[
+            SchemeCost(tp=1, pp=4, cp=1, a=0, b=1e-5, c=5e-3, capacity_tokens=16384, grad_bytes_per_gpu=1e8),
+            SchemeCost(
+                tp=1,
+                pp=4,
+                cp=1,
+                v=2,
+                a=0,
+                b=0.52e-5,
+                c=2.6e-3,
+                capacity_tokens=interleaved_capacity,
+                grad_bytes_per_gpu=1e8,
+            ),
+        ],
+    )
+
+
+def test_the_search_chooses_v_where_it_pays_and_the_plan_is_checked_and_verified() -> None:
+    """A deep, bubble-heavy pipeline: the search (no pool) runs it interleaved, the checker passes
+    the plan, and the bound verifier (`hydraplan check --bound`) proves its bound with its own
+    interleaved floors."""
+    from hydraplan.planner.verify_bound import verify_bound
+
+    profile = _deep_profile()
+    request = PlanRequest(lengths=[4000] * 8, num_gpus=4, gpus_per_node=4)
+    plan = solve(request, profile)
+    assert plan.strategy == "1x<1,4,1,2>"
+    plain = evaluate_strategy(request, profile, parse_strategy("1x<1,4,1>"))
+    assert plan.objective_s < plain.objective_s * 0.95
+    assert check_plan(plan, profile, request) == []
+    verification = verify_bound(plan, profile, request)
+    assert verification.ok, verification.violations
+    assert plan.lower_bound_s <= plan.objective_s
+
+
+def test_hydraplan_check_bound_passes_a_searched_interleaved_plan(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    """`hydraplan check plan.json --bound`: exit 0 on the searched interleaved plan, 1 once its
+    claimed bound is raised above its own objective."""
+    from hydraplan.api.cli import main
+    from hydraplan.planner.check import content_plan_id
+
+    profile = _deep_profile()
+    request = PlanRequest(lengths=[4000] * 8, num_gpus=4, gpus_per_node=4)
+    plan = solve(request, profile)
+    assert any(pipeline.scheme.v == 2 for pipeline in plan.pipelines)
+    raised = plan.model_copy(update={"lower_bound_s": plan.objective_s * 1.01})
+    raised = raised.model_copy(update={"plan_id": content_plan_id(raised)})
+    paths = {name: tmp_path / f"{name}.json" for name in ("plan", "profile", "request", "raised")}
+    for name, value in (("plan", plan), ("profile", profile), ("request", request), ("raised", raised)):
+        paths[name].write_text(value.model_dump_json())
+    common = ["--profile", str(paths["profile"]), "--request", str(paths["request"]), "--bound"]
+    assert main(["check", str(paths["plan"]), *common]) == 0
+    assert "plan OK" in capsys.readouterr().out
+    assert main(["check", str(paths["raised"]), *common]) == 1
+
+
+def test_the_search_stays_plain_where_memory_forbids_interleaving() -> None:
+    """The same pipeline, its interleaved entry holding fewer tokens than the longest sequence (more
+    micro-batches in flight): the plan runs plain 1F1B, and a profile without interleaved entries
+    plans as it always did (no `v` in the plan)."""
+    request = PlanRequest(lengths=[5000, *[4000] * 7], num_gpus=4, gpus_per_node=4)
+    plan = solve(request, _deep_profile(interleaved_capacity=4500))
+    assert plan.strategy == "1x<1,4,1>"
+    assert check_plan(plan) == []
+    searched = solve(_request(), _profile(with_interleaved=False))
+    assert all(pipeline.scheme.v == 1 for pipeline in searched.pipelines)
+    assert '"v":' not in searched.model_dump_json()
 
 
 def test_an_unpriced_or_uncuttable_interleaved_scheme_is_refused() -> None:
@@ -282,6 +361,15 @@ def test_the_command_line_prices_and_plans_interleaved_schemes(capsys: pytest.Ca
     profile_file = tmp_path / "profile.json"
     profile_file.write_text(plan.cost_profile.model_dump_json())
     assert main(["schemes", "--profile", str(profile_file), "--virtual-stages", "2"]) == 2
+    assert "--virtual-stages 2 applies to the analytic profile" in capsys.readouterr().err
+    # `plan --virtual-stages` offers the interleaved schemes to the search itself (no pool)
+    searched = tmp_path / "searched.json"
+    assert main(["plan", *cluster, "--lengths", str(lengths), "--virtual-stages", "2", "--out", str(searched)]) == 0
+    capsys.readouterr()
+    offered = Plan.model_validate_json(searched.read_text())
+    assert check_plan(offered) == []
+    assert offered.bound_certificate is not None and "<2,2,1,2>" in offered.bound_certificate.schemes
+    assert main(["plan", "--profile", str(profile_file), "--lengths", str(lengths), "--virtual-stages", "2"]) == 2
     assert "--virtual-stages 2 applies to the analytic profile" in capsys.readouterr().err
 
 
@@ -371,20 +459,18 @@ def test_every_interleaved_pipeline_gets_pp_sequences_when_the_batch_allows() ->
         evaluate_strategy(_request(None, lengths[:3]), _profile(), parse_strategy("2x<1,2,1,2>"))
 
 
-def test_the_bound_verifier_refuses_interleaved_schemes_by_name_and_searches_around_them() -> None:
-    """The verifier's floors are plain 1F1B's: a plan whose space holds an interleaved scheme fails
-    `--bound` naming it (never a false pass), while a search over a profile that also holds one
-    (the search enumerates plain schemes only) is verified as before, without tripping on it."""
+def test_the_bound_verifier_checks_interleaved_schemes_with_its_own_floors() -> None:
+    """The verifier prices an interleaved scheme by its own fill-and-drain floor: pools and searches
+    over a profile holding one verify, and a claim above the plan fails naming the part."""
     from hydraplan.planner.verify_bound import verify_bound
 
     profile = _profile()
-    request = _request(["1x<1,2,1,2> + 2x<1,1,1>"])
-    verification = verify_bound(solve(request, profile), profile, request)
-    assert not verification.ok
-    assert any("<1,2,1,2> is interleaved (v > 1)" in violation for violation in verification.violations)
-    searched_request = _request()
-    searched = solve(searched_request, profile)
-    assert all(pipeline.scheme.v == 1 for pipeline in searched.pipelines)
-    result = verify_bound(searched, profile, searched_request)
-    assert not any("interleaved" in violation for violation in result.violations)
-    assert result.verified_bound_s <= searched.objective_s * (1 + 1e-9)
+    for pool in (["1x<1,2,1,2> + 2x<1,1,1>"], None):
+        request = _request(pool)
+        plan = solve(request, profile)
+        assert check_plan(plan, profile, request) == []
+        result = verify_bound(plan, profile, request)
+        assert result.verified_bound_s <= plan.objective_s * (1 + 1e-9)
+        assert not any("interleaved" in violation for violation in result.violations)
+        raised = plan.model_copy(update={"lower_bound_s": plan.objective_s * 1.01})
+        assert not verify_bound(raised, profile, request).ok

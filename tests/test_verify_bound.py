@@ -10,7 +10,13 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from test_exhaustive import MAX_SCHEMES, optimum_s, random_instance
+from test_exhaustive import (
+    MAX_SCHEMES,
+    QUICK_INTERLEAVED_CASES,
+    optimum_s,
+    random_instance,
+    random_interleaved_instance,
+)
 
 from hydraplan.planner.check import check_plan, content_plan_id
 from hydraplan.planner.schemas import Plan, PlanRequest, SolverOptions
@@ -92,6 +98,21 @@ def sets_left_out():
         for index in range(len(plan.bound_certificate.expanded)):
             cut = with_certificate(plan, lambda data, index=index: data["expanded"].pop(index))
             yield cut, profile, request, verify_bound(cut, profile, request)
+
+
+@pytest.mark.parametrize("case", QUICK_INTERLEAVED_CASES)
+def test_interleaved_plans_verify_at_most_the_brute_forced_optimum(case: int) -> None:
+    """Searches over profiles with `<tp,pp,cp,2>` entries (the exhaustive suite's interleaved
+    instances): the verifier prices them with its own interleaved floors, its bound is at most
+    the optimum, and it proves the claimed bound (these instances rest on no tabulated floor)."""
+    profile, lengths, num_gpus = random_interleaved_instance(case)
+    request = PlanRequest(
+        lengths=lengths, num_gpus=num_gpus, gpus_per_node=8, options=SolverOptions(time_limit_s=5, max_schemes=2)
+    )
+    plan = solve(request, profile)
+    verification = verify_bound(plan, profile, request)
+    assert verification.verified_bound_s <= optimum_s(profile, lengths, num_gpus) * (1 + 1e-9)
+    assert verification.ok, verification.violations
 
 
 def test_a_scheme_left_out_of_the_certificate_fails() -> None:

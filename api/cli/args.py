@@ -169,7 +169,8 @@ def add_virtual_stages_option(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="V",
         help="also price each scheme with pp > 1 as <tp,pp,cp,V>: V model chunks per GPU under interleaved "
-        "1F1B (the analytic profile; the search still enumerates plain schemes, a strategy pool may name these)",
+        "1F1B, where V divides the layers per stage and the schedule fits in memory (the analytic profile; the "
+        "search then chooses between them and the plain schemes)",
     )
 
 

@@ -81,9 +81,31 @@ def plan_request(
             gpus_per_node=args.gpus_per_node,
             options=options,
             previous_strategy=previous_strategy,
+            rank_slowdowns=parse_rank_slowdowns(getattr(args, "rank_slowdowns", None)),
         )
     except ValidationError as exc:
         raise InputError(describe_request_error(exc, args)) from None
+
+
+def parse_rank_slowdowns(text: str | None) -> dict[int, float] | None:
+    """`--rank-slowdowns 3=2.5,7=1.5` as {rank: factor}; InputError naming a malformed pair (the
+    ranks and factors themselves are checked by `PlanRequest`)."""
+    if text is None:
+        return None
+    factors: dict[int, float] = {}
+    for pair in text.split(","):
+        match = re.fullmatch(r"\s*(\d{1,9})\s*=\s*([^,=\s]{1,40})\s*", pair)
+        try:
+            factor = float(match.group(2)) if match else None
+        except ValueError:
+            factor = None
+        if match is None or factor is None:
+            raise InputError(f"--rank-slowdowns {_shown(text)}: {pair.strip()[:60]!r} is not RANK=FACTOR")
+        rank = int(match.group(1))
+        if rank in factors:
+            raise InputError(f"--rank-slowdowns {_shown(text)}: rank {rank} is given twice")
+        factors[rank] = factor
+    return factors
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from hydraplan.api.cli.args import (
     add_progress_option,
     add_sampling_options,
     add_solver_options,
+    add_virtual_stages_option,
     positive_float,
     positive_int,
 )
@@ -265,6 +266,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = "Plan one global batch: strategy, dispatch and packing, checked before printing."
     add_cluster_options(parser)
     add_profile_option(parser)
+    add_virtual_stages_option(parser)
     batch = parser.add_argument_group("batch")
     source = batch.add_mutually_exclusive_group()
     source.add_argument("--lengths", metavar="FILE|-", help="sequence lengths: one integer per line, or a JSON list")
@@ -278,6 +280,12 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     )
     context.add_argument(
         "--previous-plan", metavar="FILE", help="the previous step's plan JSON (its strategy, as --previous-strategy)"
+    )
+    solver.add_argument(
+        "--rank-slowdowns",
+        metavar="RANK=FACTOR,...",
+        help="known slow ranks, e.g. '3=2.5,7=1.5' (factor >= 1): a pipeline holding one runs at its slowest "
+        "rank's pace and gets less work",
     )
     solver.add_argument(
         "--strategy-pool",

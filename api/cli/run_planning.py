@@ -104,6 +104,10 @@ class LocalPlanner:
             gpus_per_node=self.gpus_per_node,
             options=SolverOptions.model_validate_json(self.options_json),
             previous_strategy=previous.strategy if previous is not None else None,
+            # the slow ranks the in-process fit holds, as a session's plans carry them
+            rank_slowdowns={r: f for r, f in self.fit.rank_slowdowns.items() if r < self.num_gpus} or None
+            if self.fit is not None
+            else None,
         )
         state = self.fit or OnlineFitState()
         plan = solve(request, profile_at(state, CostProfile.model_validate_json(self.profile_json)))
@@ -140,7 +144,14 @@ def measured_pipelines(body: dict) -> list:
         )
         peaks = pipeline.get("peak_memory_bytes")
         pipelines.append(
-            MeasuredPipeline((scheme["tp"], scheme["pp"], scheme["cp"]), micro_batches, max(peaks) if peaks else None)
+            MeasuredPipeline(
+                (scheme["tp"], scheme["pp"], scheme["cp"]),
+                micro_batches,
+                max(peaks) if peaks else None,
+                tuple(pipeline.get("ranks") or ()),
+                pipeline.get("predicted_s"),
+                pipeline.get("slowdown") or 1.0,
+            )
         )
     return pipelines
 

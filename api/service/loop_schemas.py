@@ -22,6 +22,8 @@ MAX_COLLECTIVES = 1024
 
 Seconds = Annotated[float, Strict(), Field(gt=0, le=limits.MAX_TIME_S, allow_inf_nan=False)]
 PeakBytes = Annotated[float, Strict(), Field(gt=0, le=limits.MAX_BYTES, allow_inf_nan=False)]
+Rank = Annotated[StrictInt, Field(ge=0, lt=limits.MAX_NUM_GPUS)]
+SlowdownFactor = Annotated[float, Strict(), Field(ge=1, le=limits.MAX_RANK_SLOWDOWN, allow_inf_nan=False)]
 Tokens = Annotated[StrictInt, Field(ge=1, le=limits.MAX_BATCH_TOKENS)]
 SquaredTokens = Annotated[StrictInt, Field(ge=1, le=limits.MAX_BATCH_TOKENS**2)]
 
@@ -68,9 +70,29 @@ class MeasuredPipelineBody(LoopModel):
         "peak, workspace included. The largest is compared with the usable device memory and the predicted peak.",
     )
 
+    ranks: list[Rank] | None = Field(
+        None,
+        min_length=1,
+        max_length=limits.MAX_NUM_GPUS,
+        description="Its ranks (the plan's pipeline ranks, tp*pp*cp of them, distinct): with predicted_s, what "
+        "the session estimates slow ranks from.",
+    )
+    predicted_s: Seconds | None = Field(
+        None,
+        description="The plan's predicted stage time of the measured micro-batches, summed (their stage_time_s in "
+        "the plan, its slowdown included), seconds.",
+    )
+    slowdown: SlowdownFactor | None = Field(
+        None, description="The pipeline's slowdown factor in the plan (PipelinePlan.slowdown); absent: 1."
+    )
+
     @model_validator(mode="after")
     def _ranks(self) -> MeasuredPipelineBody:
         num_gpus = self.scheme.tp * self.scheme.pp * self.scheme.cp
+        if self.ranks is not None and (len(self.ranks) != num_gpus or len(set(self.ranks)) != num_gpus):
+            raise ValueError(f"ranks {self.ranks[:8]} must be the scheme's {num_gpus} distinct ranks")
+        if self.predicted_s is not None and not self.micro_batches:
+            raise ValueError("predicted_s is the prediction of the micro_batches: give them too")
         if self.peak_memory_bytes is not None and len(self.peak_memory_bytes) > num_gpus:
             raise ValueError(
                 f"peak_memory_bytes has {len(self.peak_memory_bytes)} values, more than the scheme's {num_gpus} ranks"
@@ -124,6 +146,12 @@ class MeasurementsBody(LoopModel):
         total = sum(len(pipeline.micro_batches) for pipeline in self.pipelines)
         if total > MAX_STEP_MICRO_BATCHES:
             raise ValueError(f"{total} micro-batches in all, more than the limit of {MAX_STEP_MICRO_BATCHES}")
+        seen: set[int] = set()
+        for index, pipeline in enumerate(self.pipelines):
+            twice = seen.intersection(pipeline.ranks or ())
+            if twice:
+                raise ValueError(f"pipelines[{index}].ranks: rank {min(twice)} is in an earlier pipeline too")
+            seen.update(pipeline.ranks or ())
         return self
 
 
@@ -155,3 +183,9 @@ class SessionFit(LoopModel):
     capacity_changes: list[CapacityChange] = Field(default_factory=list, description="The last capacities lowered.")
     error_jumps: list[DriftEvent] = Field(default_factory=list, description="The last error jumps.")
     last_error_jump: DriftEvent | None = Field(None, description="The latest error jump, if any.")
+    rank_slowdowns: dict[int, float] = Field(
+        default_factory=dict,
+        description="Ranks the session estimates slow, with their slowdown factors (> 1): the median over the last "
+        "steps of their pipelines' measured/predicted ratio over the step's fastest pipeline "
+        "(cost_models/rank_speed.py). The session's next plans carry them as rank_slowdowns.",
+    )

@@ -81,6 +81,17 @@ class Metrics:
             "Measured steps whose median error jumped (over 3x the recent median and over 10%).",
             registry=registry,
         )
+        self.session_slow_ranks = Counter(
+            "hydraplan_session_slow_ranks_total",
+            "Ranks a session newly estimated slow (cost_models/rank_speed.py): its next plans move work from them.",
+            registry=registry,
+        )
+        self.session_rank_slowdown = Histogram(
+            "hydraplan_session_rank_slowdown",
+            "Slowdown factor of each rank a session holds slow, observed after each measured step.",
+            buckets=(1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0),
+            registry=registry,
+        )
         self.session_capacity_lowered = Counter(
             "hydraplan_session_capacity_lowered_total",
             "Scheme capacities a session lowered on a measured peak, by reason.",

@@ -39,6 +39,7 @@ from hydraplan.planner.schemas import (
     TimeLimit,
     TokenCount,
     TrainingRecipe,
+    check_rank_slowdowns,
     previous_strategy_fits,
 )
 from hydraplan.planner.schemas import GpusPerNode as PlannerGpusPerNode
@@ -133,6 +134,11 @@ class SourceMixin:
         return None
 
 
+# a JSON object's keys are strings: a rank key is the decimal digits of a rank
+RankKey = Annotated[int, Strict(False), Field(ge=0, le=limits.MAX_NUM_GPUS)]
+SlowdownFactor = Annotated[float, Strict(), Field(allow_inf_nan=True)]  # the planner names a bad one
+
+
 class PlanBody(SourceMixin, ApiModel):
     """POST /v1/plans: one global batch, its cluster, its cost source and the solver options."""
 
@@ -155,6 +161,12 @@ class PlanBody(SourceMixin, ApiModel):
         description="Instead of previous_plan, just its strategy (e.g. '2x<4,1,1>'); it must run on the cluster.",
     )
     baselines: Baselines = []
+    rank_slowdowns: dict[RankKey, SlowdownFactor] | None = Field(
+        None,
+        max_length=limits.MAX_NUM_GPUS,
+        description="Known slow ranks: rank -> slowdown factor >= 1. A pipeline holding one has its stage times "
+        "scaled by the largest factor among its ranks and gets less work; the plan lists the factors it used.",
+    )
 
     _previous_strategy_fits = field_validator("previous_strategy")(previous_strategy_fits)
 
@@ -169,6 +181,7 @@ class PlanBody(SourceMixin, ApiModel):
     @model_validator(mode="after")
     def _one_source(self) -> PlanBody:
         check_source(self, required=True)
+        check_rank_slowdowns(self.rank_slowdowns, self.num_gpus)
         return self
 
     def plan_request(self) -> PlanRequest:
@@ -179,6 +192,7 @@ class PlanBody(SourceMixin, ApiModel):
             gpus_per_node=self.gpus_per_node,
             options=self.options,
             previous_strategy=self.previous_strategy,
+            rank_slowdowns=self.rank_slowdowns,
         )
 
 

@@ -83,6 +83,11 @@ class SessionLoop:
             if change.version > before.version:
                 self._metrics.session_capacity_lowered.labels(reason=change.reason).inc()
         self._metrics.session_error_jumps.inc(sum(1 for event in after.drift if event.step > before.num_steps))
+        newly_slow = set(after.rank_slowdowns) - set(before.rank_slowdowns)
+        if newly_slow:
+            self._metrics.session_slow_ranks.inc(len(newly_slow))
+        for factor in after.rank_slowdowns.values():
+            self._metrics.session_rank_slowdown.observe(factor)
 
 
 def measured_pipelines(body: MeasurementsBody, profile: CostProfile) -> list[MeasuredPipeline]:
@@ -102,7 +107,9 @@ def measured_pipelines(body: MeasurementsBody, profile: CostProfile) -> list[Mea
             for mb in pipeline.micro_batches
         )
         peak = None if pipeline.peak_memory_bytes is None else max(pipeline.peak_memory_bytes)
-        pipelines.append(MeasuredPipeline(key, micro_batches, peak))
+        ranks = tuple(pipeline.ranks or ())
+        slowdown = 1.0 if pipeline.slowdown is None else pipeline.slowdown
+        pipelines.append(MeasuredPipeline(key, micro_batches, peak, ranks, pipeline.predicted_s, slowdown))
     return pipelines
 
 
@@ -131,6 +138,7 @@ def fit_view(state: OnlineFitState) -> SessionFit:
         capacity_changes=state.capacity_changes,
         error_jumps=state.drift,
         last_error_jump=state.drift[-1] if state.drift else None,
+        rank_slowdowns=state.rank_slowdowns,
     )
 
 

@@ -193,6 +193,7 @@ class Sessions:
                 gpus_per_node=config.gpus_per_node,
                 options=config.options,
                 previous_strategy=previous,
+                rank_slowdowns=session_slowdowns(state, config.num_gpus),
             )
             try:
                 plan = self._planning.solve(request, profile, config.baselines, cancel=cancel, origin="session")
@@ -211,3 +212,10 @@ class Sessions:
             record.model_dump_json(),
             self._settings.session_idle_timeout_s,
         )
+
+
+def session_slowdowns(state: OnlineFitState, num_gpus: int) -> dict[int, float] | None:
+    """The slow ranks the session's fit holds (of this cluster), as a request's `rank_slowdowns`;
+    None when there are none (the plan is then the one made without any)."""
+    slow = {rank: factor for rank, factor in state.rank_slowdowns.items() if rank < num_gpus}
+    return slow or None

@@ -1,0 +1,97 @@
+"""Per-rank slowdown factors from a session's measurements (issue 31, item 3: a slow node).
+
+The per-scheme refit (`cost_models.online_fit`) cannot see a slow rank: pipelines of one scheme
+share one fit. What can: each measured pipeline's ratio of measured to predicted stage time (over
+its measured micro-batches), with its ranks. The estimate, with its stated constants:
+
+- **relative to the step's fastest pipeline.** A step with at least two measured pipelines gives
+  each of them `ratio / min(ratios of the step)`, where a ratio is taken against the *unscaled*
+  prediction (a plan that already slowed a pipeline by f predicted f times the profile's time: its
+  ratio is multiplied back by f). A drift of the whole machine moves every ratio alike and is the
+  refit's business, not a slow rank; a step of one pipeline shows no contrast and adds nothing;
+- **every rank of the pipeline gets the observation** (the body names the pipeline's ranks, not
+  which of them was slow); a rank's factor is the **median of its last `MIN_OBSERVATIONS`**
+  observations within the last `WINDOW_STEPS` steps: one straggler step or one outlier pipeline
+  moves no median, two in a row (a new regime) do, and an older regime does not hold the estimate
+  back (a median over the whole window took 6 steps to see a 3x slowdown in the closed-loop run);
+- **evidence before acting**: a rank needs at least `MIN_OBSERVATIONS` observations, and a median
+  of at least `MIN_FACTOR` (two pipelines of one scheme differ by up to 27% on the loaded 2-core
+  CPU of benchmarks/results/closed_loop.md with no slowdown at all) before it is called slow;
+- **only slowdowns, clipped**: factors are >= 1 (a rank faster than the fastest pipeline is not
+  a thing the relative ratio can show) and at most `MAX_FACTOR`.
+
+Pure Python; the session and the local planner keep the observations in `OnlineFitState`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "MAX_FACTOR",
+    "MIN_FACTOR",
+    "MIN_OBSERVATIONS",
+    "WINDOW_STEPS",
+    "PipelineRatio",
+    "rank_factors",
+    "step_observations",
+]
+
+WINDOW_STEPS = 8  # observations of the last 8 steps count
+MIN_OBSERVATIONS = 3  # a rank's factor: the median of its last 3 observations (3 needed) ...
+MIN_FACTOR = 1.5  # ... when it is 50% or more over the step's fastest pipeline
+MAX_FACTOR = 8.0  # a factor is clipped to at most 8
+
+
+@dataclass(frozen=True)
+class PipelineRatio:
+    """One measured pipeline of a step: its ranks, the sum of its measured micro-batches' times,
+    the plan's prediction of the same micro-batches and the slowdown factor that prediction held."""
+
+    ranks: tuple[int, ...]
+    measured_s: float
+    predicted_s: float
+    slowdown: float = 1.0
+
+    @property
+    def unscaled_ratio(self) -> float:
+        """Measured over the profile's own prediction (the plan's slowdown factor taken out)."""
+        return self.measured_s / self.predicted_s * self.slowdown
+
+
+def step_observations(step: int, pipelines: Sequence[PipelineRatio]) -> list[tuple[int, int, float]]:
+    """(step, rank, ratio over the step's fastest pipeline) for every rank of every pipeline; none
+    when fewer than two pipelines were measured (no contrast)."""
+    usable = [pipeline for pipeline in pipelines if pipeline.measured_s > 0 and pipeline.predicted_s > 0]
+    if len(usable) < 2:
+        return []
+    fastest = min(pipeline.unscaled_ratio for pipeline in usable)
+    return [
+        (step, rank, pipeline.unscaled_ratio / fastest) for pipeline in usable for rank in sorted(set(pipeline.ranks))
+    ]
+
+
+def rank_factors(observations: Iterable[tuple[int, int, float]], now_step: int) -> dict[int, float]:
+    """Rank -> slowdown factor (> 1 only) from the observations of the last `WINDOW_STEPS` steps:
+    the median of a rank's last `MIN_OBSERVATIONS` (by step), when it has that many and the median
+    is at least `MIN_FACTOR`; clipped to `MAX_FACTOR`."""
+    by_rank: dict[int, list[tuple[int, float]]] = {}
+    for step, rank, ratio in observations:
+        if step > now_step - WINDOW_STEPS:
+            by_rank.setdefault(rank, []).append((step, ratio))
+    factors = {}
+    for rank in sorted(by_rank):
+        recent = sorted(by_rank[rank], key=lambda observation: observation[0])[-MIN_OBSERVATIONS:]
+        if len(recent) < MIN_OBSERVATIONS:
+            continue
+        median = statistics.median(ratio for _, ratio in recent)
+        if median >= MIN_FACTOR:
+            factors[rank] = min(median, MAX_FACTOR)
+    return factors
+
+
+def kept_observations(observations: Iterable[tuple[int, int, float]], now_step: int) -> list[tuple[int, int, float]]:
+    """The observations still inside the window at `now_step` (what a state keeps)."""
+    return [observation for observation in observations if observation[0] > now_step - WINDOW_STEPS]
