@@ -358,7 +358,9 @@ def hydraulis(request: PlanRequest, profile: CostProfile) -> Plan:
 
 
 def _hydraulis_schemes(cost: ProfileCostModel, num_gpus: int) -> list[SchemeCoefficients]:
-    return [coef for coef in runnable_schemes(cost, num_gpus) if coef.scheme.cp == 1]
+    """TP x PP schemes of plain 1F1B (Hydraulis plans and packs for 1F1B: a profile's interleaved
+    entries, which `runnable_schemes` offers the search, are not its)."""
+    return [coef for coef in runnable_schemes(cost, num_gpus) if coef.scheme.cp == 1 and coef.scheme.v == 1]
 
 
 def hydraulis_choice(

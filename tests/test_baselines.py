@@ -269,3 +269,12 @@ def test_interleaved_baseline_without_its_schemes_says_how_to_price_them(name):
     lengths = wikipedia_like_batch(60_000, seed=2, cap=8192)
     with pytest.raises(PlanningError, match=r"none of the interleaved schemes.*<\d+,2,\d+,4>.*virtual stages 4"):
         run_baseline(name, request(lengths), _pipelined_8b(interleaved=False))
+
+
+def test_hydraulis_plans_plain_1f1b_beside_interleaved_entries():
+    """The search now offers a profile's interleaved entries as schemes (`runnable_schemes`);
+    Hydraulis packs for plain 1F1B and keeps to the plain ones (its plan passed the checker with
+    an interleaved pipeline of 9 micro-batches before)."""
+    profile = _pipelined_8b(interleaved=True)
+    plan = run_baseline("hydraulis", request(wikipedia_like_batch(120_000, seed=5, cap=8192)), profile)
+    assert check_plan(plan, profile) == [] and {p.scheme.v for p in plan.pipelines} == {1}
