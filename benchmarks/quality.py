@@ -60,6 +60,7 @@ from hydraplan.cost_models.catalog import get_model  # noqa: E402
 from hydraplan.planner.baselines import (  # noqa: E402
     BASELINES,
     INTERLEAVED_BASELINES,
+    recipe_chunks,
     recipe_counts_for,
     run_baseline,
     wants_interleaved,
@@ -194,13 +195,17 @@ def run_batch(
 
 def setting_profile(setting: Setting, recipe: str | None, baselines: list[str]) -> CostProfile:
     """The setting's analytic profile; with an interleaved baseline compared (`megatron-vpp`,
-    `wlb-vpp`) it prices the interleaved schemes of the model's recipe chunk counts too, so the
-    planner (whose candidates include those baselines' plans) and the baselines see the same costs."""
+    `wlb-vpp`) it prices the interleaved scheme of the model's recipe at each pipeline depth too, so
+    the planner (whose candidates include those baselines' plans, and which may itself choose those
+    schemes) and the baselines see the same costs."""
     if not wants_interleaved(baselines):
         return profile_for(setting.model, setting.gpu, setting.num_gpus, recipe)
     model = get_model(setting.model)
     counts = tuple(recipe_counts_for(model.name, model.num_layers, setting.num_gpus))
-    return profile_for(setting.model, setting.gpu, setting.num_gpus, recipe, counts)
+    profile = profile_for(setting.model, setting.gpu, setting.num_gpus, recipe, counts)
+    # only the recipe's own (pp, v) pairs: `build_profile` interleaves every depth with every count
+    kept = [e for e in profile.schemes if e.v == 1 or e.v == recipe_chunks(model.name, model.num_layers, e.pp)]
+    return profile.model_copy(update={"schemes": kept})
 
 
 def trained_lengths(plan: Plan) -> list[int]:
