@@ -531,8 +531,15 @@ def build_profiled_profile(
         notes += f"; too few samples for {', '.join(f'<{t},{p},{c}>' for t, p, c in missing)}"
     longest = max(fit.max_measured_length or 0 for fit in fits)
     notes += f"; sequences measured up to {longest:,} tokens (longer ones: extrapolated)"
+    holds = max(entry.capacity_tokens or 0 for entry in entries)
+    if holds > longest:  # issue 31 item 5: say where the measured range stops against what a pipeline holds
+        notes += (
+            f"; the largest capacity holds {holds:,} tokens per micro-batch: lengths from {longest + 1:,} to "
+            f"{holds:,} are extrapolated (the measured grid stops at {longest:,} to bound profiling time)"
+        )
     if any(fit.memory_fitted_to == "real_peak" for fit in fits):
-        notes += f"; memory fitted to real peaks, envelope then a {MEMORY_SAFETY_MARGIN:.0%} margin"
+        notes += f"; memory fitted to real peaks (max(l)^2 term, tightest upper fit), then a {MEMORY_SAFETY_MARGIN:.0%}"
+        notes += " margin"
     if provenance.interrupted:
         notes += "; measurement interrupted: partial"
     return CostProfile(

@@ -126,6 +126,8 @@ def test_a_profiled_profile_round_trips_through_the_file_and_plans(tmp_path: Pat
     )
     assert profile.source == "profiled" and len(profile.provenance.fits) == 2
     assert "sequences measured up to 1,536 tokens" in profile.notes and "real peaks" not in profile.notes
+    holds = max(entry.capacity_tokens for entry in profile.schemes)
+    assert holds > 1536 and f"lengths from 1,537 to {holds:,} are extrapolated" in profile.notes
     path = tmp_path / "p.json"
     save_profile(profile, path)
     loaded = load_profile(path)
