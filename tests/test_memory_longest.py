@@ -117,3 +117,22 @@ def test_the_fit_finds_the_longest_term_and_the_capacity_keeps_it() -> None:
     in_flight = 2  # stage 0 of a two-stage 1F1B pipeline
     worst = lambda t: cost.static_bytes + in_flight * (cost.activation_bytes_per_token * t + per_square * t * t)  # noqa: E731
     assert worst(cost.capacity_tokens) <= usable < worst(cost.capacity_tokens + 1)
+
+
+def test_the_peak_estimates_of_plans_and_sessions_count_the_term() -> None:
+    from types import SimpleNamespace
+
+    from hydraplan.api.service.planning import _peak_memory_bytes
+    from hydraplan.cost_models.online_fit import MeasuredMicroBatch, predicted_peak_bytes
+
+    plain, longest = entry(0.0), entry(200.0)
+    batches = [
+        SimpleNamespace(lengths=[1000, 200], num_tokens=1200),
+        SimpleNamespace(lengths=[300] * 3, num_tokens=900),
+    ]
+    # the estimate's peak: the largest micro-batch with its longest sequence's square charged
+    assert _peak_memory_bytes(longest, batches) - _peak_memory_bytes(plain, batches) == pytest.approx(200.0 * 1000**2)
+    # a session's measured micro-batch has no lengths: its sum of squares bounds the longest's square
+    measured = [MeasuredMicroBatch(sum_sq_tokens=1000**2 + 200**2, num_tokens=1200, time_s=1.0)]
+    extra = predicted_peak_bytes(longest, measured) - predicted_peak_bytes(plain, measured)
+    assert extra == pytest.approx(200.0 * (1000**2 + 200**2))
