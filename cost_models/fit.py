@@ -50,13 +50,13 @@ __all__ = [
     "MemoryFit",
     "StageFit",
     "abs_error_summary",
-    "upper_fit",
     "build_profiled_profile",
     "fit_collectives",
     "fit_memory",
     "fit_scheme",
     "fit_stage",
     "grad_bytes_per_gpu",
+    "upper_fit",
 ]
 
 MIN_TIME_SAMPLES = 3  # a, b and c need three independent micro-batches
