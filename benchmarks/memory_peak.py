@@ -22,7 +22,9 @@ first shapes were then seen by the diagnosis that chose the `max(l)^2` memory te
 fit, so a second set (`--held-out 2`, `benchmarks/data/memory_peak_held_out_2.json`, frozen
 2026-12-02 15:21 UTC) was frozen before anything was measured on it. Its evaluation showed the
 runner's first micro-batch carrying one-time allocations (the profiler now runs one unmeasured
-step first), so a third set (`--held-out 3`, the default, frozen 15:50 UTC) validates that.
+step first), so a third set (`--held-out 3`, frozen 15:50 UTC) validates that. Set 3 showed that
+the fit grid (long, short, mixed) cannot tell `sum(l^2)` from `max(l)^2`; the profiler's grid now
+adds `halves`, and a fourth set (`--held-out 4`, the default, frozen 16:06 UTC) validates that.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from hydraplan.runtime.profiler import (  # noqa: E402
 )
 
 HELD_OUT_FROZEN = "2026-12-02"
-HELD_OUT_FILES = {which: ROOT / "benchmarks" / "data" / f"memory_peak_held_out_{which}.json" for which in (2, 3)}
+HELD_OUT_FILES = {which: ROOT / "benchmarks" / "data" / f"memory_peak_held_out_{which}.json" for which in (2, 3, 4)}
 STAGES = ((1, 0), (2, 0))  # (pp, stage) of <1,pp,1>
 LONGEST_FITTED = max(DEFAULT_TOKEN_COUNTS)
 
@@ -94,7 +96,7 @@ HELD_OUT: tuple[tuple[str, str, list[int]], ...] = (
 
 
 def held_out_set(which: int) -> tuple[str, tuple[tuple[str, str, list[int]], ...]]:
-    """(frozen when, shapes) of held-out set 1 (`HELD_OUT`), 2 or 3 (the frozen files)."""
+    """(frozen when, shapes) of held-out set 1 (`HELD_OUT`), 2, 3 or 4 (the frozen files)."""
     if which == 1:
         return HELD_OUT_FROZEN, HELD_OUT
     document = json.loads(HELD_OUT_FILES[which].read_text(encoding="utf-8"))
@@ -188,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--samples", type=Path, help="also write every measured sample here (JSON lines)")
     parser.add_argument(
-        "--held-out", type=int, choices=(1, 2, 3), default=3, help="held-out set: 1, 2 (both seen) or 3 (frozen file)"
+        "--held-out", type=int, choices=(1, 2, 3, 4), default=4, help="held-out set: 1-3 (seen) or 4 (frozen file)"
     )
     parser.add_argument(
         "--refit", type=Path, help="no measuring: refit and evaluate the samples of an earlier --samples file"

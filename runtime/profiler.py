@@ -57,7 +57,9 @@ __all__ = [
     "static_bytes_of",
 ]
 
-FIT_MIXES = ("long", "short", "mixed")
+# `halves` (two sequences of T/2) is the one shape of the grid where sum(l^2) and max(l)^2 differ
+# (by 2x), so that the real-peak fit can tell them apart (benchmarks/results/memory_peak.md, set 3)
+FIT_MIXES = ("long", "short", "mixed", "halves")
 ALL_MIXES = (*FIT_MIXES, "random")
 DEFAULT_TOKEN_COUNTS = (128, 256, 512, 768)
 SHORT_LENGTH = 32
@@ -101,6 +103,7 @@ def length_mixes(token_counts: Sequence[int], mixes: Sequence[str], seed: int = 
     - `long`: one sequence of T tokens;
     - `short`: sequences of 32 tokens (T/32 of them, at least one);
     - `mixed`: one sequence of T/2, two of T/8 and the rest in 32-token sequences;
+    - `halves`: two sequences of T/2 (the second takes an odd token);
     - `random`: lengths drawn log-uniformly in [16, T] until T is reached (seeded).
 
     Ordered by token count first, so a batch cut short by a budget still holds every mix of the
@@ -121,6 +124,8 @@ def _lengths_of(mix: str, tokens: int, generator: torch.Generator) -> list[int]:
         return _fill([], tokens)
     if mix == "mixed":
         return _fill([max(tokens // 2, 1), max(tokens // 8, 1), max(tokens // 8, 1)], tokens)
+    if mix == "halves":
+        return [tokens // 2, tokens - tokens // 2] if tokens > 1 else [tokens]
     lengths: list[int] = []
     while sum(lengths) < tokens:
         draw = float(torch.rand((), generator=generator))
