@@ -25,11 +25,13 @@ SMALL = dict(num_layers=2, hidden_size=32, ffn_hidden_size=48, num_heads=4, num_
 
 
 def test_every_mix_holds_exactly_its_token_count() -> None:
-    batches = length_mixes([100, 37], ["long", "short", "mixed", "random"], seed=3)
-    assert [mix for mix, _ in batches] == ["long", "short", "mixed", "random"] * 2
-    assert [sum(lengths) for _, lengths in batches] == [37] * 4 + [100] * 4  # smaller first
-    assert dict(batches[4:])["long"] == [100] and set(dict(batches[4:])["short"][:-1]) == {32}
-    assert batches == length_mixes([100, 37], ["long", "short", "mixed", "random"], seed=3)  # seeded
+    mixes = ["long", "short", "mixed", "halves", "random"]
+    batches = length_mixes([100, 37], mixes, seed=3)
+    assert [mix for mix, _ in batches] == mixes * 2
+    assert [sum(lengths) for _, lengths in batches] == [37] * 5 + [100] * 5  # smaller first
+    assert dict(batches[5:])["long"] == [100] and set(dict(batches[5:])["short"][:-1]) == {32}
+    assert dict(batches[:5])["halves"] == [18, 19] and dict(batches[5:])["halves"] == [50, 50]
+    assert batches == length_mixes([100, 37], mixes, seed=3)  # seeded
     with pytest.raises(ValueError, match="unknown length mixes"):
         MeasureOptions(mixes=("long", "bimodal"))
 
