@@ -2,9 +2,10 @@
 
     python benchmarks/memory_peak.py            # tiny model, stages <1,1,1>/0 and <1,2,1>/0, CPU
 
-For each stage: the profiler's default grid (`DEFAULT_TOKEN_COUNTS` x the fit mixes long, short,
-mixed) is measured and fitted exactly as `hydraplan profile` fits it (`cost_models.fit.fit_stage`,
-the real-peak memory fit with its envelope and stated margin); then the held-out shapes below,
+For each stage: the profiler's default grid (`DEFAULT_TOKEN_COUNTS` x the fit mixes `FIT_MIXES`:
+long, short, mixed and, since set 4, halves) is measured and fitted exactly as `hydraplan
+profile` fits it (`cost_models.fit.fit_stage`, the real-peak memory fit with its envelope and
+stated margin); then the held-out shapes below,
 which no fit saw, are measured the same way and predicted:
 
 - **in range**: seeded random mixes and two fixed mixes at token counts between the grid's;
