@@ -161,8 +161,9 @@ ENUMERATED_ROWS_PER_SCALE = 200_000
 # (`planner.bubble_floor`'s largest-micro-batch path; sorted order), and the deepest schemes hold the
 # batch's longest item only where it has no better home. Charging all (pp-1) put deep pipelines last:
 # at 70B / 256 H100 the strategy that won after polishing was 6th in solve order (seed 0); with half,
-# 2 solves past the first incumbents reach the uncut plan on seeds 0 and 1 (4 were not enough), and
-# no benchmark batch tried got worse (`benchmarks/results/search_estimates.md`).
+# 2 solves past the first incumbents reach the uncut plan on seeds 0 and 1 (4 were not enough on
+# seed 0). Over 18 batches of 70B, 32B and 8B at 2 solves: 2 better, 1 worse (0.6%), the same
+# uncut plans (`benchmarks/results/search_estimates.md`).
 LONG_ITEM_BUBBLE_SHARE = 0.5
 # ... and fewer strategies than this (times the work scale): each costs ~0.2 ms to bound and estimate
 # over any number of lengths (8B / 64 H100 LongAlign batches, 44 lengths, enumerated 7,445 strategies
