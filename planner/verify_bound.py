@@ -84,6 +84,8 @@ class BoundVerification:
     num_sets: int = 0  # scheme sets of the space (after the dominance reduction)
     num_expanded_sets: int = 0
     num_strategies: int = 0  # strategies bounded one by one
+    # parts the cheap bounds left below the claim, by the costlier kind that raised each to it
+    raised_by: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -397,6 +399,7 @@ def _verify_search(
     num_gpus = plan.num_gpus
     floor = claimed * (1 - RELATIVE_TOLERANCE) - 1e-12
     aim = claimed * (1 - RELATIVE_TOLERANCE / 2)  # the time the costlier bounds test (above the floor)
+    tally: dict[str, int] = {}
     violations: list[str] = []
     expanded: dict[tuple[int, ...], int] = {}
     for index, entry in enumerate(certificate.expanded):
@@ -421,27 +424,36 @@ def _verify_search(
     verified = math.inf
     short: list[str] = []
     num_strategies = 0
+    cheap = np.empty(len(sets))
     for row, combo in enumerate(sets):
         sync = _sync_s(profile, columns, combo, _fewest_replicas(columns, combo, num_gpus))
-        set_bound = bounds[row, 0] + sync
+        cheap[row] = bounds[row, 0] + sync
         if cap_s is not None:
-            set_bound = max(set_bound, min(cap_s, bounds[row, 1] + sync))
+            cheap[row] = max(cheap[row], min(cap_s, bounds[row, 1] + sync))
+    low = np.flatnonzero(cheap < floor)
+    verified = float(np.delete(cheap, low).min()) if len(low) < len(sets) else math.inf
+    # the parts below the claim, least first: once more than MAX_NAMED stay below it, the claim fails
+    # whatever the others prove, and they are no longer raised (their cheap bounds stand)
+    for row in low[np.argsort(cheap[low], kind="stable")].tolist():
+        combo, set_bound = sets[row], float(cheap[row])
+        lift = aim if len(short) <= MAX_NAMED else -math.inf
         part = set_bound
-        if combo in expanded and set_bound < floor:
+        if combo in expanded:
             entry = certificate.expanded[expanded[combo]]
-            part, counted, messages = _expanded_bound_s(entry, combo, profile, columns, tables, num_gpus, floor, aim)
+            part, counted, messages = _expanded_bound_s(
+                entry, combo, profile, columns, tables, num_gpus, floor, lift, tally
+            )
             part = max(part, set_bound)
             num_strategies += counted
             short += messages
-        elif set_bound < floor and combo not in expanded:
-            set_bound = max(set_bound, _raised_set_bound_s(profile, columns, tables, combo, num_gpus, cap_s, aim))
-            part = set_bound
-        if set_bound < floor and combo not in expanded:
-            kind = "expanded into its strategies" if combo in expanded else "not expanded"
-            short.append(
-                f"set {_set_text(columns, combo)} ({kind}): verified set bound {set_bound:.6g} s "
-                f"< claimed {claimed:.6g} s"
-            )
+        else:
+            if math.isfinite(lift):
+                part = max(part, _raised_set_bound_s(profile, columns, tables, combo, num_gpus, cap_s, lift, tally))
+            if part < floor:
+                short.append(
+                    f"set {_set_text(columns, combo)} (not expanded): verified set bound {part:.6g} s "
+                    f"< claimed {claimed:.6g} s"
+                )
         verified = min(verified, part)
     if short:
         violations += short[:MAX_NAMED]
@@ -449,14 +461,16 @@ def _verify_search(
             violations.append(f"... and {len(short) - MAX_NAMED} more parts below the claimed bound")
     if verified < floor and not short:  # cannot happen: every part below the claim is named
         violations.append(f"verified bound {verified:.6g} s < claimed {claimed:.6g} s")
-    return BoundVerification(claimed, verified, violations, len(sets), len(expanded), num_strategies)
+    return BoundVerification(claimed, verified, violations, len(sets), len(expanded), num_strategies, tally)
 
 
 def _set_text(columns: _Columns, combo: Sequence[int]) -> str:
     return "{" + ", ".join("<{},{},{}>".format(*columns.schemes[column]) for column in combo) + "}"
 
 
-def _expanded_bound_s(entry, combo, profile, columns, tables, num_gpus, floor, aim) -> tuple[float, int, list[str]]:
+def _expanded_bound_s(
+    entry, combo, profile, columns, tables, num_gpus, floor, aim, tally
+) -> tuple[float, int, list[str]]:
     """The least verified bound over an expanded set's strategies (the verifier lists them itself)."""
     sizes = [int(columns.gpus[column]) for column in combo]
     vectors = _count_vectors(sizes, num_gpus, MAX_ENUMERATED_STRATEGIES)
@@ -474,7 +488,9 @@ def _expanded_bound_s(entry, combo, profile, columns, tables, num_gpus, floor, a
     extra = [weights for weights in witnesses.values() if len(weights) == len(combo)]
     if len(extra) != len(witnesses):
         messages.append(f"set {_set_text(columns, combo)}: a witness has not one multiplier per scheme")
-    bounds = _strategy_bounds_s(profile, columns, tables, combo, np.array(vectors), num_gpus, extra, target_s=aim)
+    bounds = _strategy_bounds_s(
+        profile, columns, tables, combo, np.array(vectors), num_gpus, extra, target_s=aim, tally=tally
+    )
     for counts, bound in zip(vectors, bounds.tolist()):
         if bound < floor and len(messages) < MAX_NAMED:
             messages.append(
@@ -499,6 +515,7 @@ def _strategy_bounds_s(
     multipliers: Sequence[Sequence[float]] = (),
     extra_switch_s: float = 0.0,
     target_s: float = -math.inf,
+    tally: dict[str, int] | None = None,
 ) -> np.ndarray:
     """Per row of `counts` (pipelines per scheme of `combo`): the fluid dual at the verifier's own
     grid of multipliers and the given ones, the area, longest item and bubble-floor duals (pipeline
@@ -527,7 +544,9 @@ def _strategy_bounds_s(
     replicas = np.rint(counts @ columns.cp[combo]).astype(int)
     sync = np.array([_sync_s(profile, columns, combo, int(count)) for count in replicas.tolist()])
     if math.isfinite(target_s):  # the rows below the target: the costlier bounds, at the target
-        bound = _raised_strategy_bounds_s(columns, tables, combo, counts, bound, grid, target_s - sync - extra_switch_s)
+        bound = _raised_strategy_bounds_s(
+            columns, tables, combo, counts, bound, grid, target_s - sync - extra_switch_s, tally
+        )
     return bound + sync + extra_switch_s
 
 
@@ -705,6 +724,7 @@ def _verify_listed(certificate, plan, profile, request, columns, tables) -> Boun
     claimed = plan.lower_bound_s
     floor = claimed * (1 - RELATIVE_TOLERANCE) - 1e-12
     aim = claimed * (1 - RELATIVE_TOLERANCE / 2)  # the time the costlier bounds test (above the floor)
+    tally: dict[str, int] = {}
     if certificate.space == "fixed":
         space = [reference.parse_strategy_text(plan.strategy)]
     elif request is None or request.options.strategy_pool is None:
@@ -734,7 +754,16 @@ def _verify_listed(certificate, plan, profile, request, columns, tables) -> Boun
         extra = [given] if given is not None and len(given) == len(combo) else []
         bound = float(
             _strategy_bounds_s(
-                profile, columns, tables, combo, np.array([counts]), plan.num_gpus, extra, switch, target_s=aim
+                profile,
+                columns,
+                tables,
+                combo,
+                np.array([counts]),
+                plan.num_gpus,
+                extra,
+                switch,
+                target_s=aim,
+                tally=tally,
             )[0]
         )
         if bound < floor:
@@ -743,7 +772,7 @@ def _verify_listed(certificate, plan, profile, request, columns, tables) -> Boun
                 f"< claimed {claimed:.6g} s"
             )
         verified = min(verified, bound)
-    return BoundVerification(claimed, verified, violations, 0, len(certificate.expanded), len(space))
+    return BoundVerification(claimed, verified, violations, 0, len(certificate.expanded), len(space), tally)
 
 
 # --- bubble floors: the least relative bubble by LP, and the floors g(W), G(T) built on it ---
@@ -983,8 +1012,14 @@ def _item_sizes(
 
 
 def _packing_infeasible(
-    columns: _Columns, tables: _Tables, combo: Sequence[int], weights: np.ndarray, capacity: np.ndarray,
-    time_s: float, caps: Sequence[int], by_lp: bool,
+    columns: _Columns,
+    tables: _Tables,
+    combo: Sequence[int],
+    weights: np.ndarray,
+    capacity: np.ndarray,
+    time_s: float,
+    caps: Sequence[int],
+    by_lp: bool,
 ) -> bool:
     """Whether no assignment of the items to pipelines finishing by `time_s` exists, shown by some
     dual feasible function f and row of `weights` (points x schemes, >= 0): every pipeline's images
@@ -1023,7 +1058,7 @@ def _bubble_priced_costs(tables: _Tables, columns: _Columns, combo: Sequence[int
     return priced
 
 
-def _raised_set_bound_s(profile, columns, tables, combo, num_gpus, cap_s, aim) -> float:
+def _raised_set_bound_s(profile, columns, tables, combo, num_gpus, cap_s, aim, tally=None) -> float:
     """A set's bound by the costlier arguments (each valid on its own; the best is taken):
 
     * the area priced with the LP bubble floors under `cap_s` (`pricing_cap_s`), the set's bound
@@ -1044,6 +1079,7 @@ def _raised_set_bound_s(profile, columns, tables, combo, num_gpus, cap_s, aim) -
         costs = _bubble_priced_costs(tables, columns, combo, cap_s, True)
         area = float(tables.multiplicity @ costs.min(axis=1)) / num_gpus
         best = max(best, min(cap_s, max(area, longest) + plain_sync))
+        _count(tally, "set: LP-priced area", best >= aim)
     else:
         costs = tables.gpu_cost[:, combo]
         area = float(tables.multiplicity @ costs.min(axis=1)) / num_gpus
@@ -1057,6 +1093,7 @@ def _raised_set_bound_s(profile, columns, tables, combo, num_gpus, cap_s, aim) -
         many = np.array([_sync_s(profile, columns, combo, int(r)) for r in thresholds.tolist()]) + area
         many[-1] = math.inf  # more than the most replicas the set allows: no strategy
         split = float(np.minimum(many, np.maximum(few, longest) + plain_sync).max())
+        _count(tally, "set: replica split", best < aim <= (min(cap_s, split) if cap_s is not None else split))
         best = max(best, min(cap_s, split) if cap_s is not None else split)
     target = aim - plain_sync
     sizes_gpus = columns.gpus[combo][None, :]
@@ -1064,14 +1101,15 @@ def _raised_set_bound_s(profile, columns, tables, combo, num_gpus, cap_s, aim) -
         columns, tables, combo, sizes_gpus, np.array([float(num_gpus)]), target, [len(tables.items)] * len(combo), True
     ):
         best = max(best, aim)  # the packing needs no cap
+        _count(tally, "set: set packing", True)
     return best
 
 
-def _raised_strategy_bounds_s(columns, tables, combo, counts, bound, grid, target) -> np.ndarray:
+def _raised_strategy_bounds_s(columns, tables, combo, counts, bound, grid, target, tally=None) -> np.ndarray:
     """Raise the pipeline-time bounds `bound` (per row of `counts`) below `target` (per row): the
     bubble dual with the LP floors over at most `items - pipelines + 1` micro-batches and the
     pipeline holding the longest item, then the packing at the target, then (a few items) the
-    assignment search at the target."""
+    assignment search at the target. `tally` (when given) counts the kind that lifted each row."""
     combo = list(combo)
     bound = bound.copy()
     low = np.flatnonzero(bound < target)
@@ -1096,8 +1134,11 @@ def _raised_strategy_bounds_s(columns, tables, combo, counts, bound, grid, targe
         floors = current[:, None] - np.maximum(room, 0.0)  # K_s = T0 - G_s(T0)
         excess = np.maximum(holder_extra[None, :] - floors, 0.0)  # rows x schemes, inf where l* misfits
         with np.errstate(invalid="ignore"):
-            holder = np.where(grid[None, :, :] > 0, excess[:, None, :] * grid[None, :, :], np.where(
-                np.isfinite(excess), 0.0, np.inf)[:, None, :]).min(axis=2)
+            holder = np.where(
+                grid[None, :, :] > 0,
+                excess[:, None, :] * grid[None, :, :],
+                np.where(np.isfinite(excess), 0.0, np.inf)[:, None, :],
+            ).min(axis=2)
         with np.errstate(invalid="ignore", divide="ignore"):
             ratios = (totals[None, :] + (rows * floors) @ grid.T + holder) / denominator
         raised = np.where(positive & np.isfinite(ratios), ratios, -np.inf).max(axis=1)
@@ -1105,13 +1146,22 @@ def _raised_strategy_bounds_s(columns, tables, combo, counts, bound, grid, targe
             break
         current = np.maximum(current, raised)
     bound[low] = current
+    for reached in (current >= target[low]).tolist():
+        _count(tally, "strategy: bubble dual (LP floors)", reached)
     for place, row in zip(low.tolist(), rows):
         if bound[place] >= target[place]:
             continue
         row_caps = [int(len(tables.items) - row.sum() + 1)] * len(combo)
         if _packing_infeasible(columns, tables, combo, grid, row @ grid.T, float(target[place]), row_caps, True):
             bound[place] = target[place]
+            _count(tally, "strategy: packing", True)
         elif len(tables.items) <= FEW_ITEMS:
             assigned = _assignment_bound_s(columns, tables.items, combo, row.astype(int).tolist(), target[place])
             bound[place] = max(bound[place], assigned)
+            _count(tally, "strategy: assignment", assigned >= target[place])
     return bound
+
+
+def _count(tally: dict[str, int] | None, kind: str, reached: bool) -> None:
+    if tally is not None and reached:
+        tally[kind] = tally.get(kind, 0) + 1
