@@ -24,7 +24,7 @@ boundary types and the checker's reference costs (`planner.reference`). It
   least `tokens / cap` micro-batches, so with `u = w + c l / cap`, `N T >= sum_i min_s g_s u_is`;
 * *longest item*: the micro-batch holding item i crosses every stage forwards and backwards:
   `T >= min_s pp_s (w_is + c_s)`;
-* *bubble floors* (from their definition, no table): with `S = W + m c` (work W, m micro-batches),
+* *bubble floors* (from their definition): with `S = W + m c` (work W, m micro-batches),
   the 1F1B schedule has the path `S + (pp-1)(f t_1 + (1-f) t_m) >= W + pp c`, and the path of
   `planner.bubble_floor`'s docstring (item 1) `T >= (1 + k / m) S`, `k = max(0, 1-2f)(pp-1)`, whose
   least over m is `(sqrt(W) + sqrt(k c))^2`. So `T_p >= g(W) = W + h(W)`, `h = max(pp c, k c +
@@ -40,10 +40,33 @@ boundary types and the checker's reference costs (`planner.reference`). It
   replicas a set allows (`max(sum of its cp, N / max(g/cp))`) and its largest shard; a strategy's
   exact replicas.
 
-What it does not recompute (yet): the solver's tabulated bubble floors (`planner.bubble_floor`'s LP
-table), its packing bounds (dual feasible functions), its replica-split and set-packing set
-bounds and the few-items assignment bound. A plan whose bound rests on them fails with the part
-named, and the shortfall stated.
+**Costlier bounds, at the claimed time.** The bounds above are cheap and cover most of the space.
+A part (set or strategy) they leave below the claimed bound T* is then tested at T* itself (a hair
+under it: `aim`), which needs no witness from the solver: the claim is the step time to be shown
+infeasible, and the verifier finds the rest with its own code. In order, least parts first (once
+more than MAX_NAMED parts stay below, the claim fails and the rest are not raised):
+
+* *LP bubble floors* (`least_bubble`): rho_m, the least relative 1F1B bubble of m micro-batches,
+  re-solved here by LP with highspy from `reference.one_f_one_b_order`'s dependency rules (not the
+  solver's table), only for the counts m a floor needs (solved lazily: a floor `g(W) = min_m
+  max((1 + r_m)(W + m c), W + (m + pp - 1) c)` solves only the count of its least piece, until
+  that piece is solved). They price a set's area under `pricing_cap_s` and the strategies' bubble
+  dual (over at most `items - pipelines + 1` micro-batches, with the pipeline holding the longest
+  item: `T >= W + E(w*)`, `E` the largest-micro-batch path);
+* *replica split* (sets): for every threshold R of weight replicas and the verifier's own grid of
+  mu, `min(area + sync(R), max(sum_i min_s (g_s + mu cp_s) u_is / (N + mu (R-1)), longest) +
+  sync floor)` (`_raised_set_bound_s`);
+* *set packing* and *packing* (dual feasible functions: the identity, f_eps and u_k of Fekete &
+  Schepers 2001): at T*, an item of work w on scheme s has size `w / min(G_s(T*), T* - E_s(w))`
+  and one pipeline's sizes sum to at most 1; a set whose items need more than N GPUs' worth
+  (`sum_i min_s g_s f(x_is) > N`), or a strategy whose items need more than its pipelines
+  (`sum_i min_s lambda_s f(x_is) > sum_s lambda_s n_s` at some grid point lambda), cannot finish
+  by T*;
+* *assignment* (batches of at most FEW_ITEMS items): the search over assignments, its branches cut
+  at T*.
+
+`BoundVerification.raised_by` counts the parts each kind lifted to the claim. Interleaved schemes
+(v > 1) are refused: their floors are another schedule's (`least_bubble`'s `schedule`).
 """
 
 from __future__ import annotations

@@ -86,7 +86,8 @@ def exact_pipeline_s(columns, lengths, combo, counts) -> float:
 
 def test_the_packing_proves_what_the_fluid_dual_cannot() -> None:
     """Three equal items on two one-stage pipelines: two must share one, so the pipelines need the
-    time of two items. The packing bound proves just under it; not at it (a claim there fails)."""
+    time of two items. The packing bound (and the set packing, for the set of that scheme on two
+    GPUs) proves just under it; not at it (a claim there fails)."""
     profile, _, _ = random_instance(0)
     columns = columns_of(profile)
     column = next(c for c in range(len(columns.schemes)) if columns.stages[c] == 1 and columns.gpus[c] == 1)
@@ -105,6 +106,16 @@ def test_the_packing_proves_what_the_fluid_dual_cannot() -> None:
     assert raised[0] == pytest.approx(optimum * 0.999)
     above = vb._raised_strategy_bounds_s(columns, tables, combo, counts, fluid, grid, np.array([optimum * ABOVE]))
     assert above[0] <= optimum * ABOVE
+    # the set {s} on two GPUs: the same argument weighted by GPUs (set packing)
+    sync = vb._sync_s(profile, columns, combo, vb._fewest_replicas(columns, combo, 2))
+    tally: dict[str, int] = {}
+    aim = optimum * 0.999 + sync
+    assert vb._raised_set_bound_s(profile, columns, tables, combo, 2, None, aim, tally) == pytest.approx(aim)
+    assert tally == {"set: set packing": 1}
+    assert (
+        vb._raised_set_bound_s(profile, columns, tables, combo, 2, None, (optimum + sync) * ABOVE)
+        < (optimum + sync) * ABOVE
+    )
 
 
 @pytest.mark.parametrize("case", range(6))
