@@ -1070,14 +1070,19 @@ REPLICA_WEIGHTS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.0, 3.
 
 def _bubble_priced_costs(tables: _Tables, columns: _Columns, combo: Sequence[int], cap_s: float, by_lp: bool):
     """Rows x schemes of `combo`: GPU-seconds per item for plans whose pipelines all finish within
-    `cap_s`: the larger of `g u` and `g w g(T_cap) / T_cap` (g(W)/W is non-increasing and W <=
-    T_cap), the pipeline floor over at most as many micro-batches as there are items."""
+    `cap_s`. A pipeline of work W runs at least `g(W) >= W g(T_cap) / T_cap` (g(W)/W is
+    non-increasing and W <= T_cap; g over at most as many micro-batches as there are items) and at
+    least its items' `u`: each scheme takes the one of the two pricings, `g u` or `g w g(T_cap) /
+    T_cap`, with the larger total, for all its items (one pricing per scheme: the item-wise larger
+    of the two would not bound a pipeline)."""
     priced = tables.gpu_cost[:, list(combo)].copy()
     cap = len(tables.items)
     for place, column in enumerate(combo):
         factor = float(_pipeline_floor_of_work_s(columns, column, cap_s, cap, by_lp)) / cap_s
-        bubbled = tables.work[:, column] * columns.gpus[column] * max(1.0, factor)
-        priced[:, place] = np.maximum(priced[:, place], bubbled)
+        bubbled = tables.work[:, column] * columns.gpus[column] * factor
+        fits = np.isfinite(bubbled)
+        if fits.any() and tables.multiplicity[fits] @ bubbled[fits] > tables.multiplicity[fits] @ priced[fits, place]:
+            priced[:, place] = bubbled
     return priced
 
 
