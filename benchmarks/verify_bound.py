@@ -49,6 +49,7 @@ COLUMNS = (
     "raised by",
 )
 SHORT_KINDS = {  # `BoundVerification.raised_by`'s kinds, as the table names them
+    "set: capped area": "set capped",
     "set: LP-priced area": "set LP",
     "set: replica split": "set split",
     "set: set packing": "set packing",

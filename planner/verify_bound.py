@@ -1102,34 +1102,51 @@ def _raised_set_bound_s(profile, columns, tables, combo, num_gpus, cap_s, aim, t
     fewest = _fewest_replicas(columns, combo, num_gpus)
     plain_sync = _sync_s(profile, columns, combo, fewest)
     longest = float(tables.longest[:, combo].min(axis=1).max())
-    best = -math.inf
-    if cap_s is not None and cap_s > 0:
-        costs = _bubble_priced_costs(tables, columns, combo, cap_s, True)
-        area = float(tables.multiplicity @ costs.min(axis=1)) / num_gpus
-        best = max(best, min(cap_s, max(area, longest) + plain_sync))
-        _count(tally, "set: LP-priced area", best >= aim)
-    else:
-        costs = tables.gpu_cost[:, combo]
-        area = float(tables.multiplicity @ costs.min(axis=1)) / num_gpus
     per_gpu = columns.cp[combo] / columns.gpus[combo]
     most = int(math.floor(num_gpus * float(per_gpu.max()) + 1e-9))
-    if most > fewest:
+    capped = cap_s is not None and cap_s > 0
+
+    def under_cap(value: float) -> float:
+        return min(cap_s, value) if capped else value
+
+    def split_s(costs: np.ndarray) -> float:
+        area = float(tables.multiplicity @ costs.min(axis=1)) / num_gpus
+        if most <= fewest:
+            return -math.inf
         weights = num_gpus * np.asarray(REPLICA_WEIGHTS)
         numerators = tables.multiplicity @ (costs[:, None, :] * (1.0 + weights[:, None] * per_gpu[None, :])).min(axis=2)
         thresholds = np.arange(fewest + 1, most + 2)
         few = (numerators[None, :] / (num_gpus + weights[None, :] * (thresholds[:, None] - 1))).max(axis=1)
         many = np.array([_sync_s(profile, columns, combo, int(r)) for r in thresholds.tolist()]) + area
         many[-1] = math.inf  # more than the most replicas the set allows: no strategy
-        split = float(np.minimum(many, np.maximum(few, longest) + plain_sync).max())
-        _count(tally, "set: replica split", best < aim <= (min(cap_s, split) if cap_s is not None else split))
-        best = max(best, min(cap_s, split) if cap_s is not None else split)
-    target = aim - plain_sync
-    sizes_gpus = columns.gpus[combo][None, :]
-    if best < aim and _packing_infeasible(
-        columns, tables, combo, sizes_gpus, np.array([float(num_gpus)]), target, [len(tables.items)] * len(combo), True
-    ):
-        best = max(best, aim)  # the packing needs no cap
-        _count(tally, "set: set packing", True)
+        return under_cap(float(np.minimum(many, np.maximum(few, longest) + plain_sync).max()))
+
+    best = -math.inf
+    for by_lp in (False, True):
+        costs = _bubble_priced_costs(tables, columns, combo, cap_s, by_lp) if capped else tables.gpu_cost[:, combo]
+        if capped:
+            area = float(tables.multiplicity @ costs.min(axis=1)) / num_gpus
+            lifted = under_cap(max(area, longest) + plain_sync)
+            _count(tally, "set: LP-priced area" if by_lp else "set: capped area", best < aim <= lifted)
+            best = max(best, lifted)
+        if best < aim and (capped or not by_lp):
+            lifted = split_s(costs)
+            _count(tally, "set: replica split", best < aim <= lifted)
+            best = max(best, lifted)
+    caps = [len(tables.items)] * len(combo)
+    for by_lp in (False, True):
+        if best < aim and _packing_infeasible(
+            columns,
+            tables,
+            combo,
+            columns.gpus[combo][None, :],
+            np.array([float(num_gpus)]),
+            aim - plain_sync,
+            caps,
+            by_lp,
+        ):
+            best = max(best, aim)  # the packing needs no cap
+            _count(tally, "set: set packing", True)
     return best
 
 
@@ -1180,7 +1197,10 @@ def _raised_strategy_bounds_s(columns, tables, combo, counts, bound, grid, targe
         if bound[place] >= target[place]:
             continue
         row_caps = [int(len(tables.items) - row.sum() + 1)] * len(combo)
-        if _packing_infeasible(columns, tables, combo, grid, row @ grid.T, float(target[place]), row_caps, True):
+        if any(
+            _packing_infeasible(columns, tables, combo, grid, row @ grid.T, float(target[place]), row_caps, by_lp)
+            for by_lp in (False, True)
+        ):
             bound[place] = target[place]
             _count(tally, "strategy: packing", True)
         elif len(tables.items) <= FEW_ITEMS:
