@@ -1123,13 +1123,15 @@ def _raised_set_bound_s(profile, columns, tables, combo, num_gpus, cap_s, aim, t
 
     best = -math.inf
     for by_lp in (False, True):
+        if best >= aim or (by_lp and not capped):
+            break
         costs = _bubble_priced_costs(tables, columns, combo, cap_s, by_lp) if capped else tables.gpu_cost[:, combo]
         if capped:
             area = float(tables.multiplicity @ costs.min(axis=1)) / num_gpus
             lifted = under_cap(max(area, longest) + plain_sync)
             _count(tally, "set: LP-priced area" if by_lp else "set: capped area", best < aim <= lifted)
             best = max(best, lifted)
-        if best < aim and (capped or not by_lp):
+        if best < aim:
             lifted = split_s(costs)
             _count(tally, "set: replica split", best < aim <= lifted)
             best = max(best, lifted)
