@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from importlib import resources
 
 import numpy as np
@@ -156,3 +157,55 @@ def test_the_costlier_bounds_never_prove_a_time_above_the_brute_forced_optimum(c
             for cap_s in (None, best * 1.5, best * 0.8):
                 bound = vb._raised_set_bound_s(profile, columns, tables, combo, num_gpus, cap_s, best * ABOVE)
                 assert bound <= best * ABOVE, (case, combo, cap_s)
+
+
+def test_the_dual_feasible_functions_are_the_published_ones() -> None:
+    """f_eps and u_k at known points (sizes shrunk by SIZE_SHRINK first: exact thresholds round
+    down): u_2(0.3) = floor(0.9) / 2 = 0, u_2(0.7) = floor(2.1) / 2 = 1, u_3(0.55) = 2/3."""
+    images = vb._dual_feasible_images(np.array([0.1, 0.3, 0.55, 0.7]))
+    assert images.shape == (1 + len(vb.DFF_THRESHOLDS) + len(vb.DFF_STEPS), 4)
+    assert images[0] == pytest.approx([0.1, 0.3, 0.55, 0.7])  # the identity
+    f_third = images[1 + vb.DFF_THRESHOLDS.index(1 / 3)]
+    assert f_third == pytest.approx([0.0, 0.0, 0.55, 1.0])
+    u_2, u_3 = images[1 + len(vb.DFF_THRESHOLDS)], images[2 + len(vb.DFF_THRESHOLDS)]
+    assert u_2 == pytest.approx([0.0, 0.0, 0.5, 1.0])
+    assert u_3 == pytest.approx([0.0, 1 / 3, 2 / 3, 2 / 3])
+
+
+@pytest.mark.parametrize(("case", "combo"), [(0, (0, 2)), (11, (0, 1)), (16, (0, 2)), (29, (0, 3))])
+def test_the_replica_split_lifts_a_set_and_stays_under_its_optimum(case: int, combo: tuple[int, int]) -> None:
+    """Sets whose cheap schemes carry many weight replicas: the split of the strategies by their
+    replicas lifts the set's bound above area + the fewest replicas' sync, and not above the best
+    of its strategies (brute-forced); at that lifted value the tally names the split."""
+    profile, lengths, num_gpus = random_instance(case)
+    lengths = lengths[: vb.EXACT_BLOCK_ITEMS]
+    columns = columns_of(profile)
+    tables = vb._tables(np.asarray(lengths, dtype=float), columns)
+    sync = vb._sync_s(profile, columns, combo, vb._fewest_replicas(columns, combo, num_gpus))
+    cheap = vb._set_bounds_s(tables, columns, np.array([combo]), num_gpus, None)[0, 0] + sync
+    raised = vb._raised_set_bound_s(profile, columns, tables, combo, num_gpus, None, math.inf)
+    best = math.inf
+    for counts in vb._count_vectors([int(columns.gpus[c]) for c in combo], num_gpus, 1000):
+        if sum(counts) <= len(lengths):
+            replicas = int(np.dot(counts, columns.cp[list(combo)]))
+            best = min(
+                best,
+                exact_pipeline_s(columns, lengths, list(combo), list(counts))
+                + vb._sync_s(profile, columns, combo, replicas),
+            )
+    assert cheap * 1.01 < raised <= best * ABOVE, (cheap, raised, best)
+    tally: dict[str, int] = {}
+    vb._raised_set_bound_s(profile, columns, tables, combo, num_gpus, None, raised, tally)
+    assert tally == {"set: replica split": 1}
+
+
+def test_the_assignment_bound_takes_an_item_exactly_at_a_capacity() -> None:
+    """An item of exactly a scheme's capacity fits it: the search must try that pipeline (the
+    only one it fits), not claim no assignment."""
+    profile, _, _ = random_instance(0)
+    columns = columns_of(profile)
+    column = next(c for c in range(len(columns.schemes)) if columns.stages[c] == 1)
+    items = np.array([float(columns.capacity[column]), 100.0])
+    bound = vb._assignment_bound_s(columns, items, [column], [2])
+    expected = max(vb._least_pipeline_s(columns, column, [items[0]]), vb._least_pipeline_s(columns, column, [100.0]))
+    assert bound == pytest.approx(expected, rel=1e-12)
