@@ -170,6 +170,7 @@ def test_a_fixed_strategy_plan_verifies() -> None:
     plan = evaluate_strategy(request, profile, strategy)
     assert plan.bound_certificate.space == "fixed"
     verification = verify_bound(plan, profile, request)
+    assert verification.ok, verification.violations
     assert verification.verified_bound_s <= plan.objective_s * (1 + 1e-9)
     raised = plan.model_copy(update={"lower_bound_s": plan.objective_s * 1.5})
     assert any(v.startswith("strategy ") for v in verify_bound(raised, profile, request).violations)
@@ -238,6 +239,7 @@ def test_a_pool_plan_verifies_against_the_request_pool() -> None:
     assert plan.bound_certificate.space == "pool"
     verification = verify_bound(plan, profile, request)
     assert verification.num_strategies == 2 and verification.verified_bound_s <= plan.objective_s * (1 + 1e-9)
+    assert verification.ok, verification.violations
     assert verify_bound(plan, profile).violations == [
         "bound: a pool certificate is verified against the request's pool"
     ]
