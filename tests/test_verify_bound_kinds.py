@@ -209,3 +209,20 @@ def test_the_assignment_bound_takes_an_item_exactly_at_a_capacity() -> None:
     bound = vb._assignment_bound_s(columns, items, [column], [2])
     expected = max(vb._least_pipeline_s(columns, column, [items[0]]), vb._least_pipeline_s(columns, column, [100.0]))
     assert bound == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_floor_over_many_micro_batches_is_no_higher_than_its_definition() -> None:
+    """Counts above LP_MICRO_BATCHES are priced in ranges: at a work whose best count m is large,
+    g(W) stays at most the definitional floor of running exactly m micro-batches,
+    `max((1 + kappa / m)(W + m c), W + (m + pp - 1) c)` (ranges and the last piece price below it)."""
+    profile, _, _ = random_instance(0)
+    columns = columns_of(profile)
+    for column in range(len(columns.schemes)):
+        stages, c, kappa = int(columns.stages[column]), float(columns.c[column]), vb._path_kappa(columns, column)
+        if stages == 1 or kappa == 0:
+            continue
+        for count in (100, 1000, 30000, 100000):
+            work = count * count * c / kappa
+            own = max((1 + kappa / count) * (work + count * c), work + (count + stages - 1) * c)
+            floor = float(vb._pipeline_floor_of_work_s(columns, column, work))
+            assert work + stages * c <= floor <= own * (1 + 1e-12), (column, count)
