@@ -2,9 +2,10 @@
 
     python benchmarks/memory_peak.py            # tiny model, stages <1,1,1>/0 and <1,2,1>/0, CPU
 
-For each stage: the profiler's default grid (`DEFAULT_TOKEN_COUNTS` x the fit mixes long, short,
-mixed) is measured and fitted exactly as `hydraplan profile` fits it (`cost_models.fit.fit_stage`,
-the real-peak memory fit with its envelope and stated margin); then the held-out shapes below,
+For each stage: the profiler's default grid (`DEFAULT_TOKEN_COUNTS` x the fit mixes `FIT_MIXES`:
+long, short, mixed and, since set 4, halves) is measured and fitted exactly as `hydraplan
+profile` fits it (`cost_models.fit.fit_stage`, the real-peak memory fit with its envelope and
+stated margin); then the held-out shapes below,
 which no fit saw, are measured the same way and predicted:
 
 - **in range**: seeded random mixes and two fixed mixes at token counts between the grid's;
@@ -17,7 +18,14 @@ saved-activation bytes is shown beside it against the same real peak. Targets (i
 peak never under-predicted by more than 5% on held-out shapes, median |error| <= 10%.
 
 The held-out shapes were frozen on 2026-12-02, before any of them was measured or evaluated; a
-later change to them must say what changed and keep the first results beside the new ones.
+later change to them must say what changed and keep the first results beside the new ones. Those
+first shapes were then seen by the diagnosis that chose the `max(l)^2` memory term and the upper
+fit, so a second set (`--held-out 2`, `benchmarks/data/memory_peak_held_out_2.json`, frozen
+2026-12-02 15:21 UTC) was frozen before anything was measured on it. Its evaluation showed the
+runner's first micro-batch carrying one-time allocations (the profiler now runs one unmeasured
+step first), so a third set (`--held-out 3`, frozen 15:50 UTC) validates that. Set 3 showed that
+the fit grid (long, short, mixed) cannot tell `sum(l^2)` from `max(l)^2`; the profiler's grid now
+adds `halves`, and a fourth set (`--held-out 4`, the default, frozen 16:06 UTC) validates that.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from hydraplan.runtime.profiler import (  # noqa: E402
 )
 
 HELD_OUT_FROZEN = "2026-12-02"
+HELD_OUT_FILES = {which: ROOT / "benchmarks" / "data" / f"memory_peak_held_out_{which}.json" for which in (2, 3, 4)}
 STAGES = ((1, 0), (2, 0))  # (pp, stage) of <1,pp,1>
 LONGEST_FITTED = max(DEFAULT_TOKEN_COUNTS)
 
@@ -87,10 +96,19 @@ HELD_OUT: tuple[tuple[str, str, list[int]], ...] = (
 )
 
 
-def measure(cfg: ModelConfig, pp: int, stage: int, options: MeasureOptions) -> tuple[list, list]:
+def held_out_set(which: int) -> tuple[str, tuple[tuple[str, str, list[int]], ...]]:
+    """(frozen when, shapes) of held-out set 1 (`HELD_OUT`), 2, 3 or 4 (the frozen files)."""
+    if which == 1:
+        return HELD_OUT_FROZEN, HELD_OUT
+    document = json.loads(HELD_OUT_FILES[which].read_text(encoding="utf-8"))
+    shapes = tuple((shape["where"], shape["mix"], list(shape["lengths"])) for shape in document["shapes"])
+    return document["frozen"], shapes
+
+
+def measure(cfg: ModelConfig, pp: int, stage: int, options: MeasureOptions, held_out=HELD_OUT) -> tuple[list, list]:
     """The fit grid's samples and the held-out samples of one stage (one runner, in that order)."""
     grid = length_mixes(options.token_counts, FIT_MIXES, options.seed)
-    batches = grid + [(mix, lengths) for _, mix, lengths in HELD_OUT]
+    batches = grid + [(mix, lengths) for _, mix, lengths in held_out]
     samples = []
     for sample in measure_stage(cfg, pp, stage, batches, options):
         samples.append(sample)
@@ -102,13 +120,15 @@ def _error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured
 
 
-def evaluate(fitted: list[StageSample], held: list[StageSample]) -> tuple[list[list[str]], dict[str, list[float]]]:
+def evaluate(
+    fitted: list[StageSample], held: list[StageSample], held_out=HELD_OUT
+) -> tuple[list[list[str]], dict[str, list[float]]]:
     """Rows (one per held-out shape) and the errors by kind (`peak`, `saved`, `time`) and range."""
     stage_fit = fit_stage(fitted)
     peak_fit = fit_memory(fitted)
     saved_fit = fit_memory([sample.model_copy(update={"peak_bytes": None}) for sample in fitted])
     rows, errors = [], {}
-    for (where, mix, lengths), sample in zip(HELD_OUT, held, strict=True):
+    for (where, mix, lengths), sample in zip(held_out, held, strict=True):
         if sample.oom or sample.peak_bytes is None:
             rows.append([where, mix, str(sum(lengths)), str(max(lengths)), "oom/unmeasured", "", "", "", "", ""])
             continue
@@ -136,6 +156,20 @@ def evaluate(fitted: list[StageSample], held: list[StageSample]) -> tuple[list[l
     return rows, errors
 
 
+def _recorded(path: Path, pp: int, stage: int, held_out) -> tuple[list[StageSample], list[StageSample]]:
+    """The fit and held-out samples of one stage from a `--samples` file, in the held-out order."""
+    fitted, held = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        where = record.pop("where")
+        sample = StageSample.model_validate(record)
+        if sample.pp == pp and sample.stage == stage:
+            (fitted if where == "fit" else held).append(sample)
+    if [sample.lengths for sample in held] != [lengths for _, _, lengths in held_out]:
+        raise SystemExit(f"{path}: its held-out samples are not the chosen held-out set's shapes")
+    return fitted, held
+
+
 def summary_rows(label: str, errors: dict[str, list[float]]) -> list[list[str]]:
     """Worst under-prediction and median |error| per (kind, range); fitted and held-out never pooled."""
     rows = []
@@ -156,19 +190,29 @@ def main(argv: list[str] | None = None) -> int:
         "--section", default="memory_peak", help="results section (a repeat goes beside the first run's)"
     )
     parser.add_argument("--samples", type=Path, help="also write every measured sample here (JSON lines)")
+    parser.add_argument(
+        "--held-out", type=int, choices=(1, 2, 3, 4), default=4, help="held-out set: 1-3 (seen) or 4 (frozen file)"
+    )
+    parser.add_argument(
+        "--refit", type=Path, help="no measuring: refit and evaluate the samples of an earlier --samples file"
+    )
     args = parser.parse_args(argv)
+    frozen, held_out = held_out_set(args.held_out)
     cfg = ModelConfig.from_catalog(args.model)
     options = MeasureOptions(repeats=args.repeats)
     detail, summary, fit_rows = [], [], []
     pooled: dict[str, list[float]] = {}
     for pp, stage in STAGES:
-        fitted, held = measure(cfg, pp, stage, options)
+        if args.refit:
+            fitted, held = _recorded(args.refit, pp, stage, held_out)
+        else:
+            fitted, held = measure(cfg, pp, stage, options, held_out)
         if args.samples:
             with args.samples.open("a", encoding="utf-8") as out:
-                for where, sample in [("fit", s) for s in fitted] + [(h[0], s) for h, s in zip(HELD_OUT, held)]:
+                for where, sample in [("fit", s) for s in fitted] + [(h[0], s) for h, s in zip(held_out, held)]:
                     out.write(json.dumps({"where": where, **sample.model_dump(mode="json")}) + "\n")
         label = f"<1,{pp},1> stage {stage}"
-        rows, errors = evaluate(fitted, held)
+        rows, errors = evaluate(fitted, held, held_out)
         detail += [[label, *row] for row in rows]
         summary += summary_rows(label, errors)
         for key, values in errors.items():
@@ -210,8 +254,11 @@ def main(argv: list[str] | None = None) -> int:
         f"torch {torch.__version__}, model `{args.model}` in float32, 1 intra-op thread, thread CPU time "
         f"(median of {args.repeats}); real peak: largest of {PEAK_STEPS} steps, process `VmHWM` above the "
         f"resident size before the step. Fit grid: {', '.join(map(str, DEFAULT_TOKEN_COUNTS))} tokens x "
-        f"{', '.join(FIT_MIXES)}; memory fitted to the real peak, envelope then a {MEMORY_SAFETY_MARGIN:.0%} "
-        f"margin. Held-out shapes frozen {HELD_OUT_FROZEN}, before they were measured.\n\n"
+        f"{', '.join(FIT_MIXES)}; memory `m0 + m1 T + m2 sum(l^2) + m3 max(l)^2` fitted to the real peak "
+        f"(the tightest upper fit, `cost_models.fit.upper_fit`), envelope then a {MEMORY_SAFETY_MARGIN:.0%} "
+        f"margin. Held-out set {args.held_out}, frozen {frozen}, before it was measured"
+        + (f"; samples refitted from `{args.refit.name}`, not measured again" if args.refit else "")
+        + ".\n\n"
         "Error = (predicted - measured) / measured: negative is under-prediction. `peak`: the promised "
         "memory (`fit_memory`, what the capacity uses) against the real peak; `saved`: the older fit to "
         "the saved-activation bytes against the same real peak; `time`: the stage-time fit.\n\n"

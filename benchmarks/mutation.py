@@ -93,7 +93,7 @@ TARGETS = {
         Target(
             "verify-bound",
             "planner/verify_bound.py",
-            ("tests/test_verify_bound_parts.py", "tests/test_verify_bound.py"),
+            ("tests/test_verify_bound_parts.py", "tests/test_verify_bound_kinds.py", "tests/test_verify_bound.py"),
         ),
     )
 }

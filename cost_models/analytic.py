@@ -71,6 +71,8 @@ __all__ = [
 ]
 
 FP32_BYTES = 4
+# fp32 vocabulary-sized tensors per token the loss holds at its peak (AnalyticOptions.loss)
+LOSS_VOCAB_COPIES = {"fused": 1, "eager": 3}
 GIB = 2**30
 # bf16 weight + fp32 gradient accumulator per parameter of the GPU's own weight shard.
 WEIGHT_AND_GRAD_BYTES_PER_PARAM = BF16_BYTES + FP32_BYTES
@@ -99,6 +101,12 @@ class AnalyticOptions:
       forward plus backward (~a dozen kernels at ~5 us each; an assumption).
     - `min_capacity_tokens` 1024: schemes holding fewer tokens per micro-batch are not runnable.
     - `max_cp` 16: the largest context-parallel degree enumerated (powers of two).
+    - `loss` "fused": the loss holds one fp32 vocabulary-sized tensor per token at the peak (`4 V`
+      bytes: Megatron-LM's fused vocab-parallel cross-entropy computes the gradient in its logits
+      buffer); "eager": PyTorch's `cross_entropy` on fp32 logits, as torchtitan's train loop calls
+      it (`cross_entropy(pred.flatten(0, 1).float(), ...)`, `del pred` before `loss.backward()`),
+      holds three at the start of the backward: the log-probabilities `log_softmax` saved, their
+      incoming gradient and the gradient `log_softmax`'s backward produces (`12 V`).
 
     The training recipe (issue 13; `cost_models.recipe` cites the memory formulas):
 
@@ -137,6 +145,7 @@ class AnalyticOptions:
     tp_comm_exposed: float = 1.0
     cp_comm_exposed: float = 1.0
     efficiency: Literal["catalog", "flat"] = "catalog"
+    loss: Literal["fused", "eager"] = "fused"
 
     @classmethod
     def from_recipe(cls, recipe: TrainingRecipe | None, **values: object) -> AnalyticOptions:
@@ -158,6 +167,8 @@ class AnalyticOptions:
             value = getattr(self, name)
             if not 0 <= value <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if self.loss not in LOSS_VOCAB_COPIES:
+            raise ValueError(f"loss must be fused or eager, got {self.loss!r}")
         if self.efficiency not in ("catalog", "flat"):
             raise ValueError(f"efficiency must be catalog or flat, got {self.efficiency!r}")
         for name in ("matmul_efficiency", "attention_efficiency"):
@@ -415,7 +426,7 @@ def rank_memory_terms(
     if options.recompute == "full":
         work, work_sq = activation_coefficients(model, tp, True, "none", options.flash_attention, dropout=False)
         work, work_sq = work / cp * scale, work_sq / cp * scale
-    logits = FP32_BYTES * model.vocab_size / (tp * cp)
+    logits = LOSS_VOCAB_COPIES[options.loss] * FP32_BYTES * model.vocab_size / (tp * cp)
     # Under an even 1F1B split a middle rank holds fewer parameters and no more micro-batches in
     # flight than rank 0: only the two ends can bind.
     plain = virtual_stages == 1 and split == "even"

@@ -6,13 +6,17 @@ Per measured scheme (and PP stage), from the profiler's `StageSample`s:
   error (every row divided by its measured time, so a 2 ms and a 2 s micro-batch weigh the same:
   the planner cares about ratios between pipelines);
 - the forward fraction `phi` with `phi * t ~ t_fwd`, also on relative error;
-- the memory model `activation = m0 + m1 * sum(l) + m2 * sum(l^2)` (relative error again); `m0`,
-  bytes that do not grow with the batch, is added to the measured static bytes. It is fitted to
-  the real peak each micro-batch adds (`StageSample.peak_bytes`: allocator or process peak) where
-  measured, else to the saved-activation bytes (older profiles). A real-peak fit is then raised
-  to a promise: scaled up until no fitted micro-batch is under-predicted (an upper envelope), then
-  by `MEMORY_SAFETY_MARGIN` more for shapes it did not see; both are recorded in the fit
-  (`memory_envelope`, `memory_margin`) and its residuals are against the real peak;
+- the memory model `activation = m0 + m1 * sum(l) + m2 * sum(l^2) + m3 * max(l)^2`; `m0`, bytes
+  that do not grow with the batch, is added to the measured static bytes. It is fitted to the real
+  peak each micro-batch adds (`StageSample.peak_bytes`: allocator or process peak) where measured,
+  else (older profiles) to the saved-activation bytes by relative-error NNLS without `m3`. A
+  real-peak fit is a promise: the tightest non-negative upper fit (a linear programme: the least
+  total relative over-prediction with no fitted micro-batch under-predicted), then
+  `MEMORY_SAFETY_MARGIN` more for shapes it did not see; the envelope left after it (1 unless the
+  solver's tolerance leaves a row under) and the margin are recorded (`memory_envelope`,
+  `memory_margin`) and its residuals are against the real peak. `m3` is there because part of a
+  step's peak (the backward's attention temporaries, freed one sequence at a time) grows with the
+  longest sequence only (benchmarks/results/memory_peak.md, "Where the median error comes from");
 - collectives `seconds = latency + bytes / bandwidth` per (operation, ranks).
 
 Each fit keeps its residuals `(predicted - measured) / measured`. Numpy/scipy only: no torch here.
@@ -25,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import nnls
+from scipy.optimize import linprog, nnls
 
 from hydraplan.cost_models.analytic import max_tokens, ring_all_reduce_factor, stage_params
 from hydraplan.cost_models.analytic_time import (
@@ -52,6 +56,7 @@ __all__ = [
     "fit_scheme",
     "fit_stage",
     "grad_bytes_per_gpu",
+    "upper_fit",
 ]
 
 MIN_TIME_SAMPLES = 3  # a, b and c need three independent micro-batches
@@ -85,6 +90,23 @@ def relative_nnls(features: np.ndarray, measured: np.ndarray) -> LinearFit:
     return LinearFit(tuple(float(x) for x in coefficients), tuple(float(r) for r in residuals))
 
 
+def upper_fit(features: np.ndarray, measured: np.ndarray) -> tuple[float, ...] | None:
+    """The tightest non-negative upper fit: x >= 0 minimising sum(features @ x / measured) subject
+    to features @ x >= measured on every row (rows with measured <= 0 dropped); None when the
+    solver finds none. Columns are scaled to unit norm first, as in `relative_nnls`."""
+    keep = measured > 0
+    rows = features[keep] / measured[keep, None]
+    if not len(rows):
+        return None
+    scale = np.linalg.norm(rows, axis=0)
+    scale[scale == 0] = 1.0
+    rows = rows / scale
+    result = linprog(rows.sum(axis=0), A_ub=-rows, b_ub=-np.ones(len(rows)), bounds=(0, None), method="highs")
+    if result.status != 0:
+        return None
+    return tuple(float(x) for x in result.x / scale)
+
+
 def abs_error_summary(residuals: Sequence[float]) -> tuple[float, float]:
     """(median, p95) of |residual|; (0, 0) when there is none."""
     if not residuals:
@@ -115,13 +137,16 @@ class StageFit:
     memory_margin: float = 0.0  # stated margin on top of the envelope
     max_measured_tokens: int = 0  # largest timed micro-batch, tokens
     max_measured_length: int = 0  # longest single sequence timed
+    activation_bytes_per_longest_sq: float = 0.0  # m3, bytes per squared longest length
 
     def stage_time_s(self, lengths: Sequence[int]) -> float:
         return self.a * sum(x * x for x in lengths) + self.b * sum(lengths) + self.c
 
     def activation_bytes(self, lengths: Sequence[int]) -> float:
-        return self.activation_bytes_per_token * sum(lengths) + self.activation_bytes_per_token_sq * sum(
-            x * x for x in lengths
+        return (
+            self.activation_bytes_per_token * sum(lengths)
+            + self.activation_bytes_per_token_sq * sum(x * x for x in lengths)
+            + self.activation_bytes_per_longest_sq * max(lengths, default=0) ** 2
         )
 
 
@@ -152,7 +177,7 @@ def fit_stage(samples: Sequence[StageSample], memory_margin: float = MEMORY_SAFE
     time_fit = relative_nnls(_time_features(timed), np.array([s.time_s for s in timed], dtype=float))
     a, b, c = time_fit.coefficients
     memory = fit_memory(timed, memory_margin)
-    m0, m1, m2 = memory.coefficients
+    m0, m1, m2, m3 = memory.coefficients
     statics = [s.static_bytes for s in samples if s.static_bytes is not None]
     ooms = [s.num_tokens for s in samples if s.oom]
     return StageFit(
@@ -165,6 +190,7 @@ def fit_stage(samples: Sequence[StageSample], memory_margin: float = MEMORY_SAFE
         static_bytes=(max(statics) if statics else 0.0) + m0,
         activation_bytes_per_token=m1,
         activation_bytes_per_token_sq=m2,
+        activation_bytes_per_longest_sq=m3,
         time_residuals=time_fit.residuals,
         memory_residuals=memory.residuals,
         num_samples=len(timed),
@@ -179,26 +205,28 @@ def fit_stage(samples: Sequence[StageSample], memory_margin: float = MEMORY_SAFE
 
 @dataclass(frozen=True)
 class MemoryFit:
-    """`m0 + m1 * sum(l) + m2 * sum(l^2)` bytes a micro-batch adds, margins included."""
+    """`m0 + m1 * sum(l) + m2 * sum(l^2) + m3 * max(l)^2` bytes a micro-batch adds, margins included."""
 
-    coefficients: tuple[float, float, float]
+    coefficients: tuple[float, float, float, float]
     residuals: tuple[float, ...]  # (predicted - measured) / measured, against what was fitted
     fitted_to: str
     envelope: float = 1.0
     margin: float = 0.0
 
     def bytes(self, lengths: Sequence[int]) -> float:
-        m0, m1, m2 = self.coefficients
-        return m0 + m1 * sum(lengths) + m2 * sum(x * x for x in lengths)
+        m0, m1, m2, m3 = self.coefficients
+        return m0 + m1 * sum(lengths) + m2 * sum(x * x for x in lengths) + m3 * max(lengths, default=0) ** 2
 
 
 def fit_memory(samples: Sequence[StageSample], margin: float = MEMORY_SAFETY_MARGIN) -> MemoryFit:
     """The memory model of one stage: to the real peaks where measured, else to the saved bytes.
 
-    A real-peak fit (relative-error NNLS) is scaled by `envelope = max(1, max(measured /
-    predicted))` so that no fitted micro-batch is under-predicted, then by `1 + margin`; its
-    residuals are the scaled model against the measured peaks. A saved-bytes fit is left as fitted
-    (those bytes are not what must fit: no promise is made).
+    A real-peak fit (`m0 + m1 T + m2 sum(l^2) + m3 max(l)^2`) is the tightest upper fit
+    (`upper_fit`; relative-error NNLS where the solver finds none), scaled by `envelope = max(1,
+    max(measured / predicted))` so that no fitted micro-batch is under-predicted, then by
+    `1 + margin`; its residuals are the scaled model against the measured peaks. A saved-bytes fit
+    (`m0 + m1 T + m2 sum(l^2)`, relative-error NNLS, `m3 = 0`) is left as fitted (those bytes are
+    not what must fit: no promise is made).
     """
     if margin < 0:
         raise ValueError(f"memory margin {margin}: must be >= 0")
@@ -209,17 +237,20 @@ def fit_memory(samples: Sequence[StageSample], margin: float = MEMORY_SAFETY_MAR
         rows = [s for s in samples if s.activation_bytes is not None]
         measured, fitted_to = [s.activation_bytes for s in rows], "saved_tensors"
     if not rows:
-        return MemoryFit((0.0, 0.0, 0.0), (), "")
-    features = np.array([[1.0, s.num_tokens, s.sum_sq_tokens] for s in rows], dtype=float)
+        return MemoryFit((0.0, 0.0, 0.0, 0.0), (), "")
     target = np.array(measured, dtype=float)
-    fit = relative_nnls(features, target)
     if fitted_to == "saved_tensors":
-        return MemoryFit(fit.coefficients, fit.residuals, fitted_to)
-    predicted = features @ np.array(fit.coefficients)
+        fit = relative_nnls(np.array([[1.0, s.num_tokens, s.sum_sq_tokens] for s in rows], dtype=float), target)
+        return MemoryFit((*fit.coefficients, 0.0), fit.residuals, fitted_to)
+    features = np.array([[1.0, s.num_tokens, s.sum_sq_tokens, max(s.lengths) ** 2] for s in rows], dtype=float)
+    solution = upper_fit(features, target)
+    if solution is None:
+        solution = relative_nnls(features, target).coefficients
+    predicted = features @ np.array(solution)
     positive = predicted > 0
     envelope = max(1.0, float(np.max(target[positive] / predicted[positive]))) if positive.any() else 1.0
     scale = envelope * (1 + margin)
-    coefficients = tuple(float(x) * scale for x in fit.coefficients)
+    coefficients = tuple(float(x) * scale for x in solution)
     residuals = tuple(float(r) for r in (predicted * scale - target) / target)
     return MemoryFit(coefficients, residuals, fitted_to, envelope, margin)
 
@@ -262,6 +293,7 @@ def fit_scheme(samples: Sequence[StageSample], usable_bytes: float | None) -> tu
         static_bytes=max(fit.static_bytes for fit in stage_fits),
         activation_bytes_per_token=first.activation_bytes_per_token,
         activation_bytes_per_token_sq=first.activation_bytes_per_token_sq,
+        activation_bytes_per_longest_sq=first.activation_bytes_per_longest_sq,
         in_flight_micro_batches=pp,
         grad_bytes_per_gpu=0.0,
     )
@@ -276,13 +308,13 @@ def _capacity_tokens(stage_fits: Sequence[StageFit], pp: int, usable_bytes: floa
     """Smallest per-stage token bound (None when neither memory nor an out-of-memory is known)."""
     bounds = []
     for fit in stage_fits:
-        if usable_bytes is not None and (fit.activation_bytes_per_token or fit.activation_bytes_per_token_sq):
+        per_square = fit.activation_bytes_per_token_sq + fit.activation_bytes_per_longest_sq
+        if usable_bytes is not None and (fit.activation_bytes_per_token or per_square):
             in_flight = max(pp - fit.stage, 1)
+            # sum(l^2) and max(l)^2 are both at most T^2: the bound holds for any T tokens
             bounds.append(
                 max_tokens(
-                    usable_bytes - fit.static_bytes,
-                    in_flight * fit.activation_bytes_per_token,
-                    in_flight * fit.activation_bytes_per_token_sq,
+                    usable_bytes - fit.static_bytes, in_flight * fit.activation_bytes_per_token, in_flight * per_square
                 )
             )
         if fit.oom_tokens is not None:
@@ -307,6 +339,7 @@ def _scheme_fit(cost: SchemeCost, stage_fits: Sequence[StageFit]) -> SchemeFit:
         static_bytes=cost.static_bytes or 0.0,
         activation_bytes_per_token=cost.activation_bytes_per_token or 0.0,
         activation_bytes_per_token_sq=cost.activation_bytes_per_token_sq,
+        activation_bytes_per_longest_sq=cost.activation_bytes_per_longest_sq,
         num_samples=sum(fit.num_samples for fit in stage_fits),
         time_residuals=time_residuals,
         memory_residuals=memory_residuals,
@@ -498,8 +531,15 @@ def build_profiled_profile(
         notes += f"; too few samples for {', '.join(f'<{t},{p},{c}>' for t, p, c in missing)}"
     longest = max(fit.max_measured_length or 0 for fit in fits)
     notes += f"; sequences measured up to {longest:,} tokens (longer ones: extrapolated)"
+    holds = max(entry.capacity_tokens or 0 for entry in entries)
+    if holds > longest:  # issue 31 item 5: say where the measured range stops against what a pipeline holds
+        notes += (
+            f"; the largest capacity holds {holds:,} tokens per micro-batch: lengths from {longest + 1:,} to "
+            f"{holds:,} are extrapolated (the measured grid stops at {longest:,} to bound profiling time)"
+        )
     if any(fit.memory_fitted_to == "real_peak" for fit in fits):
-        notes += f"; memory fitted to real peaks, envelope then a {MEMORY_SAFETY_MARGIN:.0%} margin"
+        notes += f"; memory fitted to real peaks (max(l)^2 term, tightest upper fit), then a {MEMORY_SAFETY_MARGIN:.0%}"
+        notes += " margin"
     if provenance.interrupted:
         notes += "; measurement interrupted: partial"
     return CostProfile(

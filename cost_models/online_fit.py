@@ -299,13 +299,15 @@ def is_error_jump(error: float, history: Sequence[float]) -> tuple[bool, float]:
 
 def predicted_peak_bytes(entry: SchemeCost, micro_batches: Sequence[MeasuredMicroBatch]) -> float | None:
     """Static bytes plus the in-flight micro-batches' activations at 1F1B stage 0's peak, each
-    taken as large as the pipeline's largest (the planner's memory model, `derive_capacity_tokens`)."""
+    taken as large as the pipeline's largest (the planner's memory model, `derive_capacity_tokens`).
+    A measured micro-batch carries no lengths, so its longest sequence's square is bounded by its
+    sum of squares (the `m3` term read as an upper bound)."""
     if entry.static_bytes is None or entry.activation_bytes_per_token is None or not micro_batches:
         return None
     in_flight = min(entry.in_flight_micro_batches or entry.pp, len(micro_batches))
+    per_square = entry.activation_bytes_per_token_sq + entry.activation_bytes_per_longest_sq
     largest = max(
-        entry.activation_bytes_per_token * mb.num_tokens + entry.activation_bytes_per_token_sq * mb.sum_sq_tokens
-        for mb in micro_batches
+        entry.activation_bytes_per_token * mb.num_tokens + per_square * mb.sum_sq_tokens for mb in micro_batches
     )
     return entry.static_bytes + in_flight * largest
 

@@ -110,6 +110,11 @@ class SchemeFit(_Frozen):
     static_bytes: Ratio
     activation_bytes_per_token: Ratio
     activation_bytes_per_token_sq: Ratio
+    activation_bytes_per_longest_sq: Ratio = Field(
+        0.0,
+        description="Bytes per squared length of a micro-batch's longest sequence (m3); left out of the JSON when 0.",
+        exclude_if=lambda value: value == 0,
+    )
     num_samples: int = Field(ge=0)
     time_residuals: list[Ratio] = Field(
         default_factory=list, max_length=MAX_RESIDUALS, description="(predicted - measured) / measured per sample."

@@ -49,7 +49,7 @@ def in_flight_micro_batches(pp: int, v: int) -> int:
 
 
 def capacity_tokens(profile: CostProfile, entry: SchemeCost) -> int:
-    """The profile's capacity, or the largest T with `k * (m1 T + m2 T^2) <= free memory`, k the
+    """The profile's capacity, or the largest T with `k * (m1 T + (m2 + m3) T^2) <= free memory`, k the
     micro-batches in flight at the peak of the fullest rank unless given (`in_flight_micro_batches`)."""
     if entry.capacity_tokens is not None:
         return entry.capacity_tokens
@@ -58,7 +58,8 @@ def capacity_tokens(profile: CostProfile, entry: SchemeCost) -> int:
         return 0
     in_flight = entry.in_flight_micro_batches or in_flight_micro_batches(entry.pp, entry.v)
     per_token = in_flight * (entry.activation_bytes_per_token or 0.0)
-    per_square = in_flight * entry.activation_bytes_per_token_sq
+    # sum(l^2) and max(l)^2 are both at most T^2 (one sequence of T tokens)
+    per_square = in_flight * (entry.activation_bytes_per_token_sq + entry.activation_bytes_per_longest_sq)
     if per_square > 0:  # the positive root of per_square T^2 + per_token T - free = 0
         return math.floor((-per_token + math.sqrt(per_token**2 + 4 * per_square * free)) / (2 * per_square))
     if per_token > 0:

@@ -149,6 +149,12 @@ def single_chunk(v: int) -> bool:
     return v == 1
 
 
+def no_longest_term(m3: float) -> bool:
+    """`exclude_if` of `activation_bytes_per_longest_sq`: left out of the JSON when 0, so profiles
+    and plans without the term stay as they were before it existed (byte for byte)."""
+    return m3 == 0
+
+
 class SchemeCost(Frozen):
     """Cost of one scheme: stage time `a*sum(l^2) + b*sum(l) + c` and its memory model.
 
@@ -188,6 +194,13 @@ class SchemeCost(Frozen):
     )
     activation_bytes_per_token_sq: Bytes = Field(
         0.0, description="Activation bytes per GPU per squared token (m2, eager attention only)."
+    )
+    activation_bytes_per_longest_sq: Bytes = Field(
+        0.0,
+        description="Bytes per GPU per squared length of the micro-batch's longest sequence (m3: attention "
+        "temporaries alive for one sequence at a time). The capacity bounds max(l)^2 by T^2, like sum(l^2). "
+        "Left out of the JSON when 0.",
+        exclude_if=no_longest_term,
     )
     in_flight_micro_batches: Stages | None = Field(
         None,
@@ -351,9 +364,10 @@ def default_in_flight_micro_batches(pp: int, v: int = 1) -> int:
 
 
 def derive_capacity_tokens(profile: CostProfile, scheme: SchemeCost) -> int:
-    """Largest token count T with in_flight * (m1*T + m2*T^2) <= memory - reserve - static.
+    """Largest token count T with in_flight * (m1*T + (m2 + m3)*T^2) <= memory - reserve - static.
 
-    Packing bounds a micro-batch's sum of squared lengths by T^2, so the bound is safe.
+    Packing bounds a micro-batch's sum of squared lengths, and the square of its longest sequence,
+    by T^2, so the bound is safe whatever the lengths of the T tokens.
     """
     if scheme.capacity_tokens is not None:
         return scheme.capacity_tokens
@@ -364,7 +378,7 @@ def derive_capacity_tokens(profile: CostProfile, scheme: SchemeCost) -> int:
     if free_bytes <= 0:
         return 0
     m1 = scheme.activation_bytes_per_token * in_flight
-    m2 = scheme.activation_bytes_per_token_sq * in_flight
+    m2 = (scheme.activation_bytes_per_token_sq + scheme.activation_bytes_per_longest_sq) * in_flight
     if m2 > 0:
         tokens = (-m1 + math.sqrt(m1 * m1 + 4 * m2 * free_bytes)) / (2 * m2)
     elif m1 > 0:

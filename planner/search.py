@@ -156,6 +156,15 @@ MAX_WORK_SCALE = 5.0
 # 8B / 64 H100 Wikipedia (4,316 strategies over ~900 lengths) and 1,024 H100 expand none more
 MAX_EXTRA_EXPANSIONS = 400
 ENUMERATED_ROWS_PER_SCALE = 200_000
+# The estimate's bubble for a pipeline holding its scheme's longest fitting item (`_bubble_inflation`):
+# that item's micro-batch costs between (1-2f)(pp-1) and (pp-1) of its stage time
+# (`planner.bubble_floor`'s largest-micro-batch path; sorted order), and the deepest schemes hold the
+# batch's longest item only where it has no better home. Charging all (pp-1) put deep pipelines last:
+# at 70B / 256 H100 the strategy that won after polishing was 6th in solve order (seed 0); with half,
+# 2 solves past the first incumbents reach the uncut plan on seeds 0 and 1 (4 were not enough on
+# seed 0). Over 18 batches of 70B, 32B and 8B at 2 solves: 2 better, 1 worse (0.6%), the same
+# uncut plans (`benchmarks/results/search_estimates.md`).
+LONG_ITEM_BUBBLE_SHARE = 0.5
 # ... and fewer strategies than this (times the work scale): each costs ~0.2 ms to bound and estimate
 # over any number of lengths (8B / 64 H100 LongAlign batches, 44 lengths, enumerated 7,445 strategies
 # in 0.5 s of CPU more without it)
@@ -496,14 +505,15 @@ class Frontier:
 def _bubble_inflation(tables: BoundTables, columns: Sequence[int], bounds: np.ndarray) -> np.ndarray:
     """Per scheme, how much 1F1B inflates a pipeline's work L (an estimate, not a bound): the
     best micro-batch count gives 1 + 2 sqrt((pp-1) c / L), and a pipeline that holds the longest
-    item it can take also idles (pp-1) times that item's stage time, L ~ the bound."""
+    item it can take also idles about `LONG_ITEM_BUBBLE_SHARE` x (pp-1) times that item's stage
+    time, L ~ the bound."""
     load_s = max(float(np.min(bounds)), 1e-9)
     factors = []
     for column in columns:
         coef = tables.coefs[column]
         bubbles = (coef.scheme.pp - 1) / coef.scheme.v  # interleaving shrinks the bubble v times
         longest = tables.longest_fitting(column)
-        long_item_s = bubbles * (coef.a * longest * longest + coef.b * longest + coef.c)
+        long_item_s = LONG_ITEM_BUBBLE_SHARE * bubbles * (coef.a * longest * longest + coef.b * longest + coef.c)
         factors.append(1 + 2 * math.sqrt(bubbles * coef.c / load_s) + long_item_s / load_s)
     return np.array(factors)
 

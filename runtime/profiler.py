@@ -57,7 +57,9 @@ __all__ = [
     "static_bytes_of",
 ]
 
-FIT_MIXES = ("long", "short", "mixed")
+# `halves` (two sequences of T/2) is the one shape of the grid where sum(l^2) and max(l)^2 differ
+# (by 2x), so that the real-peak fit can tell them apart (benchmarks/results/memory_peak.md, set 3)
+FIT_MIXES = ("long", "short", "mixed", "halves")
 ALL_MIXES = (*FIT_MIXES, "random")
 DEFAULT_TOKEN_COUNTS = (128, 256, 512, 768)
 SHORT_LENGTH = 32
@@ -101,6 +103,7 @@ def length_mixes(token_counts: Sequence[int], mixes: Sequence[str], seed: int = 
     - `long`: one sequence of T tokens;
     - `short`: sequences of 32 tokens (T/32 of them, at least one);
     - `mixed`: one sequence of T/2, two of T/8 and the rest in 32-token sequences;
+    - `halves`: two sequences of T/2 (the second takes an odd token);
     - `random`: lengths drawn log-uniformly in [16, T] until T is reached (seeded).
 
     Ordered by token count first, so a batch cut short by a budget still holds every mix of the
@@ -121,6 +124,8 @@ def _lengths_of(mix: str, tokens: int, generator: torch.Generator) -> list[int]:
         return _fill([], tokens)
     if mix == "mixed":
         return _fill([max(tokens // 2, 1), max(tokens // 8, 1), max(tokens // 8, 1)], tokens)
+    if mix == "halves":
+        return [tokens // 2, tokens - tokens // 2] if tokens > 1 else [tokens]
     lengths: list[int] = []
     while sum(lengths) < tokens:
         draw = float(torch.rand((), generator=generator))
@@ -312,6 +317,7 @@ class StageRunner:
             attention=options.attention,
         )
         self.is_first, self.is_last = stage == 0, stage == pp - 1
+        self.warmed = False  # one unmeasured step has run (`memory`)
 
     def inputs(self, batch: PackedBatch) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """The hidden input of a later stage and the output gradient of an earlier one (random)."""
@@ -347,12 +353,20 @@ class StageRunner:
         """`(activation_bytes, peak_bytes)` over `PEAK_STEPS` steps, gradients allocated before each
         as in a step that accumulates them. `activation_bytes`: the first step's saved-activation
         bytes (CPU) or allocator peak growth (CUDA); `peak_bytes`: the largest real peak a step
-        added (`peak_meter`), None where the device has none."""
+        added (`peak_meter`), None where the device has none.
+
+        The runner's first micro-batch is preceded by one unmeasured step: the first step of a
+        process makes one-time allocations (kernel caches, thread pools, allocator arenas) that
+        stay for every later step, so they belong to what the process holds before a step, not to
+        that micro-batch's growth (measured here: the first shape's peak 1.6-4x its neighbours'
+        without it, benchmarks/results/memory_peak.md)."""
         peaks, activation = [], 0.0
+        if not self.warmed:
+            self._allocate_grads()
+            self.step(batch, hidden, grad, [])
+            self.warmed = True
         for index in range(PEAK_STEPS):
-            for parameter in self.module.parameters():
-                if parameter.requires_grad and parameter.grad is None:
-                    parameter.grad = torch.zeros_like(parameter)
+            self._allocate_grads()
             meter = peak_meter(self.device)
             with meter if meter is not None else contextlib.nullcontext():
                 if index == 0 and self.device.type == "cpu":
@@ -364,6 +378,12 @@ class StageRunner:
             if self.device.type == "cuda" and index == 0:
                 activation = peaks[0]
         return activation, max(peaks) if peaks else None
+
+    def _allocate_grads(self) -> None:
+        """Gradients allocated (zeros) where none are, as in a step that accumulates them."""
+        for parameter in self.module.parameters():
+            if parameter.requires_grad and parameter.grad is None:
+                parameter.grad = torch.zeros_like(parameter)
 
     def _saved_step(self, batch: PackedBatch, hidden, grad) -> float:
         """One forward+backward counting the bytes autograd saves."""

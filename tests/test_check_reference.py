@@ -54,15 +54,17 @@ scheme_costs = st.builds(
     st.one_of(
         st.builds(lambda capacity: {"capacity_tokens": capacity}, st.integers(min_value=1, max_value=10**6)),
         st.builds(
-            lambda static, m1, m2, flight: {
+            lambda static, m1, m2, m3, flight: {
                 "static_bytes": static,
                 "activation_bytes_per_token": m1,
                 "activation_bytes_per_token_sq": m2,
+                "activation_bytes_per_longest_sq": m3,
                 "in_flight_micro_batches": flight,
             },
             st.floats(min_value=0, max_value=4e10),
             st.floats(min_value=1.0, max_value=1e6),
             st.floats(min_value=0, max_value=10.0),
+            st.sampled_from([0.0, 0.5, 20.0]),
             st.one_of(st.none(), st.integers(min_value=1, max_value=8)),
         ),
     ),

@@ -62,11 +62,21 @@ def test_verified_bound_is_at_most_the_brute_forced_optimum(case: int) -> None:
     assert_verified_at_most_optimum(case)
 
 
-def test_most_tiny_plans_verify_their_claimed_bound() -> None:
-    """On the quick instances the verifier proves the claimed bound in most plans (the rest rest on
-    the solver's tabulated bubble floors, which it does not recompute: see the module docstring)."""
-    verified = [verify_bound(*solved(case)[:3]).ok for case in QUICK_CASES]
-    assert sum(verified) >= 4, verified
+def test_every_tiny_plan_verifies_its_claimed_bound_and_a_raised_claim_fails_naming_a_part() -> None:
+    """On the quick instances the verifier proves every claimed bound; the costlier kinds lift the
+    parts the cheap bounds leave below (the LP bubble dual, the packing, the assignment search,
+    each on some plan); and the same plans with the claim raised just above the brute-forced
+    optimum fail, naming a set or strategy below it."""
+    kinds: set[str] = set()
+    for case in QUICK_CASES:
+        plan, profile, request, optimum = solved(case)
+        verification = verify_bound(plan, profile, request)
+        assert verification.ok, (case, verification.violations)
+        kinds |= set(verification.raised_by)
+        raised = verify_bound(plan.model_copy(update={"lower_bound_s": optimum * 1.001}), profile, request)
+        assert not raised.ok
+        assert any(v.startswith(("set {", "strategy ")) for v in raised.violations), raised.violations
+    assert {"strategy: bubble dual (LP floors)", "strategy: packing", "strategy: assignment"} <= kinds, kinds
 
 
 def verified_case() -> tuple[Plan, object, PlanRequest]:
@@ -181,6 +191,7 @@ def test_a_fixed_strategy_plan_verifies() -> None:
     plan = evaluate_strategy(request, profile, strategy)
     assert plan.bound_certificate.space == "fixed"
     verification = verify_bound(plan, profile, request)
+    assert verification.ok, verification.violations
     assert verification.verified_bound_s <= plan.objective_s * (1 + 1e-9)
     raised = plan.model_copy(update={"lower_bound_s": plan.objective_s * 1.5})
     assert any(v.startswith("strategy ") for v in verify_bound(raised, profile, request).violations)
@@ -249,6 +260,7 @@ def test_a_pool_plan_verifies_against_the_request_pool() -> None:
     assert plan.bound_certificate.space == "pool"
     verification = verify_bound(plan, profile, request)
     assert verification.num_strategies == 2 and verification.verified_bound_s <= plan.objective_s * (1 + 1e-9)
+    assert verification.ok, verification.violations
     assert verify_bound(plan, profile).violations == [
         "bound: a pool certificate is verified against the request's pool"
     ]

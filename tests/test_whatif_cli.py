@@ -186,7 +186,8 @@ def test_ctrl_c_keeps_finished_rows_and_resume_continues(tmp_path: Path, workers
     only the rest and leaves the kept lines as they were."""
     out_dir = tmp_path / "study"
     argv = [sys.executable, "-m", "hydraplan.api.cli", "whatif", *TINY_FLAGS, "--num-gpus", "8,16,32,64"]
-    argv += ["--seeds", "1", "--workers", workers, "--no-plots", "--out", str(out_dir)]
+    # four batches a row: at load 15 on 2 cores a sweep of one-batch rows ended before the signal arrived
+    argv += ["--seeds", "4", "--workers", workers, "--no-plots", "--out", str(out_dir)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     rows_path = out_dir / "rows.jsonl"

@@ -251,10 +251,10 @@ def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
     measuring.add_argument(
         "--mixes",
         nargs="+",
-        choices=["long", "short", "mixed", "random"],
+        choices=["long", "short", "mixed", "halves", "random"],
         metavar="MIX",
         help="length mixes per token count: long (one sequence), short (32-token sequences), mixed, "
-        "random (log-uniform lengths) (default: long short mixed)",
+        "halves (two of T/2), random (log-uniform lengths) (default: long short mixed halves)",
     )
     measuring.add_argument(
         "--repeats", type=positive_int, default=3, metavar="N", help="timed runs per micro-batch (default: %(default)s)"
