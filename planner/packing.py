@@ -66,7 +66,7 @@ def pack_pipeline(item_indices: np.ndarray, lengths: np.ndarray, coef: SchemeCoe
             bins, times = balanced
             scored.append((approximate_pipeline_s(times, coef.scheme), num_micro_batches, bins, times))
     if not scored:
-        bins = _first_fit_until_feasible(sub_lengths, coef)
+        bins = _whole_groups(_first_fit_until_feasible(sub_lengths, coef), coef.scheme)
         times = [coef.micro_batch_time_s(sub_lengths[b]) for b in bins]
         scored.append((approximate_pipeline_s(times, coef.scheme), len(bins), bins, times))
     scored.sort(key=lambda entry: (entry[0], entry[1]))
@@ -177,6 +177,22 @@ def balance_lpt(
     has room for it: equal targets for `balance_to_targets`.
     """
     return balance_to_targets(sub_lengths, np.zeros(num_bins), coef)
+
+
+def _whole_groups(bins: list[list[int]], scheme) -> list[list[int]]:
+    """For an interleaved scheme, the bins split (the last item of the fullest bin into a bin of
+    its own, which keeps every bin under the capacity) until their count is a multiple of pp, the
+    counts its schedule runs (`simulate.interleaved_count_ok`); as they are when there are too few
+    items (the pipeline's time is then inf)."""
+    if scheme.v == 1:
+        return bins
+    bins = [list(members) for members in bins]
+    while len(bins) % scheme.pp:
+        fullest = max(range(len(bins)), key=lambda index: (len(bins[index]), -index))
+        if len(bins[fullest]) < 2:
+            break
+        bins.append([bins[fullest].pop()])
+    return bins
 
 
 def _first_fit_until_feasible(sub_lengths: np.ndarray, coef: SchemeCoefficients) -> list[list[int]]:

@@ -949,6 +949,8 @@ def _first_solution(
         exact = milp_candidate(settings.backend.value, strategy, lengths, cost, settings, clock, candidate)
         if exact is not None and (candidate is None or exact.objective_s < candidate.objective_s):
             candidate = exact
+    if candidate is not None and not math.isfinite(candidate.objective_s):
+        return None  # e.g. an interleaved pipeline whose packing found no count its schedule runs
     return candidate
 
 

@@ -14,6 +14,7 @@ from hydraplan.planner import packing
 from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
 from hydraplan.planner.packing import (
     PackedPipeline,
+    _whole_groups,
     balance_lpt,
     balance_to_targets,
     by_length_descending,
@@ -23,6 +24,7 @@ from hydraplan.planner.packing import (
 )
 from hydraplan.planner.refine import polish_packings
 from hydraplan.planner.schemas import CostProfile, SchemeCost
+from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.search import solve_strategy
 from hydraplan.planner.simulate import simulate_1f1b
 from hydraplan.planner.strategies import parse_strategy
@@ -179,3 +181,13 @@ def test_balance_to_targets_matches_scanning_every_bin_where_the_capacity_binds(
         assert balance_to_targets(lengths, targets, coef) == expected, trial
         if expected is not None:
             assert all(lengths[b].sum() <= coef.capacity_tokens for b in expected[0])
+
+
+def test_a_fallback_packing_of_an_interleaved_pipeline_is_split_into_whole_groups_of_pp() -> None:
+    """First fit leaves a count the interleaved schedule refuses (not a multiple of pp): bins are
+    split, one item out of the fullest at a time, until it runs; too few items stay as they are."""
+    scheme = ParallelScheme(1, 4, 1, 2)
+    split = _whole_groups([[0, 1, 2], [3, 4], [5]], scheme)
+    assert len(split) == 4 and sorted(item for members in split for item in members) == list(range(6))
+    assert _whole_groups([[0], [1], [2]], scheme) == [[0], [1], [2]]  # 3 items cannot fill 4 bins
+    assert _whole_groups([[0, 1], [2]], ParallelScheme(1, 4, 1)) == [[0, 1], [2]]  # plain 1F1B: any count
