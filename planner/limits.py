@@ -17,6 +17,11 @@ MAX_NUM_GPUS = 65_536
 # loops over the divisors of the node size.
 MAX_GPUS_PER_NODE = 72
 
+# Model chunks per GPU of an interleaved 1F1B scheme (`<tp,pp,cp,v>`), and how many chunk counts one
+# request may offer: v divides the layers per stage, so v <= layers / 2; the deepest bundled models
+# have 126 layers (Llama 3 405B; NeMo's recipe runs it at pp 9 with v = 2), 128 leaves room.
+MAX_VIRTUAL_STAGES = 128
+
 # Longest sequence: token offsets and lengths stay in int32 arithmetic.
 MAX_SEQUENCE_TOKENS = 2**31 - 1
 

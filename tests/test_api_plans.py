@@ -75,6 +75,36 @@ def test_plan_compares_the_interleaved_baselines(client) -> None:
     assert all(baseline["error"] is None for baseline in response.json()["baselines"])
 
 
+def test_virtual_stages_offer_interleaved_schemes_to_the_search(client) -> None:
+    """Like `hydraplan plan --virtual-stages`: the analytic profile prices <tp,pp,cp,v> beside the
+    plain schemes and the search enumerates them."""
+    body = plan_body(model="llama3-8b", num_gpus=16, gpus_per_node=8)
+    plain = client.post("/v1/plans", json=body)
+    offered = client.post("/v1/plans", json={**body, "virtual_stages": [2, 4]})
+    assert plain.status_code == 200 and offered.status_code == 200, offered.text
+    assert offered.json()["solver"]["num_schemes"] > plain.json()["solver"]["num_schemes"]
+    assert all(pipeline["scheme"].get("v", 1) in (1, 2, 4) for pipeline in offered.json()["pipelines"])
+
+
+@pytest.mark.parametrize(
+    ("update", "fragment"),
+    [
+        ({"virtual_stages": [0]}, "greater than or equal to 1"),
+        ({"virtual_stages": [129]}, "less than or equal to 128"),
+        ({"virtual_stages": ["2"]}, "valid integer"),
+    ],
+)
+def test_bad_virtual_stages_are_refused(client, update: dict, fragment: str) -> None:
+    problem = assert_problem(client.post("/v1/plans", json=plan_body(**update)), 422, fragment)
+    assert problem["errors"][0]["loc"][:2] == ["body", "virtual_stages"]
+
+
+def test_virtual_stages_need_the_analytic_profile(client, user_profile_data: dict) -> None:
+    body = plan_body(profile=user_profile_data, virtual_stages=[2])
+    del body["model"], body["gpu"]
+    assert_problem(client.post("/v1/plans", json=body), 422, "virtual_stages [2]: applies to the analytic profile")
+
+
 def test_plan_with_inline_profile(client, user_profile_data: dict) -> None:
     body = plan_body(profile=user_profile_data)
     del body["model"], body["gpu"]

@@ -213,7 +213,7 @@ class Planning:
         if body.model is not None:
             model, gpu = self.model(body.model), self.gpu(body.gpu)
             recipe = getattr(body, "recipe", None)
-            counts = _named_chunk_counts(body)
+            counts = [*_named_chunk_counts(body), *(getattr(body, "virtual_stages", None) or ())]
             named = [*(getattr(body, "baselines", None) or ()), getattr(body, "baseline", None)]
             if wants_interleaved(named):  # megatron-vpp, wlb-vpp: their recipe's interleaved schemes
                 counts += recipe_counts_for(model.name, model.num_layers, num_gpus)

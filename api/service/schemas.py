@@ -134,6 +134,17 @@ class SourceMixin:
         return None
 
 
+VirtualStages = Annotated[
+    list[Annotated[int, Strict(), Field(ge=1, le=limits.MAX_VIRTUAL_STAGES)]],
+    Field(
+        max_length=limits.MAX_VIRTUAL_STAGES,
+        description="Chunk counts v the analytic profile of model+gpu also prices every scheme with pp > 1 at "
+        "(<tp,pp,cp,v>: interleaved 1F1B, where v divides the layers per stage and the schedule fits in memory); "
+        "the search then chooses between them and the plain schemes. Needs model+gpu.",
+    ),
+]
+
+
 # a JSON object's keys are strings: a rank key is the decimal digits of a rank
 RankKey = Annotated[int, Strict(False), Field(ge=0, le=limits.MAX_NUM_GPUS)]
 SlowdownFactor = Annotated[float, Strict(), Field(allow_inf_nan=True)]  # the planner names a bad one
@@ -161,6 +172,7 @@ class PlanBody(SourceMixin, ApiModel):
         description="Instead of previous_plan, just its strategy (e.g. '2x<4,1,1>'); it must run on the cluster.",
     )
     baselines: Baselines = []
+    virtual_stages: VirtualStages = []
     rank_slowdowns: dict[RankKey, SlowdownFactor] | None = Field(
         None,
         max_length=limits.MAX_NUM_GPUS,
@@ -182,6 +194,11 @@ class PlanBody(SourceMixin, ApiModel):
     def _one_source(self) -> PlanBody:
         check_source(self, required=True)
         check_rank_slowdowns(self.rank_slowdowns, self.num_gpus)
+        if self.virtual_stages and self.model is None:
+            raise ValueError(
+                f"virtual_stages {self.virtual_stages}: applies to the analytic profile of model+gpu; a given "
+                "profile prices the interleaved schemes it holds"
+            )
         return self
 
     def plan_request(self) -> PlanRequest:
