@@ -270,10 +270,13 @@ def solve_strategy(
     assignment = greedy_dispatch(lengths, coefs)
     if assignment is None:
         return None
-    return _candidate(strategy, coefs, assignment, lengths, cost, previous)
+    return packed_candidate(strategy, coefs, assignment, lengths, cost, previous)
 
 
-def _candidate(strategy, coefs, assignment, lengths, cost, previous, packed=None) -> Candidate:
+def packed_candidate(strategy, coefs, assignment, lengths, cost, previous, packed=None) -> Candidate:
+    """The candidate of this dispatch (`assignment`, one item array per pipeline with coefficients
+    `coefs`), each pipeline packed (`pack_pipeline`) unless `packed` is given, with its gradient
+    sync and its switch cost from `previous`."""
     if packed is None:
         packed = tuple(pack_pipeline(items, lengths, coef) for items, coef in zip(assignment, coefs))
     return Candidate(
@@ -855,7 +858,7 @@ def _tighten_bounds(
         fruitless = all(frontier.strategies[i].bound_s <= b * (1 + 1e-9) for i, b in zip(batch, before))
         for strategy, assignment in promising:
             coefs = tuple(frontier.cost.coefficients(scheme) for scheme in strategy.pipeline_schemes())
-            candidate = _candidate(strategy, coefs, assignment, lengths, frontier.cost, settings.previous)
+            candidate = packed_candidate(strategy, coefs, assignment, lengths, frontier.cost, settings.previous)
             if candidate.objective_s < best.objective_s:
                 # a few items only: polishing its packing and refining it is cheap
                 candidate = polish_packings(candidate, lengths, settings.work.packing_evaluations, clock.stop)
@@ -1033,7 +1036,7 @@ def lp_candidate(candidate: Candidate, lengths, cost, previous) -> Candidate | N
     assignment = lp_dispatch(lengths, candidate.coefs, inflation)
     if assignment is None:
         return None
-    return _candidate(candidate.strategy, candidate.coefs, assignment, lengths, cost, previous)
+    return packed_candidate(candidate.strategy, candidate.coefs, assignment, lengths, cost, previous)
 
 
 def milp_candidate(backend, strategy, lengths, cost, settings: SearchSettings, clock: Clock, hint: Candidate | None):
@@ -1073,7 +1076,7 @@ def milp_candidate(backend, strategy, lengths, cost, settings: SearchSettings, c
         packed = tuple(
             _packed_from_batches(batches, lengths, coef) for batches, coef in zip(result.micro_batches, coefs)
         )
-    return _candidate(strategy, coefs, result.assignment, lengths, cost, settings.previous, packed)
+    return packed_candidate(strategy, coefs, result.assignment, lengths, cost, settings.previous, packed)
 
 
 def _packed_from_batches(batches: list[np.ndarray], lengths: np.ndarray, coef: SchemeCoefficients) -> PackedPipeline:

@@ -35,9 +35,8 @@ from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
 from hydraplan.planner.dispatch import greedy_dispatch, least_items
 from hydraplan.planner.packing import pack_pipeline
 from hydraplan.planner.refine import refine
-from hydraplan.planner.search import lp_candidate, strategy_sync_s
+from hydraplan.planner.search import lp_candidate, packed_candidate
 from hydraplan.planner.strategies import Strategy, place_pipelines
-from hydraplan.planner.switching import pipeline_blocks, switch_cost_s
 
 __all__ = ["effective_slowdowns", "pipeline_slowdowns", "scaled", "slowed_best", "slowed_candidate"]
 
@@ -87,14 +86,7 @@ def slowed_candidate(
     assignment = greedy_dispatch(lengths, coefs)
     if assignment is None:
         return None
-    candidate = Candidate(
-        strategy=strategy,
-        coefs=coefs,
-        assignment=tuple(assignment),
-        packed=tuple(pack_pipeline(items, lengths, coef) for items, coef in zip(assignment, coefs)),
-        grad_sync_s=strategy_sync_s(cost, strategy),
-        switch_cost_s=switch_cost_s(previous, pipeline_blocks(strategy), cost) if previous else 0.0,
-    )
+    candidate = packed_candidate(strategy, coefs, assignment, lengths, cost, previous)
     by_lp = lp_candidate(candidate, lengths, cost, previous)
     if by_lp is not None and by_lp.objective_s < candidate.objective_s:
         candidate = by_lp
