@@ -154,7 +154,7 @@ def test_the_worker_polishes_exactly_as_the_search_does(setting) -> None:
     import time
 
     from hydraplan.planner.schemas import SolverBackend
-    from hydraplan.planner.search import Clock, SearchSettings, _candidate, polish_candidate
+    from hydraplan.planner.search import Clock, SearchSettings, packed_candidate, polish_candidate
     from hydraplan.planner.speculation import polish_task
 
     profile, lengths, cost = setting
@@ -172,7 +172,7 @@ def test_the_worker_polishes_exactly_as_the_search_does(setting) -> None:
         poor = [np.array([next(shortest)]) if index != roomiest else None for index in range(len(screened.coefs))]
         given = {int(items[0]) for items in poor if items is not None}
         poor[roomiest] = np.array([item for item in range(len(lengths)) if item not in given])
-        candidate = _candidate(strategy, screened.coefs, poor, lengths, cost, None)
+        candidate = packed_candidate(strategy, screened.coefs, poor, lengths, cost, None)
         there, cut = polish_task(solver._key, solver._blob, candidate, settings, time.perf_counter() + 600)
         here = polish_candidate(candidate, lengths, cost, settings, Clock(lambda: 600.0, lambda: False))
         assert not cut
