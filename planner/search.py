@@ -69,7 +69,7 @@ from hydraplan.planner.candidate import Candidate
 from hydraplan.planner.certificate import build_certificate
 from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
 from hydraplan.planner.counts import capped_count_vectors, fillable, near_ideal
-from hydraplan.planner.dispatch import greedy_dispatch
+from hydraplan.planner.dispatch import greedy_dispatch, least_items
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.few_items import MAX_ITEMS as FEW_ITEMS
 from hydraplan.planner.few_items import few_items_bound
@@ -260,12 +260,20 @@ class Clock:
 
 
 def solve_strategy(
-    strategy: Strategy, lengths: np.ndarray, cost: ProfileCostModel, previous: Strategy | None = None
+    strategy: Strategy,
+    lengths: np.ndarray,
+    cost: ProfileCostModel,
+    previous: Strategy | None = None,
+    coefs: Sequence[SchemeCoefficients] | None = None,
 ) -> Candidate | None:
-    """Greedy dispatch then packing for one fixed strategy; None if some pipeline gets no item."""
-    schemes = strategy.pipeline_schemes()
-    coefs = tuple(cost.coefficients(scheme) for scheme in schemes)
-    if len(lengths) < len(coefs) or lengths.max() > max(coef.capacity_tokens for coef in coefs):
+    """Greedy dispatch then packing for one fixed strategy, its pipelines priced by `coefs` (one
+    per pipeline; by default the profile's: `planner.slowdowns` passes slowed ones); None if some
+    pipeline cannot get the items it needs (`least_items`)."""
+    if coefs is None:
+        coefs = tuple(cost.coefficients(scheme) for scheme in strategy.pipeline_schemes())
+    if len(lengths) < sum(least_items(coef) for coef in coefs):
+        return None
+    if lengths.max() > max(coef.capacity_tokens for coef in coefs):
         return None
     assignment = greedy_dispatch(lengths, coefs)
     if assignment is None:

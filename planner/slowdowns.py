@@ -32,10 +32,9 @@ import numpy as np
 
 from hydraplan.planner.candidate import Candidate
 from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
-from hydraplan.planner.dispatch import greedy_dispatch, least_items
 from hydraplan.planner.packing import pack_pipeline
 from hydraplan.planner.refine import refine
-from hydraplan.planner.search import lp_candidate, packed_candidate
+from hydraplan.planner.search import lp_candidate, solve_strategy
 from hydraplan.planner.strategies import Strategy, place_pipelines
 
 __all__ = ["effective_slowdowns", "pipeline_slowdowns", "scaled", "slowed_best", "slowed_candidate"]
@@ -79,14 +78,9 @@ def slowed_candidate(
     coefs = tuple(
         scaled(cost.coefficients(scheme), factor) for scheme, factor in zip(strategy.pipeline_schemes(), factors)
     )
-    if len(lengths) < sum(least_items(coef) for coef in coefs):
+    candidate = solve_strategy(strategy, lengths, cost, previous, coefs)
+    if candidate is None:
         return None
-    if lengths.max() > max(coef.capacity_tokens for coef in coefs):
-        return None
-    assignment = greedy_dispatch(lengths, coefs)
-    if assignment is None:
-        return None
-    candidate = packed_candidate(strategy, coefs, assignment, lengths, cost, previous)
     by_lp = lp_candidate(candidate, lengths, cost, previous)
     if by_lp is not None and by_lp.objective_s < candidate.objective_s:
         candidate = by_lp
