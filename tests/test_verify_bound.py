@@ -249,6 +249,30 @@ def test_cli_check_bound(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
     assert "--bound needs --profile" in capsys.readouterr().err
 
 
+def test_a_pool_strategy_is_bounded_without_the_plans_switch_cost() -> None:
+    """Only the plan's own strategy pays its switch: a pool member equal to the previous strategy
+    switches for free. A valid but slow pool plan (the clock cut it, say) that switched away from
+    a faster previous strategy: a claim just above that previous strategy's own objective must not
+    verify, although the plan's switch cost added to every member would prove it."""
+    base, lengths, num_gpus = random_instance(0)
+    profile = base.model_copy(update={"grad_sync_bandwidth_bytes_per_s": 1e8})  # switches cost seconds
+    slow, kept = f"{num_gpus}x<1,1,1>", "1x<1,3,1> + 1x<1,1,1>"
+
+    def request_of(pool: list[str]) -> PlanRequest:
+        options = SolverOptions(max_schemes=MAX_SCHEMES, strategy_pool=pool, time_limit_s=2)
+        return PlanRequest(lengths=lengths, num_gpus=num_gpus, previous_strategy=kept, options=options)
+
+    switched, stayed = solve(request_of([slow]), profile), solve(request_of([kept]), profile)
+    assert stayed.switch_cost_s == 0 and switched.switch_cost_s > 0.25 * stayed.objective_s
+    assert stayed.objective_s < switched.objective_s
+    both = request_of([slow, kept])
+    raised = switched.model_copy(update={"lower_bound_s": stayed.objective_s * 1.001})
+    verification = verify_bound(raised, profile, both)
+    assert verification.verified_bound_s <= stayed.objective_s * (1 + 1e-9)
+    assert not verification.ok
+    assert any(v.startswith("strategy 1x<1,1,1> + 1x<1,3,1>:") for v in verification.violations)
+
+
 def test_a_pool_plan_verifies_against_the_request_pool() -> None:
     """A pool's space is the request's pool: each member is bounded; without the request the
     verifier cannot know the pool and says so."""

@@ -6,6 +6,7 @@ there fails), while they do prove what the fluid bounds cannot."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -199,6 +200,28 @@ def test_the_replica_split_lifts_a_set_and_stays_under_its_optimum(case: int, co
     assert tally == {"set: replica split": 1}
 
 
+def test_the_replica_split_stays_under_a_set_whose_best_strategy_has_more_replicas() -> None:
+    """A set whose fastest strategy carries more weight replicas than the fewest its GPUs allow
+    (here its only strategy): the split's first threshold (fewest + 1) must keep its "this many or
+    more replicas" side, or the bound of strategies with at most the fewest replicas (here none, and
+    above the optimum) would be claimed."""
+    case, combo = 31, (0, 3)
+    profile, lengths, num_gpus = random_instance(case)
+    lengths = lengths[: vb.EXACT_BLOCK_ITEMS]
+    columns = columns_of(profile)
+    tables = vb._tables(np.asarray(lengths, dtype=float), columns)
+    fewest = vb._fewest_replicas(columns, combo, num_gpus)
+    timed = []
+    for counts in vb._count_vectors([int(columns.gpus[c]) for c in combo], num_gpus, 1000):
+        if sum(counts) <= len(lengths):
+            replicas = int(np.dot(counts, columns.cp[list(combo)]))
+            step = exact_pipeline_s(columns, lengths, list(combo), list(counts))
+            timed.append((step + vb._sync_s(profile, columns, combo, replicas), replicas))
+    best, replicas = min(timed)
+    assert replicas >= fewest + 1  # what makes the case: the optimum is on the first threshold's "more" side
+    assert vb._raised_set_bound_s(profile, columns, tables, combo, num_gpus, None, math.inf) <= best * ABOVE
+
+
 def test_the_assignment_bound_takes_an_item_exactly_at_a_capacity() -> None:
     """An item of exactly a scheme's capacity fits it: the search must try that pipeline (the
     only one it fits), not claim no assignment."""
@@ -212,17 +235,46 @@ def test_the_assignment_bound_takes_an_item_exactly_at_a_capacity() -> None:
 
 
 def test_the_floor_over_many_micro_batches_is_no_higher_than_its_definition() -> None:
-    """Counts above LP_MICRO_BATCHES are priced in ranges: at a work whose best count m is large,
-    g(W) stays at most the definitional floor of running exactly m micro-batches,
-    `max((1 + kappa / m)(W + m c), W + (m + pp - 1) c)` (ranges and the last piece price below it)."""
+    """Counts above LP_MICRO_BATCHES are priced in ranges: at every work W, g(W) stays at most the
+    definitional floor minimised over the count, `min_m max((1 + kappa / m)(W + m c),
+    W + (m + pp - 1) c)` (each range and the last piece price below every count they cover), and at
+    least `W + pp c`. Swept over works whose best count runs from 2 to 100,000 micro-batches, on
+    deep pipelines too (a range's `W + (a + pp - 1) c` term is what binds there)."""
     profile, _, _ = random_instance(0)
     columns = columns_of(profile)
-    for column in range(len(columns.schemes)):
-        stages, c, kappa = int(columns.stages[column]), float(columns.c[column]), vb._path_kappa(columns, column)
-        if stages == 1 or kappa == 0:
-            continue
-        for count in (100, 1000, 30000, 100000):
-            work = count * count * c / kappa
-            own = max((1 + kappa / count) * (work + count * c), work + (count + stages - 1) * c)
-            floor = float(vb._pipeline_floor_of_work_s(columns, column, work))
-            assert work + stages * c <= floor <= own * (1 + 1e-12), (column, count)
+    column = next(c for c in range(len(columns.schemes)) if columns.stages[c] > 1)
+    counts = np.arange(1.0, 150001.0)
+    for stages, fwd in itertools.product((3, 4, 8), (1 / 3, 0.1)):
+        deep = dataclasses.replace(
+            columns,
+            stages=np.full(len(columns.schemes), float(stages)),
+            fwd=np.full(len(columns.schemes), fwd),
+        )
+        c, kappa = float(deep.c[column]), vb._path_kappa(deep, column)
+        for best_count in np.unique(np.geomspace(2, 100000, 80).astype(int)):
+            work = best_count * best_count * c / kappa
+            definition = np.maximum((1 + kappa / counts) * (work + counts * c), work + (counts + stages - 1) * c).min()
+            floor = float(vb._pipeline_floor_of_work_s(deep, column, work))
+            assert work + stages * c <= floor <= definition * (1 + 1e-12), (stages, fwd, best_count)
+
+
+@pytest.mark.parametrize("num_items", [65, 100, 300])
+def test_a_block_of_many_items_is_floored_under_its_one_item_micro_batches(num_items: int) -> None:
+    """A pipeline holding more items than LP_MICRO_BATCHES (a large block of the assignment bound),
+    each item a whole micro-batch (its length is the capacity): the floor stays at most the exact
+    1F1B time of that only packing, the counts above LP_MICRO_BATCHES priced by the path floor
+    k / m alone (the LP's rho_m for m <= 64 is no floor for more micro-batches)."""
+    profile, _, _ = random_instance(0)
+    columns = columns_of(profile)
+    column = next(c for c in range(len(columns.schemes)) if columns.stages[c] > 1)
+    for stages, fwd in itertools.product((2, 4, 8), (0.1, 1 / 3)):
+        deep = dataclasses.replace(
+            columns,
+            stages=np.full(len(columns.schemes), float(stages)),
+            fwd=np.full(len(columns.schemes), fwd),
+        )
+        length = float(deep.capacity[column])
+        item_s = float(deep.a[column]) * length * length + float(deep.b[column]) * length + float(deep.c[column])
+        exact = reference.pipeline_time_s([item_s] * num_items, stages, fwd)
+        floor = vb._pipeline_floor_s(deep, column, [length] * num_items)
+        assert num_items * item_s + (stages - 1) * float(deep.c[column]) <= floor <= exact * (1 + 1e-12), (stages, fwd)
