@@ -7,6 +7,7 @@ simulator, the bound code or the API's token guard is broken?
     python benchmarks/mutation.py --targets simulate --recheck DIR     # rerun DIR's survivors on HEAD
                                                                        # (each one's outcome: DIR/<target>-recheck.json)
     python benchmarks/mutation.py --targets bounds --workdir DIR --sessions DIR   # resumable: rerun to go on
+    python benchmarks/mutation.py --targets verify-bound --sample 300 --seed 1    # a seeded random sample
 
 Cosmic Ray (`pip install cosmic-ray`) mutates one file at a time *in place*, so the run happens in
 a throwaway copy of the committed tree (`git archive HEAD`), installed editable into its own
@@ -24,6 +25,11 @@ only on that file and planner/reference.py, which the bound code's mutants do no
 mutating, the focused tests must pass on the unmutated copy. `--workdir DIR` keeps the copy, its
 venv and the session in DIR: a run stopped part way (the bound code's ~1,100 mutants take hours)
 goes on from where it stopped when the same command is given again.
+
+`--sample N` runs a uniform random sample of N mutants (seeded, so the same tree and seed give the
+same sample) where the whole file would take too long (the verifier's ~2,500 take most of a day on
+2 cores): the others are marked skipped ("not sampled") in the session, and the report gives the
+score with its 95% Wilson interval as an estimate of the whole file's.
 """
 
 from __future__ import annotations
@@ -276,7 +282,54 @@ def recheck_line(name: str, result: dict) -> str:
     )
 
 
-def run_target(target: Target, workdir: Path, bin_dir: Path, timeout_s: float, execute: bool = True) -> dict:
+NOT_SAMPLED = "not sampled"
+
+# run by the copy's interpreter, where Cosmic Ray is installed: keep a seeded sample of the pending
+# mutants (chosen from their job ids in sorted order) and mark the others skipped
+_SAMPLE_SCRIPT = """
+import random, sys
+from cosmic_ray.work_db import use_db, WorkDB
+from cosmic_ray.work_item import WorkResult, WorkerOutcome
+session, size, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with use_db(session, WorkDB.Mode.open) as db:
+    pending = sorted(item.job_id for item in db.pending_work_items)
+    kept = set(random.Random(seed).sample(pending, min(size, len(pending))))
+    left = [job for job in pending if job not in kept]
+    db.set_multiple_results(left, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output=sys.argv[4]))
+print(len(kept), len(left))
+"""
+
+
+def sample_session(bin_dir: Path, session: Path, size: int, seed: int) -> tuple[int, int]:
+    """Keep `size` of the session's pending mutants (seeded); the others are marked not sampled."""
+    done = subprocess.run(
+        [str(bin_dir / "python"), "-c", _SAMPLE_SCRIPT, str(session), str(size), str(seed), NOT_SAMPLED],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    kept, left = (int(word) for word in done.stdout.split())
+    return kept, left
+
+
+def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion (95% for z = 1.96)."""
+    if trials == 0:
+        return 0.0, 1.0
+    share = successes / trials
+    centre = (share + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z / (1 + z * z / trials) * (share * (1 - share) / trials + z * z / (4 * trials * trials)) ** 0.5
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def run_target(
+    target: Target,
+    workdir: Path,
+    bin_dir: Path,
+    timeout_s: float,
+    execute: bool = True,
+    sample: tuple[int, int] | None = None,
+) -> dict:
     """Mutate one file; the counts and every surviving mutant (line, operator, the code mutated).
     Without `execute`, only the counts of the session kept in `workdir` as it stands."""
     config, session = workdir / f"{target.name}.toml", workdir / f"{target.name}.sqlite"
@@ -296,10 +349,11 @@ def run_target(target: Target, workdir: Path, bin_dir: Path, timeout_s: float, e
     )
     if baseline.returncode != 0:
         raise SystemExit(f"{target.name}: the focused tests fail without any mutation:\n{baseline.stdout[-2000:]}")
-    steps = [["cosmic-ray", "exec"]]
-    if not session.exists():  # else a stopped run goes on
-        steps = [["cosmic-ray", "init"], ["cr-filter-operators"], *steps]
-    for command in steps:
+    new = not session.exists()  # else a stopped run goes on (with the sample it was given)
+    steps = [["cosmic-ray", "init"], ["cr-filter-operators"]] if new else []
+    for command in [*steps, ["cosmic-ray", "exec"]]:
+        if command[0] == "cosmic-ray" and command[1] == "exec" and new and sample is not None:
+            sample_session(bin_dir, session, *sample)
         arguments = [str(session), str(config)] if command == ["cr-filter-operators"] else [str(config), str(session)]
         subprocess.run(
             [str(bin_dir / command[0]), *command[1:], *arguments], cwd=workdir, env=_test_env(workdir), check=True
@@ -309,11 +363,13 @@ def run_target(target: Target, workdir: Path, bin_dir: Path, timeout_s: float, e
 
 def _summary(target: Target, workdir: Path, bin_dir: Path, session: Path, started: float | None) -> dict:
     source = (workdir / target.module_path).read_text().splitlines()
-    counts = {"killed": 0, "survived": 0, "incompetent": 0, "skipped": 0, "pending": 0}
+    counts = {"killed": 0, "survived": 0, "incompetent": 0, "skipped": 0, "pending": 0, "not sampled": 0}
     survivors = []
     for job, result in _dump(bin_dir, session, workdir):
         result = result or {}
         outcome = result.get("test_outcome") or result.get("worker_outcome") or "pending"
+        if outcome == "skipped" and result.get("output") == NOT_SAMPLED:
+            outcome = "not sampled"
         counts[outcome] = counts.get(outcome, 0) + 1
         if outcome == "survived":
             mutation = job["mutations"][0]
@@ -334,6 +390,9 @@ def score_table(results: dict[str, dict]) -> str:
         counts = result["counts"]
         tested = counts["killed"] + counts["survived"]
         score = f"{100 * counts['killed'] / tested:.1f}%" if tested else "-"
+        if tested and counts.get("not sampled"):
+            low, high = wilson_interval(counts["killed"], tested)
+            score += f" (95%: {100 * low:.1f}-{100 * high:.1f}%; a sample: {counts['not sampled']} not sampled)"
         rows.append(
             [
                 name,
@@ -380,6 +439,10 @@ def main() -> int:
         "--report-only", action="store_true", help="write the section from the --workdir sessions as they stand"
     )
     parser.add_argument(
+        "--sample", type=int, help="run a seeded uniform random sample of this many mutants per target (a new session)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the sample's seed (with --sample)")
+    parser.add_argument(
         "--known-killed",
         type=Path,
         help="with --recheck: a JSON of job ids (a list, or an object whose values say 'killed') that earlier "
@@ -401,6 +464,8 @@ def main() -> int:
         parser.error("--recheck applies the survivors to HEAD's tree: it takes no --workdir")
     if args.tests is not None and args.recheck is None:
         parser.error("--tests narrows a --recheck")
+    if args.sample is not None and (args.sample < 1 or args.recheck is not None or args.report_only):
+        parser.error(f"--sample {args.sample}: a positive count, for a run (not with --recheck or --report-only)")
     known_killed: frozenset = frozenset()
     if args.known_killed is not None:
         if args.recheck is None:
@@ -451,7 +516,8 @@ def main() -> int:
             return 0
         results = {}
         for name in names:
-            results[name] = run_target(TARGETS[name], workdir, bin_dir, args.timeout_s, not args.report_only)
+            sample = None if args.sample is None else (args.sample, args.seed)
+            results[name] = run_target(TARGETS[name], workdir, bin_dir, args.timeout_s, not args.report_only, sample)
             if args.sessions is not None:
                 args.sessions.mkdir(parents=True, exist_ok=True)
                 shutil.copy(results[name]["session"], args.sessions / f"{name}.sqlite")

@@ -219,6 +219,11 @@ def test_the_mutation_summary_is_the_scores_and_the_survivors_stay_in_the_full_o
     line = mutation.recheck_line("checker", {"rows": rows, "elapsed_s": 540.0})
     assert line == "checker: 1 of 1 survivors killed now; 0 of 1 timed-out mutants fail or time out again (9 min)"
     assert f"### {line}" in mutation.recheck_report({"checker": {"rows": rows, "elapsed_s": 540.0}})
+    sampled = {"killed": 50, "survived": 50, "pending": 0, "not sampled": 900}
+    row = mutation.score_table({"checker": {"counts": sampled, "elapsed_s": None, "survivors": []}}).splitlines()[2]
+    assert "| 50.0% (95%: 40.4-59.6%; a sample: 900 not sampled) |" in row  # Wilson's interval at 50 of 100
+    low, high = mutation.wilson_interval(0, 20)
+    assert low == 0.0 and high == pytest.approx(0.1611, abs=1e-4)
 
 
 def test_the_api_load_summary_takes_the_row_of_all_kinds():
