@@ -613,13 +613,16 @@ def _strategy_bounds_s(
 
 def _multiplier_grid(gpus: np.ndarray, multipliers: Sequence[Sequence[float]]) -> np.ndarray:
     """The verifier's own multipliers (points of the simplex in steps of 1/GRID_RESOLUTION for up
-    to three schemes, else corners and centre; and GPUs per pipeline), then the given ones."""
+    to three schemes, else corners, centre and the midpoint of every pair of corners; and GPUs per
+    pipeline), then the given ones."""
     size = len(gpus)
     if size <= 3:
         points = [p for p in itertools.product(range(GRID_RESOLUTION + 1), repeat=size) if sum(p) == GRID_RESOLUTION]
         own = np.array(points, dtype=np.float64) / GRID_RESOLUTION
     else:
-        own = np.vstack([np.eye(size), np.full((1, size), 1.0 / size)])
+        corners = np.eye(size)
+        pairs = [(corners[i] + corners[j]) / 2 for i, j in itertools.combinations(range(size), 2)]
+        own = np.vstack([corners, np.full((1, size), 1.0 / size), *pairs])
     rows = [own, (gpus / gpus.sum())[None, :]]
     if len(multipliers):
         rows.append(np.maximum(np.asarray(multipliers, dtype=np.float64), 0.0))

@@ -113,3 +113,16 @@ def test_the_assignment_bound_skips_a_pipeline_an_item_does_not_fit() -> None:
     bound = vb._assignment_bound_s(columns, items, [0, wide], [1, 1])
     expected = max(vb._least_pipeline_s(columns, 0, [500.0]), vb._least_pipeline_s(columns, wide, [1800.0]))
     assert bound == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5])
+def test_the_verifiers_own_multipliers_hold_every_point_the_solver_tries(size: int) -> None:
+    """A strategy without a witness is bounded on the verifier's own grid: it holds every point of
+    the solver's default fluid-dual grid (the 1/12 simplex up to three schemes; corners, centre and
+    pairwise midpoints above), so no bound the solver proved there needs a witness to verify."""
+    from hydraplan.planner.bounds import simplex_grid
+
+    gpus = np.arange(1.0, size + 1.0)
+    own = {tuple(np.round(row, 12)) for row in vb._multiplier_grid(gpus, [])}
+    solver = {tuple(np.round(row, 12)) for row in simplex_grid(size, 12)}
+    assert solver <= own, sorted(solver - own)[:3]
