@@ -17,7 +17,9 @@ What `hydraplan profile --device cpu|cuda` measures (the fitting is `cost_models
   before; on CPU the process's resident high-water mark (Linux `VmHWM`, reset through
   `/proc/self/clear_refs`) minus its resident size before, after handing freed heap memory back
   (`malloc_trim`), so saved tensors, temporaries, the allocator's slack and library workspaces
-  all count. The largest of `PEAK_STEPS` steps is kept.
+  all count. `PEAK_STEPS` steps are measured: their largest is `peak_bytes` (what must fit) and
+  their median `peak_median_bytes` (the trend the fit follows; the excess of the largest over it is
+  the step-to-step noise the fit's margin is taken from, `cost_models.fit.fit_memory`).
 - **Out of memory**: a micro-batch that runs out of memory is recorded (`oom: true`) and tells
   the fit the capacity it reveals; it is not an error.
 - **Schemes**: `<1,pp,1>` stages run here in one process; schemes with TP or CP run on
@@ -65,9 +67,10 @@ DEFAULT_TOKEN_COUNTS = (128, 256, 512, 768)
 SHORT_LENGTH = 32
 # Adam keeps two moments per parameter next to the weight and its gradient.
 STATE_COPIES_PER_PARAM = 4
-# Forward+backward steps whose real peak is measured per micro-batch (the largest is kept): on CPU
-# one step's process peak varies by some 10% with what the heap happens to hold.
-PEAK_STEPS = 2
+# Forward+backward steps whose real peak is measured per micro-batch (their largest and median are
+# kept): on CPU one step's process peak varies by 5-25% with what the heap happens to hold
+# (benchmarks/results/memory_peak.md, set 5); 2 steps until set 4.
+PEAK_STEPS = 4
 
 
 @dataclass(frozen=True)
@@ -349,11 +352,12 @@ class StageRunner:
         if hidden is not None:
             hidden.grad = None
 
-    def memory(self, batch: PackedBatch, hidden, grad) -> tuple[float, float | None]:
-        """`(activation_bytes, peak_bytes)` over `PEAK_STEPS` steps, gradients allocated before each
-        as in a step that accumulates them. `activation_bytes`: the first step's saved-activation
-        bytes (CPU) or allocator peak growth (CUDA); `peak_bytes`: the largest real peak a step
-        added (`peak_meter`), None where the device has none.
+    def memory(self, batch: PackedBatch, hidden, grad) -> tuple[float, float | None, float | None]:
+        """`(activation_bytes, peak_bytes, peak_median_bytes)` over `PEAK_STEPS` steps, gradients
+        allocated before each as in a step that accumulates them. `activation_bytes`: the first
+        step's saved-activation bytes (CPU) or allocator peak growth (CUDA); `peak_bytes` and
+        `peak_median_bytes`: the largest and the median real peak a step added (`peak_meter`), None
+        where the device has none.
 
         The runner's first micro-batch is preceded by one unmeasured step: the first step of a
         process makes one-time allocations (kernel caches, thread pools, allocator arenas) that
@@ -377,7 +381,9 @@ class StageRunner:
                 peaks.append(meter.bytes)
             if self.device.type == "cuda" and index == 0:
                 activation = peaks[0]
-        return activation, max(peaks) if peaks else None
+        if not peaks:
+            return activation, None, None
+        return activation, max(peaks), float(statistics.median(peaks))
 
     def _allocate_grads(self) -> None:
         """Gradients allocated (zeros) where none are, as in a step that accumulates them."""
@@ -436,7 +442,7 @@ class StageRunner:
             if self.shard is not None:
                 batch = self.shard(batch)
             hidden, grad = self.inputs(batch)
-            memory, peak = self.memory(batch, hidden, grad)
+            memory, peak, peak_median = self.memory(batch, hidden, grad)
             total_s, forward_s = self.time(batch, hidden, grad)
         except (RuntimeError, MemoryError) as error:
             if not (isinstance(error, MemoryError) or is_out_of_memory(error)):
@@ -451,6 +457,7 @@ class StageRunner:
             fwd_s=min(forward_s, total_s),
             activation_bytes=memory,
             peak_bytes=peak,
+            peak_median_bytes=peak_median,
             static_bytes=static_bytes_of(self.module),
             repeats=self.options.repeats,
         )

@@ -141,8 +141,10 @@ def test_a_small_cpu_measurement_gives_a_profile_that_plans(capsys: pytest.Captu
     assert fit.max_measured_length == max(max(s.lengths) for s in provenance.samples)
     assert f"sequences up to {fit.max_measured_length:,} tokens measured" in err
     if all(s.peak_bytes for s in provenance.samples):  # Linux: memory is fitted to the real peak
-        assert fit.memory_fitted_to == "real_peak" and fit.memory_margin == 0.05
-        assert min(fit.memory_residuals) >= 0.05 - 1e-9 and "real peak with a 5% margin" in err
+        # the margin: the largest step noise of a fitted micro-batch, at least 5%
+        assert fit.memory_fitted_to == "real_peak" and fit.memory_margin >= 0.05
+        assert all(s.peak_median_bytes <= s.peak_bytes for s in provenance.samples)
+        assert min(fit.memory_residuals) >= -1e-9 and f"real peak with a {fit.memory_margin:.0%} margin" in err
     code, _, err = run(
         capsys, "plan", "--profile", str(out), "--num-gpus", "1", "--num-tokens", "2000", "--time-limit-s", "0.3"
     )
