@@ -4,6 +4,9 @@ What `hydraplan profile --device cpu|cuda` measures (the fitting is `cost_models
 
 - **Micro-batches**: a grid of token counts times length mixes (`length_mixes`): one long
   sequence, many short ones, a mixture, and seeded random lengths; each packed into one stream.
+  Then one longer sequence, `long_factor` (2) times the largest token count (`profile_batches`):
+  one long sequence's time and memory grow faster than the grid's shapes show, so a fit that
+  stops at the grid under-predicts it beyond (benchmarks/results/memory_peak.md, set 5).
 - **Time**: warm-up runs, then the median of `repeats` timed runs of forward+backward; on CPU
   with `torch.utils.benchmark.Timer` at a fixed intra-op thread count, on CUDA between CUDA
   events. The forward time is taken inside the same runs.
@@ -55,6 +58,7 @@ __all__ = [
     "peak_meter",
     "device_description",
     "length_mixes",
+    "profile_batches",
     "measure_stage",
     "static_bytes_of",
 ]
@@ -86,6 +90,8 @@ class MeasureOptions:
     token_counts: tuple[int, ...] = DEFAULT_TOKEN_COUNTS
     mixes: tuple[str, ...] = FIT_MIXES
     attention: str = "auto"
+    # one more micro-batch: a single sequence of long_factor x the largest token count (0: none)
+    long_factor: int = 2
     # "thread": CPU time of the measuring thread (all of a 1-thread stage's work runs on it, and
     # it does not count time the thread waits for a core another process holds); "wall": elapsed.
     cpu_clock: str = "thread"
@@ -95,6 +101,8 @@ class MeasureOptions:
             raise ValueError(f"device {self.device!r}: cpu or cuda")
         if self.repeats < 1 or self.warmup < 0 or self.num_threads < 1:
             raise ValueError("repeats and num_threads must be >= 1, warmup >= 0")
+        if self.long_factor < 0:
+            raise ValueError(f"long_factor {self.long_factor}: must be >= 0")
         unknown = sorted(set(self.mixes) - set(ALL_MIXES))
         if unknown:
             raise ValueError(f"unknown length mixes {unknown}; valid: {', '.join(ALL_MIXES)}")
@@ -117,6 +125,16 @@ def length_mixes(token_counts: Sequence[int], mixes: Sequence[str], seed: int = 
     for tokens in sorted(token_counts):
         for mix in mixes:
             batches.append((mix, _lengths_of(mix, tokens, generator)))
+    return batches
+
+
+def profile_batches(options: MeasureOptions) -> list[tuple[str, list[int]]]:
+    """What `hydraplan profile` measures: the grid (`length_mixes`), then one sequence of
+    `long_factor` times the largest token count where the mixes include `long` (last, so a budget
+    cuts it first)."""
+    batches = length_mixes(options.token_counts, options.mixes, options.seed)
+    if options.long_factor and "long" in options.mixes and options.token_counts:
+        batches.append(("long", [options.long_factor * max(options.token_counts)]))
     return batches
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tests.runtime_support import require_torch
@@ -19,6 +21,7 @@ from hydraplan.runtime.profiler import (  # noqa: E402
     StageRunner,
     length_mixes,
     measure_stage,
+    profile_batches,
 )
 from hydraplan.runtime.profiler_ranks import _slowest  # noqa: E402
 
@@ -48,6 +51,17 @@ def test_saved_activation_bytes_count_each_storage_once_and_no_parameter() -> No
         z = (y * y).sum()  # saves y twice (one storage: 128 bytes)
     z.backward()
     assert meter.bytes == 2 * 4 * 8 * 4
+
+
+def test_the_profile_grid_ends_with_one_sequence_twice_the_largest_token_count() -> None:
+    options = MeasureOptions(token_counts=(100, 37), mixes=("short", "long"))
+    batches = profile_batches(options)
+    assert batches[:-1] == length_mixes([100, 37], ["short", "long"]) and batches[-1] == ("long", [200])
+    assert profile_batches(MeasureOptions())[-1] == ("long", [1536])  # the default grid stops at 768
+    assert profile_batches(MeasureOptions(token_counts=(100,), mixes=("short",)))[-1][0] == "short"  # no long mix
+    assert len(profile_batches(replace(options, long_factor=0))) == 4
+    with pytest.raises(ValueError, match="long_factor -1"):
+        MeasureOptions(long_factor=-1)
 
 
 def test_a_micro_batch_out_of_memory_is_a_sample_and_larger_ones_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
