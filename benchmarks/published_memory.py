@@ -46,6 +46,11 @@ held out for it; a confirmation needs rows frozen after it.
 
 Megatron-LM: no published per-GPU peak of a stated configuration was found with the search tools
 (its papers report activation memory fractions, its docs throughput), so no row is taken from it.
+
+**Held-out rows** (`HELD_OUT_ROWS`, frozen 2026-12-02 19:29 UTC, before any was evaluated; selection
+rule, groups and the one recipe change since beside them): 13 further rows of torchtitan's
+`benchmarks/` files, reported in a table of their own, never pooled with `ROWS`. The target is
+judged on their `compile` group; `float8` rows are for information.
 """
 
 from __future__ import annotations
