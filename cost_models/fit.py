@@ -11,10 +11,15 @@ Per measured scheme (and PP stage), from the profiler's `StageSample`s:
   peak each micro-batch adds (`StageSample.peak_bytes`: allocator or process peak) where measured,
   else (older profiles) to the saved-activation bytes by relative-error NNLS without `m3`. A
   real-peak fit is a promise: the tightest non-negative upper fit (a linear programme: the least
-  total relative over-prediction with no fitted micro-batch under-predicted), then
-  `MEMORY_SAFETY_MARGIN` more for shapes it did not see; the envelope left after it (1 unless the
-  solver's tolerance leaves a row under) and the margin are recorded (`memory_envelope`,
-  `memory_margin`) and its residuals are against the real peak. `m3` is there because part of a
+  total relative over-prediction with no fitted micro-batch under-predicted) to each micro-batch's
+  median step peak (`peak_median_bytes`; older samples: its largest, `peak_bytes`), then a margin
+  for the step-to-step noise and for shapes it did not see: the largest excess of a fitted
+  micro-batch's largest step peak over its median (`memory_noise`), at least
+  `MEMORY_SAFETY_MARGIN`; so every fitted micro-batch's largest peak is covered, and a new one is
+  under-predicted only where its steps scatter more than every fitted one's or its median is
+  above the fitted trend. The envelope left after the upper fit (1 unless the solver's tolerance
+  leaves a row under) and the margin are recorded (`memory_envelope`, `memory_margin`) and its
+  residuals are against the largest real peak. `m3` is there because part of a
   step's peak (the backward's attention temporaries, freed one sequence at a time) grows with the
   longest sequence only (benchmarks/results/memory_peak.md, "Where the median error comes from");
 - collectives `seconds = latency + bytes / bandwidth` per (operation, ranks).
@@ -47,6 +52,7 @@ __all__ = [
     "CollectiveFit",
     "LinearFit",
     "MEMORY_SAFETY_MARGIN",
+    "memory_noise",
     "MemoryFit",
     "StageFit",
     "abs_error_summary",
@@ -60,8 +66,9 @@ __all__ = [
 ]
 
 MIN_TIME_SAMPLES = 3  # a, b and c need three independent micro-batches
-# Stated safety margin of a real-peak memory fit: the upper envelope of the fitted micro-batches
-# times 1.05, for shapes between and beyond them (benchmarks/memory_peak.py checks it held out).
+# Smallest safety margin of a real-peak memory fit on top of the upper envelope of the fitted
+# micro-batches, for shapes between and beyond them; the step noise of the fitted micro-batches
+# raises it (`memory_noise`; benchmarks/memory_peak.py checks it held out).
 MEMORY_SAFETY_MARGIN = 0.05
 
 
@@ -218,13 +225,26 @@ class MemoryFit:
         return m0 + m1 * sum(lengths) + m2 * sum(x * x for x in lengths) + m3 * max(lengths, default=0) ** 2
 
 
+def memory_noise(samples: Sequence[StageSample]) -> float:
+    """The largest step-to-step noise of the samples' real peaks: max(peak_bytes / peak_median_bytes)
+    - 1 over the samples that have both, 0 where none has."""
+    ratios = [
+        s.peak_bytes / s.peak_median_bytes
+        for s in samples
+        if s.peak_bytes is not None and s.peak_median_bytes is not None and s.peak_median_bytes > 0
+    ]
+    return max(0.0, max(ratios, default=1.0) - 1.0)
+
+
 def fit_memory(samples: Sequence[StageSample], margin: float = MEMORY_SAFETY_MARGIN) -> MemoryFit:
     """The memory model of one stage: to the real peaks where measured, else to the saved bytes.
 
     A real-peak fit (`m0 + m1 T + m2 sum(l^2) + m3 max(l)^2`) is the tightest upper fit
-    (`upper_fit`; relative-error NNLS where the solver finds none), scaled by `envelope = max(1,
-    max(measured / predicted))` so that no fitted micro-batch is under-predicted, then by
-    `1 + margin`; its residuals are the scaled model against the measured peaks. A saved-bytes fit
+    (`upper_fit`; relative-error NNLS where the solver finds none) to the median step peaks where
+    every row has one (else to the largest), scaled by `envelope = max(1, max(fitted / predicted))`
+    so that no fitted micro-batch is under-predicted, then by `1 + max(margin,
+    memory_noise(samples))`, which covers every row's largest step peak; its residuals are the
+    scaled model against the largest peaks (`peak_bytes`). A saved-bytes fit
     (`m0 + m1 T + m2 sum(l^2)`, relative-error NNLS, `m3 = 0`) is left as fitted (those bytes are
     not what must fit: no promise is made).
     """
@@ -239,6 +259,10 @@ def fit_memory(samples: Sequence[StageSample], margin: float = MEMORY_SAFETY_MAR
     if not rows:
         return MemoryFit((0.0, 0.0, 0.0, 0.0), (), "")
     target = np.array(measured, dtype=float)
+    largest = target
+    if fitted_to == "real_peak" and all(s.peak_median_bytes for s in rows):
+        target = np.array([s.peak_median_bytes for s in rows], dtype=float)
+        margin = max(margin, memory_noise(rows))
     if fitted_to == "saved_tensors":
         fit = relative_nnls(np.array([[1.0, s.num_tokens, s.sum_sq_tokens] for s in rows], dtype=float), target)
         return MemoryFit((*fit.coefficients, 0.0), fit.residuals, fitted_to)
@@ -251,7 +275,7 @@ def fit_memory(samples: Sequence[StageSample], margin: float = MEMORY_SAFETY_MAR
     envelope = max(1.0, float(np.max(target[positive] / predicted[positive]))) if positive.any() else 1.0
     scale = envelope * (1 + margin)
     coefficients = tuple(float(x) * scale for x in solution)
-    residuals = tuple(float(r) for r in (predicted * scale - target) / target)
+    residuals = tuple(float(r) for r in (predicted * scale - largest) / largest)
     return MemoryFit(coefficients, residuals, fitted_to, envelope, margin)
 
 
@@ -538,8 +562,10 @@ def build_profiled_profile(
             f"{holds:,} are extrapolated (the measured grid stops at {longest:,} to bound profiling time)"
         )
     if any(fit.memory_fitted_to == "real_peak" for fit in fits):
-        notes += f"; memory fitted to real peaks (max(l)^2 term, tightest upper fit), then a {MEMORY_SAFETY_MARGIN:.0%}"
-        notes += " margin"
+        margin = max(fit.memory_margin for fit in fits if fit.memory_fitted_to == "real_peak")
+        notes += "; memory fitted to real peaks (median step peaks, max(l)^2 term, tightest upper fit), then a "
+        notes += f"{margin:.0%} margin (the largest step noise of a fitted micro-batch, "
+        notes += f"at least {MEMORY_SAFETY_MARGIN:.0%})"
     if provenance.interrupted:
         notes += "; measurement interrupted: partial"
     return CostProfile(

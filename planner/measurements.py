@@ -69,6 +69,12 @@ class StageSample(_Frozen):
         "(gradients already allocated): the allocator's peak on CUDA, the process's resident high-water "
         "mark on CPU. The capacity is fitted to it; None where not measured (older profiles).",
     )
+    peak_median_bytes: SampleBytes | None = Field(
+        None,
+        description="Median of the real peaks of the measured steps (peak_bytes is their largest): the "
+        "trend the memory fit follows, its margin taken from how far peak_bytes exceeds it. None in "
+        "older profiles (the fit then follows peak_bytes with a fixed margin).",
+    )
     static_bytes: SampleBytes | None = Field(
         None, description="Weights, gradients and optimizer state of the stage on one rank, bytes."
     )
@@ -135,7 +141,9 @@ class SchemeFit(_Frozen):
         1.0, description="Scale that lifts a real-peak fit over every fitted micro-batch (1 = none needed)."
     )
     memory_margin: Ratio = Field(
-        0.0, description="Stated safety margin on top of the envelope (0.05 = 5%); memory_residuals include both."
+        0.0,
+        description="Safety margin on top of the envelope (0.05 = 5%): the larger of 5% and the largest step "
+        "noise of a fitted micro-batch (peak_bytes over peak_median_bytes); memory_residuals include both.",
     )
     max_measured_tokens: int | None = Field(
         None, ge=1, description="Largest micro-batch measured, tokens: the fit is extrapolated beyond it."

@@ -4,6 +4,9 @@ What `hydraplan profile --device cpu|cuda` measures (the fitting is `cost_models
 
 - **Micro-batches**: a grid of token counts times length mixes (`length_mixes`): one long
   sequence, many short ones, a mixture, and seeded random lengths; each packed into one stream.
+  Then one longer sequence, `long_factor` (2) times the largest token count (`profile_batches`):
+  one long sequence's time and memory grow faster than the grid's shapes show, so a fit that
+  stops at the grid under-predicts it beyond (benchmarks/results/memory_peak.md, set 5).
 - **Time**: warm-up runs, then the median of `repeats` timed runs of forward+backward; on CPU
   with `torch.utils.benchmark.Timer` at a fixed intra-op thread count, on CUDA between CUDA
   events. The forward time is taken inside the same runs.
@@ -17,7 +20,9 @@ What `hydraplan profile --device cpu|cuda` measures (the fitting is `cost_models
   before; on CPU the process's resident high-water mark (Linux `VmHWM`, reset through
   `/proc/self/clear_refs`) minus its resident size before, after handing freed heap memory back
   (`malloc_trim`), so saved tensors, temporaries, the allocator's slack and library workspaces
-  all count. The largest of `PEAK_STEPS` steps is kept.
+  all count. `PEAK_STEPS` steps are measured: their largest is `peak_bytes` (what must fit) and
+  their median `peak_median_bytes` (the trend the fit follows; the excess of the largest over it is
+  the step-to-step noise the fit's margin is taken from, `cost_models.fit.fit_memory`).
 - **Out of memory**: a micro-batch that runs out of memory is recorded (`oom: true`) and tells
   the fit the capacity it reveals; it is not an error.
 - **Schemes**: `<1,pp,1>` stages run here in one process; schemes with TP or CP run on
@@ -53,6 +58,7 @@ __all__ = [
     "peak_meter",
     "device_description",
     "length_mixes",
+    "profile_batches",
     "measure_stage",
     "static_bytes_of",
 ]
@@ -65,9 +71,10 @@ DEFAULT_TOKEN_COUNTS = (128, 256, 512, 768)
 SHORT_LENGTH = 32
 # Adam keeps two moments per parameter next to the weight and its gradient.
 STATE_COPIES_PER_PARAM = 4
-# Forward+backward steps whose real peak is measured per micro-batch (the largest is kept): on CPU
-# one step's process peak varies by some 10% with what the heap happens to hold.
-PEAK_STEPS = 2
+# Forward+backward steps whose real peak is measured per micro-batch (their largest and median are
+# kept): on CPU one step's process peak varies by 5-25% with what the heap happens to hold
+# (benchmarks/results/memory_peak.md, set 5); 2 steps until set 4.
+PEAK_STEPS = 4
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,8 @@ class MeasureOptions:
     token_counts: tuple[int, ...] = DEFAULT_TOKEN_COUNTS
     mixes: tuple[str, ...] = FIT_MIXES
     attention: str = "auto"
+    # one more micro-batch: a single sequence of long_factor x the largest token count (0: none)
+    long_factor: int = 2
     # "thread": CPU time of the measuring thread (all of a 1-thread stage's work runs on it, and
     # it does not count time the thread waits for a core another process holds); "wall": elapsed.
     cpu_clock: str = "thread"
@@ -92,6 +101,8 @@ class MeasureOptions:
             raise ValueError(f"device {self.device!r}: cpu or cuda")
         if self.repeats < 1 or self.warmup < 0 or self.num_threads < 1:
             raise ValueError("repeats and num_threads must be >= 1, warmup >= 0")
+        if self.long_factor < 0:
+            raise ValueError(f"long_factor {self.long_factor}: must be >= 0")
         unknown = sorted(set(self.mixes) - set(ALL_MIXES))
         if unknown:
             raise ValueError(f"unknown length mixes {unknown}; valid: {', '.join(ALL_MIXES)}")
@@ -114,6 +125,16 @@ def length_mixes(token_counts: Sequence[int], mixes: Sequence[str], seed: int = 
     for tokens in sorted(token_counts):
         for mix in mixes:
             batches.append((mix, _lengths_of(mix, tokens, generator)))
+    return batches
+
+
+def profile_batches(options: MeasureOptions) -> list[tuple[str, list[int]]]:
+    """What `hydraplan profile` measures: the grid (`length_mixes`), then one sequence of
+    `long_factor` times the largest token count where the mixes include `long` (last, so a budget
+    cuts it first)."""
+    batches = length_mixes(options.token_counts, options.mixes, options.seed)
+    if options.long_factor and "long" in options.mixes and options.token_counts:
+        batches.append(("long", [options.long_factor * max(options.token_counts)]))
     return batches
 
 
@@ -349,11 +370,12 @@ class StageRunner:
         if hidden is not None:
             hidden.grad = None
 
-    def memory(self, batch: PackedBatch, hidden, grad) -> tuple[float, float | None]:
-        """`(activation_bytes, peak_bytes)` over `PEAK_STEPS` steps, gradients allocated before each
-        as in a step that accumulates them. `activation_bytes`: the first step's saved-activation
-        bytes (CPU) or allocator peak growth (CUDA); `peak_bytes`: the largest real peak a step
-        added (`peak_meter`), None where the device has none.
+    def memory(self, batch: PackedBatch, hidden, grad) -> tuple[float, float | None, float | None]:
+        """`(activation_bytes, peak_bytes, peak_median_bytes)` over `PEAK_STEPS` steps, gradients
+        allocated before each as in a step that accumulates them. `activation_bytes`: the first
+        step's saved-activation bytes (CPU) or allocator peak growth (CUDA); `peak_bytes` and
+        `peak_median_bytes`: the largest and the median real peak a step added (`peak_meter`), None
+        where the device has none.
 
         The runner's first micro-batch is preceded by one unmeasured step: the first step of a
         process makes one-time allocations (kernel caches, thread pools, allocator arenas) that
@@ -377,7 +399,9 @@ class StageRunner:
                 peaks.append(meter.bytes)
             if self.device.type == "cuda" and index == 0:
                 activation = peaks[0]
-        return activation, max(peaks) if peaks else None
+        if not peaks:
+            return activation, None, None
+        return activation, max(peaks), float(statistics.median(peaks))
 
     def _allocate_grads(self) -> None:
         """Gradients allocated (zeros) where none are, as in a step that accumulates them."""
@@ -436,7 +460,7 @@ class StageRunner:
             if self.shard is not None:
                 batch = self.shard(batch)
             hidden, grad = self.inputs(batch)
-            memory, peak = self.memory(batch, hidden, grad)
+            memory, peak, peak_median = self.memory(batch, hidden, grad)
             total_s, forward_s = self.time(batch, hidden, grad)
         except (RuntimeError, MemoryError) as error:
             if not (isinstance(error, MemoryError) or is_out_of_memory(error)):
@@ -451,6 +475,7 @@ class StageRunner:
             fwd_s=min(forward_s, total_s),
             activation_bytes=memory,
             peak_bytes=peak,
+            peak_median_bytes=peak_median,
             static_bytes=static_bytes_of(self.module),
             repeats=self.options.repeats,
         )

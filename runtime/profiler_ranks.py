@@ -125,6 +125,8 @@ def _slowest(rows: Sequence[dict]) -> StageSample:
     memory = max(sample.activation_bytes or 0.0 for sample in samples)
     peaks = [sample.peak_bytes for sample in samples if sample.peak_bytes is not None]
     update = {"time_s": slowest.time_s, "fwd_s": slowest.fwd_s, "activation_bytes": memory}
+    medians = [sample.peak_median_bytes for sample in samples if sample.peak_median_bytes is not None]
+    update["peak_median_bytes"] = max(medians) if medians else None
     return first.model_copy(update={**update, "peak_bytes": max(peaks) if peaks else None})
 
 

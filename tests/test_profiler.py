@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tests.runtime_support import require_torch
 
 torch = require_torch()
 
+from hydraplan.runtime import profiler  # noqa: E402
 from hydraplan.runtime.model import ModelConfig  # noqa: E402
 from hydraplan.runtime.profiler import (  # noqa: E402
+    PEAK_STEPS,
     CudaPeakMeter,
     MeasureOptions,
     ProcessPeakMeter,
@@ -17,6 +21,7 @@ from hydraplan.runtime.profiler import (  # noqa: E402
     StageRunner,
     length_mixes,
     measure_stage,
+    profile_batches,
 )
 from hydraplan.runtime.profiler_ranks import _slowest  # noqa: E402
 
@@ -48,6 +53,17 @@ def test_saved_activation_bytes_count_each_storage_once_and_no_parameter() -> No
     assert meter.bytes == 2 * 4 * 8 * 4
 
 
+def test_the_profile_grid_ends_with_one_sequence_twice_the_largest_token_count() -> None:
+    options = MeasureOptions(token_counts=(100, 37), mixes=("short", "long"))
+    batches = profile_batches(options)
+    assert batches[:-1] == length_mixes([100, 37], ["short", "long"]) and batches[-1] == ("long", [200])
+    assert profile_batches(MeasureOptions())[-1] == ("long", [1536])  # the default grid stops at 768
+    assert profile_batches(MeasureOptions(token_counts=(100,), mixes=("short",)))[-1][0] == "short"  # no long mix
+    assert len(profile_batches(replace(options, long_factor=0))) == 4
+    with pytest.raises(ValueError, match="long_factor -1"):
+        MeasureOptions(long_factor=-1)
+
+
 def test_a_micro_batch_out_of_memory_is_a_sample_and_larger_ones_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = ModelConfig.from_catalog("tiny", **SMALL)
     calls = []
@@ -56,7 +72,7 @@ def test_a_micro_batch_out_of_memory_is_a_sample_and_larger_ones_are_skipped(mon
         calls.append(batch.input_ids.shape[0])
         if batch.input_ids.shape[0] >= 64:
             raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory")
-        return 1.0, 2.0
+        return 1.0, 2.0, 1.5
 
     monkeypatch.setattr(StageRunner, "memory", fake_memory)
     batches = [("long", [32]), ("long", [64]), ("short", [32, 32, 32])]
@@ -79,6 +95,35 @@ def test_a_runners_first_micro_batch_is_preceded_by_one_unmeasured_step(monkeypa
     monkeypatch.setattr(StageRunner, "step", counting)
     list(measure_stage(cfg, 1, 0, [("long", [16]), ("long", [24])], MeasureOptions(repeats=1, warmup=0)))
     assert tokens.count(16) == tokens.count(24) + 1 and tokens[0] == 16
+
+
+class FakeMeter:
+    """A peak meter that reports the next of the given step peaks."""
+
+    def __init__(self, peaks: list[float], entered: list[int]) -> None:
+        self.peaks, self.entered, self.bytes = peaks, entered, 0.0
+
+    def __enter__(self) -> FakeMeter:
+        self.entered.append(1)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.bytes = self.peaks.pop(0)
+
+
+def test_every_micro_batch_measures_k_steps_and_keeps_their_largest_and_median(monkeypatch) -> None:
+    """PEAK_STEPS metered steps per micro-batch: the largest step peak is what must fit, the median
+    the trend the fit follows (benchmarks/results/memory_peak.md, set 5)."""
+    assert PEAK_STEPS == 4
+    cfg = ModelConfig.from_catalog("tiny", **SMALL)
+    peaks = [10.0, 30.0, 12.0, 11.0, 20.0, 20.0, 21.0, 26.0]
+    entered: list[int] = []
+    monkeypatch.setattr(profiler, "peak_meter", lambda device: FakeMeter(peaks, entered))
+    first, second = measure_stage(cfg, 1, 0, [("long", [16]), ("long", [24])], MeasureOptions(repeats=1))
+    assert len(entered) == 2 * PEAK_STEPS and not peaks  # k metered steps each, no more
+    assert (first.peak_bytes, first.peak_median_bytes) == (30.0, 11.5)
+    assert (second.peak_bytes, second.peak_median_bytes) == (26.0, 20.5)
+    assert first.activation_bytes > 0  # the first metered step also counts the saved tensors
 
 
 def test_a_real_stage_sample_has_time_forward_and_memory() -> None:
@@ -146,6 +191,8 @@ def test_the_slowest_rank_is_kept() -> None:
         {**base, "time_s": 2.0, "fwd_s": 0.5, "activation_bytes": 4.0},
     ]
     rows[0]["peak_bytes"], rows[1]["peak_bytes"] = 7.0, 9.0
+    rows[0]["peak_median_bytes"], rows[1]["peak_median_bytes"] = 6.5, 6.0
     sample = _slowest(rows)
     assert (sample.time_s, sample.fwd_s, sample.activation_bytes, sample.peak_bytes) == (2.0, 0.5, 5.0, 9.0)
+    assert sample.peak_median_bytes == 6.5  # the largest rank's median
     assert _slowest([rows[0], {**base, "oom": True}]).oom

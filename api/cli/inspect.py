@@ -246,7 +246,7 @@ def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         metavar="T",
         help="micro-batch token counts, each measured in every length mix (long, short, mixed) "
-        "(default: 128 256 512 768)",
+        "(default: 128 256 512 768), then one sequence of twice the largest",
     )
     measuring.add_argument(
         "--mixes",

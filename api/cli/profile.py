@@ -209,9 +209,9 @@ def measurement_jobs(schemes: list[ParallelScheme]) -> tuple[list[tuple[Parallel
 
 def _measure_all(measurement: Measurement, schemes, cfg, options, deadline: float, progress) -> None:
     """Every job, each with an equal share of the time left; a checkpoint write after each."""
-    from hydraplan.runtime.profiler import length_mixes
+    from hydraplan.runtime.profiler import profile_batches
 
-    batches = length_mixes(options.token_counts, options.mixes, options.seed)
+    batches = profile_batches(options)
     here, on_ranks = measurement_jobs(schemes)
     jobs_left = len(here) + sum(len(jobs) for jobs in on_ranks.values())
     for scheme, stage in here:
@@ -269,7 +269,7 @@ def run_device_profile(args: argparse.Namespace) -> int:
     model = catalog_model(args.model, args.models_file)
     schemes = requested_schemes(args, model)
     from hydraplan.runtime.model import ModelConfig
-    from hydraplan.runtime.profiler import MeasureOptions, device_description, torch_version
+    from hydraplan.runtime.profiler import MeasureOptions, device_description, profile_batches, torch_version
 
     options = MeasureOptions(device=args.device, num_threads=args.threads, repeats=args.repeats)
     if args.mixes:
@@ -292,7 +292,7 @@ def run_device_profile(args: argparse.Namespace) -> int:
         clock="thread" if args.device == "cpu" else "cuda",
     )
     measurement = Measurement(args, model, provenance)
-    planned = sum(len(_stages(scheme)) for scheme in schemes) * len(options.token_counts) * len(options.mixes)
+    planned = sum(len(_stages(scheme)) for scheme in schemes) * len(profile_batches(options))
     stopped_by_user = False
     try:
         _measure_all(measurement, schemes, cfg, options, deadline, progress)
