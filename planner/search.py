@@ -145,6 +145,15 @@ MIN_SEARCH_SOLVES = 2
 # clock cut the expansions before it was. Probes stop at `WorkLimits.max_expansions` (4 at the default
 # budget): a probe the search never reaches is one solve wasted. 0 turns probes off.
 PROBE_EVERY = 24
+# After the first probe, the best candidate solved so far (incumbents and probes) is polished ahead
+# (`polish_candidate`), kept aside the same way: the polish at the end takes it, whatever the clock
+# says, when that candidate is among those it polishes, and it is dropped (one polish wasted, ~0.1
+# s of CPU at 70B / 256) when not. The final plan of 70B / 256 H100 is the LP polish of the best
+# screened strategy; under three CPU-bound neighbours the clock left no time for that polish at the
+# end (19.16 s, not 18.80 s), though the strategy itself was solved by its probe. The MILP
+# backends' polish is a MILP solve capped by the clock: not done ahead.
+EARLY_POLISH = True
+EARLY_POLISHED_BACKENDS = (SolverBackend.LP, SolverBackend.AUTO)
 # 100: under the validated analytic model (issue 13) the default request's set bounds sit closer
 # together, and 200 expansions took ~0.9-1.2 s of the 2 s default on a quiet 2-core EPYC, so that a
 # CPU-bound neighbour made the clock cut every run; 100 gives the same plan and the same bound there
@@ -646,6 +655,8 @@ def search(
                 and not clock.stop(reserve_s=max(polish_reserve_s, slowest_solve_s))
             ):
                 probes.solve_best(incumbent_s, first_solution)
+                if EARLY_POLISH and expansions == PROBE_EVERY and settings.backend in EARLY_POLISHED_BACKENDS:
+                    probes.polish_best(solved, lambda c: polish_candidate(c, lengths, cost, settings, clock))
         for entry in frontier.strategies[queued:]:
             heapq.heappush(queue, (round(entry.estimate_s, 3), entry.fluid_estimate_s, str(entry.strategy), queued))
             queued += 1
@@ -678,7 +689,9 @@ def search(
     solved = sorted([*solved, *peers()], key=lambda c: (c.objective_s, str(c.strategy)))
     if not solved:
         return None
-    best = _polish(solved, lengths, cost, settings, clock, POLISH_PER_SCREEN * slowest_solve_s, speculative)
+    best = _polish(
+        solved, lengths, cost, settings, clock, POLISH_PER_SCREEN * slowest_solve_s, speculative, probes.polished
+    )
     if speculative is not None:
         speculative.close()
     if settings.thorough and settings.backend != SolverBackend.GREEDY:
@@ -739,6 +752,9 @@ class _Probes:
     def __init__(self, frontier: Frontier, done: set[Strategy]) -> None:
         self.frontier, self.done = frontier, done
         self.kept: dict[Strategy, Candidate | None] = {}
+        # (candidate, its polish) of `polish_best`: the very candidate object, so the polish at the
+        # end takes it for that candidate alone
+        self.polished: list[tuple[Candidate, Candidate]] = []
         self._heap: list[tuple[float, float, str, int]] = []  # the search queue's order
         self._pushed = 0
 
@@ -755,6 +771,13 @@ class _Probes:
             if entry.bound_s < incumbent_s and entry.strategy not in self.done and entry.strategy not in self.kept:
                 self.kept[entry.strategy] = solve(entry.strategy)
                 return
+
+    def polish_best(self, solved: Sequence[Candidate], polish: Callable[[Candidate], Candidate]) -> None:
+        """Polish ahead the best candidate among `solved` and the probes' (see EARLY_POLISH)."""
+        found = [*solved, *(candidate for candidate in self.kept.values() if candidate is not None)]
+        if found:
+            best = min(found, key=lambda c: (c.objective_s, str(c.strategy)))
+            self.polished.append((best, polish(best)))
 
 
 def _queue_head(queue: list, frontier: Frontier, incumbent_s: float, done: set[Strategy]) -> list[Strategy]:
@@ -1024,11 +1047,13 @@ def _polish(
     clock: Clock,
     expected_s: float = 0.0,
     speculative: SpeculativeSolver | None = None,
+    ahead_of_time: Sequence[tuple[Candidate, Candidate]] = (),
 ) -> Candidate:
     """Apply the backend's dispatch to the best strategies found, each followed by joint
     refinement (`polish_candidate`; with `speculative`, those after the first in workers ahead).
     A polish starts only if the time left covers `expected_s` (what screening one strategy took)
-    or, after the first, what the last polish took."""
+    or, after the first, what the last polish took; one done `ahead_of_time` ((candidate,
+    polish) pairs, matched by identity) is taken whatever the clock says."""
     best = solved[0]
     if settings.backend == SolverBackend.GREEDY:
         return best
@@ -1038,6 +1063,11 @@ def _polish(
     if ahead:
         speculative.prefetch_polishes(list(enumerate(chosen))[1:], settings, clock)
     for index, candidate in enumerate(chosen):
+        done = next((polished for source, polished in ahead_of_time if source is candidate), None)
+        if done is not None:
+            if done.objective_s < best.objective_s:
+                best = done
+            continue
         if clock.stop(reserve_s=expected_s):
             break
         before = clock.remaining_s()

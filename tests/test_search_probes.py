@@ -18,19 +18,31 @@ COST = ProfileCostModel(synthetic_profile(max_gpus=NUM_GPUS))
 # seed 1: 129 scheme sets are expanded before the search proper's first solve, and the winning
 # strategy is the best estimate after the first 24
 LENGTHS = np.asarray(wikipedia_like_batch(600_000, seed=1), dtype=np.int64)
+# on 32 GPUs, seed 2: the winner is probed first and the LP polish improves it (0.6308 -> 0.6305 s)
+SMALL_COST = ProfileCostModel(synthetic_profile(max_gpus=32))
+SMALL_LENGTHS = np.asarray(wikipedia_like_batch(300_000, seed=2), dtype=np.int64)
 
 
-def settings(max_solved: int = 16) -> SearchSettings:
-    return SearchSettings(SolverBackend.GREEDY, max_schemes=3, max_strategies_solved=max_solved, seed=0, thorough=False)
+def settings(max_solved: int = 16, backend: SolverBackend = SolverBackend.GREEDY) -> SearchSettings:
+    return SearchSettings(backend, max_schemes=3, max_strategies_solved=max_solved, seed=0, thorough=False)
 
 
 def standing_still() -> Clock:
     return Clock(remaining_s=lambda: 100.0, cancelled=lambda: False)
 
 
-def traced_search(monkeypatch, probe_every: int, max_solved: int = 16, clock: Clock | None = None):
+def traced_search(
+    monkeypatch,
+    probe_every: int,
+    max_solved: int = 16,
+    clock: Clock | None = None,
+    backend: SolverBackend = SolverBackend.GREEDY,
+    early_polish: bool = True,
+    small: bool = False,
+):
     """(result, solves as (expansions so far, strategy text) in call order)."""
     monkeypatch.setattr(search_module, "PROBE_EVERY", probe_every)
+    monkeypatch.setattr(search_module, "EARLY_POLISH", early_polish)
     solves: list[tuple[int, str]] = []
     expansions = [0]
     first_solution, expand_next = search_module._first_solution, search_module.Frontier.expand_next
@@ -45,7 +57,8 @@ def traced_search(monkeypatch, probe_every: int, max_solved: int = 16, clock: Cl
 
     monkeypatch.setattr(search_module, "_first_solution", counted_solution)
     monkeypatch.setattr(search_module.Frontier, "expand_next", counted_expansion)
-    result = search(LENGTHS, COST, NUM_GPUS, settings(max_solved), clock or standing_still(), 2.0)
+    lengths, cost, num_gpus = (SMALL_LENGTHS, SMALL_COST, 32) if small else (LENGTHS, COST, NUM_GPUS)
+    result = search(lengths, cost, num_gpus, settings(max_solved, backend), clock or standing_still(), 2.0)
     monkeypatch.undo()
     return result, solves
 
@@ -108,3 +121,61 @@ def test_a_probe_the_clock_cuts_after_joins_the_solved_candidates(monkeypatch):
     assert probed.best.objective_s == uncut.best.objective_s
     assert probed.best.strategy == uncut.best.strategy
     assert plain.best.objective_s > probed.best.objective_s
+
+
+def dropping_clock(monkeypatch, after_expansions: int) -> Clock:
+    """A clock at the deadline from the `after_expansions`-th expansion's end on."""
+    left = {"s": 100.0}
+    expand_next = search_module.Frontier.expand_next
+    count = [0]
+
+    def expand_then_drop(self, *args, **kwargs):
+        expand_next(self, *args, **kwargs)
+        count[0] += 1
+        if count[0] == after_expansions:
+            left["s"] = 0.0
+
+    monkeypatch.setattr(search_module.Frontier, "expand_next", expand_then_drop)
+    return Clock(remaining_s=lambda: left["s"], cancelled=lambda: False)
+
+
+def test_the_early_polish_leaves_the_uncut_plan_unchanged_and_survives_a_cut(monkeypatch):
+    """LP backend: with the early polish of the best candidate after the first probe, the uncut
+    plan is the same as without it (the polish at the end takes the kept one: one polish fewer
+    there); when the clock reaches the deadline right after the first probe, the plan is the
+    probed strategy polished, not merely screened."""
+    polishes = [0]
+    polish = search_module.polish_candidate
+
+    def counted_polish(*args, **kwargs):
+        polishes[0] += 1
+        return polish(*args, **kwargs)
+
+    monkeypatch.setattr(search_module, "polish_candidate", counted_polish)
+    counts = {}
+    uncut = {}
+    for early in (False, True):
+        polishes[0] = 0
+        uncut[early], _ = traced_search(
+            monkeypatch, search_module.PROBE_EVERY, backend=SolverBackend.LP, early_polish=early, small=True
+        )
+        monkeypatch.setattr(search_module, "polish_candidate", counted_polish)
+        counts[early] = polishes[0]
+    assert not uncut[True].timed_out and same_plan(uncut[False], uncut[True])
+    assert counts[False] == search_module.NUM_POLISHED_BRIEF == counts[True]  # the early one was used
+    cut = {}
+    for early in (False, True):
+        clock = dropping_clock(monkeypatch, search_module.PROBE_EVERY + 1)
+        cut[early], _ = traced_search(
+            monkeypatch,
+            search_module.PROBE_EVERY,
+            clock=clock,
+            backend=SolverBackend.LP,
+            early_polish=early,
+            small=True,
+        )
+    assert cut[False].timed_out and cut[True].timed_out
+    assert cut[False].best.strategy == cut[True].best.strategy == uncut[True].best.strategy
+    # without the early polish the deadline leaves the probe's screened candidate; with it, its polish
+    assert cut[True].best.objective_s < cut[False].best.objective_s
+    assert cut[True].best.objective_s <= uncut[True].best.objective_s * (1 + 1e-9)
