@@ -145,14 +145,19 @@ MIN_SEARCH_SOLVES = 2
 # clock cut the expansions before it was. Probes stop at `WorkLimits.max_expansions` (4 at the default
 # budget): a probe the search never reaches is one solve wasted. 0 turns probes off.
 PROBE_EVERY = 24
-# After the first probe, the best candidate solved so far (incumbents and probes) is polished ahead
-# (`polish_candidate`), kept aside the same way: the polish at the end takes it, whatever the clock
-# says, when that candidate is among those it polishes, and it is dropped (one polish wasted, ~0.1
-# s of CPU at 70B / 256) when not. The final plan of 70B / 256 H100 is the LP polish of the best
-# screened strategy; under three CPU-bound neighbours the clock left no time for that polish at the
-# end (19.16 s, not 18.80 s), though the strategy itself was solved by its probe. The MILP
-# backends' polish is a MILP solve capped by the clock: not done ahead.
-EARLY_POLISH = True
+# After a probe, once the search has used EARLY_POLISH_AFTER_SHARE of its time (a slow machine:
+# on a quiet 2-core EPYC the first probe of 70B / 256 comes at ~15% of the 2 s default), the best
+# candidate solved so far (incumbents and probes) is polished ahead (`polish_candidate`) unless it
+# already was, up to EARLY_POLISHES times, kept aside the same way: the polish at the end takes it,
+# whatever the clock says, when that candidate is among those it polishes, and drops it (one polish
+# wasted, ~0.1 s of CPU at 70B / 256) when not. Polishing ahead changes no plan (the same polish of
+# the same candidate, done sooner), so the clock may decide it; always on, it cost 0.1-0.2 s of CPU
+# on 3 of 4 70B / 256 seeds. The final plan of 70B / 256 H100 is the LP polish of the best screened
+# strategy; with CPU-bound neighbours the clock left no time for that polish at the end (19.16 s,
+# not 18.80 s), though the strategy itself was solved by its probe. The MILP backends' polish is a
+# MILP solve capped by the clock: not done ahead.
+EARLY_POLISHES = 2  # 0: none
+EARLY_POLISH_AFTER_SHARE = 0.25
 EARLY_POLISHED_BACKENDS = (SolverBackend.LP, SolverBackend.AUTO)
 # 100: under the validated analytic model (issue 13) the default request's set bounds sit closer
 # together, and 200 expansions took ~0.9-1.2 s of the 2 s default on a quiet 2-core EPYC, so that a
@@ -655,7 +660,11 @@ def search(
                 and not clock.stop(reserve_s=max(polish_reserve_s, slowest_solve_s))
             ):
                 probes.solve_best(incumbent_s, first_solution)
-                if EARLY_POLISH and expansions == PROBE_EVERY and settings.backend in EARLY_POLISHED_BACKENDS:
+                if (
+                    len(probes.polished) < EARLY_POLISHES
+                    and settings.backend in EARLY_POLISHED_BACKENDS
+                    and clock.remaining_s() < (1 - EARLY_POLISH_AFTER_SHARE) * time_limit_s
+                ):
                     probes.polish_best(solved, lambda c: polish_candidate(c, lengths, cost, settings, clock))
         for entry in frontier.strategies[queued:]:
             heapq.heappush(queue, (round(entry.estimate_s, 3), entry.fluid_estimate_s, str(entry.strategy), queued))
@@ -773,11 +782,13 @@ class _Probes:
                 return
 
     def polish_best(self, solved: Sequence[Candidate], polish: Callable[[Candidate], Candidate]) -> None:
-        """Polish ahead the best candidate among `solved` and the probes' (see EARLY_POLISH)."""
+        """Polish ahead the best candidate among `solved` and the probes', unless it already was
+        (see EARLY_POLISHES)."""
         found = [*solved, *(candidate for candidate in self.kept.values() if candidate is not None)]
         if found:
             best = min(found, key=lambda c: (c.objective_s, str(c.strategy)))
-            self.polished.append((best, polish(best)))
+            if all(source is not best for source, _ in self.polished):
+                self.polished.append((best, polish(best)))
 
 
 def _queue_head(queue: list, frontier: Frontier, incumbent_s: float, done: set[Strategy]) -> list[Strategy]:

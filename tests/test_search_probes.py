@@ -42,7 +42,7 @@ def traced_search(
 ):
     """(result, solves as (expansions so far, strategy text) in call order)."""
     monkeypatch.setattr(search_module, "PROBE_EVERY", probe_every)
-    monkeypatch.setattr(search_module, "EARLY_POLISH", early_polish)
+    monkeypatch.setattr(search_module, "EARLY_POLISHES", search_module.EARLY_POLISHES if early_polish else 0)
     solves: list[tuple[int, str]] = []
     expansions = [0]
     first_solution, expand_next = search_module._first_solution, search_module.Frontier.expand_next
@@ -123,9 +123,10 @@ def test_a_probe_the_clock_cuts_after_joins_the_solved_candidates(monkeypatch):
     assert plain.best.objective_s > probed.best.objective_s
 
 
-def dropping_clock(monkeypatch, after_expansions: int) -> Clock:
-    """A clock at the deadline from the `after_expansions`-th expansion's end on."""
-    left = {"s": 100.0}
+def dropping_clock(monkeypatch, after_expansions: int, left_s: float = 100.0) -> Clock:
+    """A clock standing at `left_s` seconds left, at the deadline from the `after_expansions`-th
+    expansion's end on."""
+    left = {"s": left_s}
     expand_next = search_module.Frontier.expand_next
     count = [0]
 
@@ -140,10 +141,11 @@ def dropping_clock(monkeypatch, after_expansions: int) -> Clock:
 
 
 def test_the_early_polish_leaves_the_uncut_plan_unchanged_and_survives_a_cut(monkeypatch):
-    """LP backend: with the early polish of the best candidate after the first probe, the uncut
-    plan is the same as without it (the polish at the end takes the kept one: one polish fewer
-    there); when the clock reaches the deadline right after the first probe, the plan is the
-    probed strategy polished, not merely screened."""
+    """LP backend, the clock standing at 1.2 s left of 2 s (past EARLY_POLISH_AFTER_SHARE, yet
+    nothing is cut): with the early polish of the best candidate after the first probe, the plan
+    is the same as without it (the polish at the end takes the kept one: one polish fewer there);
+    when the clock reaches the deadline right after the first probe, the plan is the probed
+    strategy polished, not merely screened."""
     polishes = [0]
     polish = search_module.polish_candidate
 
@@ -156,8 +158,9 @@ def test_the_early_polish_leaves_the_uncut_plan_unchanged_and_survives_a_cut(mon
     uncut = {}
     for early in (False, True):
         polishes[0] = 0
+        late = Clock(remaining_s=lambda: 1.2, cancelled=lambda: False)
         uncut[early], _ = traced_search(
-            monkeypatch, search_module.PROBE_EVERY, backend=SolverBackend.LP, early_polish=early, small=True
+            monkeypatch, search_module.PROBE_EVERY, clock=late, backend=SolverBackend.LP, early_polish=early, small=True
         )
         monkeypatch.setattr(search_module, "polish_candidate", counted_polish)
         counts[early] = polishes[0]
@@ -165,7 +168,7 @@ def test_the_early_polish_leaves_the_uncut_plan_unchanged_and_survives_a_cut(mon
     assert counts[False] == search_module.NUM_POLISHED_BRIEF == counts[True]  # the early one was used
     cut = {}
     for early in (False, True):
-        clock = dropping_clock(monkeypatch, search_module.PROBE_EVERY + 1)
+        clock = dropping_clock(monkeypatch, search_module.PROBE_EVERY + 1, left_s=1.2)
         cut[early], _ = traced_search(
             monkeypatch,
             search_module.PROBE_EVERY,
@@ -179,3 +182,18 @@ def test_the_early_polish_leaves_the_uncut_plan_unchanged_and_survives_a_cut(mon
     # without the early polish the deadline leaves the probe's screened candidate; with it, its polish
     assert cut[True].best.objective_s < cut[False].best.objective_s
     assert cut[True].best.objective_s <= uncut[True].best.objective_s * (1 + 1e-9)
+
+
+def test_no_early_polish_while_the_search_is_within_its_early_share(monkeypatch):
+    """The clock standing at 100 s left: no polish ahead (the final polish does them all)."""
+    polishes = []
+    polish = search_module.polish_candidate
+
+    def counted_polish(candidate, *args, **kwargs):
+        polishes.append(len(polishes))
+        return polish(candidate, *args, **kwargs)
+
+    monkeypatch.setattr(search_module, "polish_candidate", counted_polish)
+    result, _ = traced_search(monkeypatch, search_module.PROBE_EVERY, backend=SolverBackend.LP, small=True)
+    assert not result.timed_out
+    assert len(polishes) == search_module.NUM_POLISHED_BRIEF
