@@ -10,7 +10,10 @@ never negative, is left out of bounds and charged when a strategy is solved; see
 2. alternates: expand scheme sets in bound order while their bound beats the incumbent and the
    best queued estimate, then solve the queued strategy with the best *estimate* (the fluid
    division of the items by length intervals with 1F1B bubbles priced in, `planner.fluid`),
-   skipping strategies whose bound cannot beat the incumbent;
+   skipping strategies whose bound cannot beat the incumbent; before its first such solve, every
+   PROBE_EVERY expansions, the best-estimated strategy so far is solved ahead and kept aside
+   (a probe: used when the search reaches it, so the uncut search is the same), and on a slow
+   machine the best candidate so far is polished ahead the same way (EARLY_POLISHES);
 3. stops at the work limits (deterministic) or at its share of the time limit.
 
 The time limit is hard at every scale: once the first strategy is solved (the first incumbent,
@@ -660,7 +663,8 @@ def search(
                 and expansions <= settings.work.max_expansions  # at most 4 probes at the default budget
                 and attempts == initial_attempts
                 and solved
-                and not clock.stop(reserve_s=max(polish_reserve_s, slowest_solve_s))
+                # read, not `stop()`: a probe skipped for time changes no plan, so it is no cut
+                and clock.remaining_s() > max(polish_reserve_s, slowest_solve_s)
             ):
                 probes.solve_best(incumbent_s, first_solution)
                 if (
