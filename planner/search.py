@@ -148,8 +148,8 @@ MIN_SEARCH_SOLVES = 2
 # clock cut the expansions before it was. Probes stop at `WorkLimits.max_expansions` (4 at the default
 # budget): a probe the search never reaches is one solve wasted. 0 turns probes off.
 PROBE_EVERY = 24
-# After a probe, once the search has used EARLY_POLISH_AFTER_SHARE of its time (a slow machine:
-# on a quiet 2-core EPYC the first probe of 70B / 256 comes at ~15% of the 2 s default), the best
+# After a probe, once the search has used EARLY_POLISH_AFTER_SHARE of its time to its deadline (a
+# slow machine: on a quiet 2-core EPYC the first probe of 70B / 256 comes at ~15% of it), the best
 # candidate solved so far (incumbents and probes) is polished ahead (`polish_candidate`) unless it
 # already was, up to EARLY_POLISHES times, kept aside the same way: the polish at the end takes it,
 # whatever the clock says, when that candidate is among those it polishes, and drops it (one polish
@@ -588,6 +588,7 @@ def search(
     bound cannot beat the incumbent; up to the work limit or the search's share of the time.
     Then the backend polishes the best strategies found.
     """
+    search_time_s = clock.remaining_s()  # what the search has, from here to its deadline
     pinned = [strategy for strategy in (*(settings.pool or ()), settings.previous) if strategy is not None]
     pinned = [s for s in pinned if s.num_gpus == num_gpus and all(cost.knows(x) for x in s.schemes)]
     keep = {scheme for strategy in pinned for scheme in strategy.schemes}
@@ -670,7 +671,7 @@ def search(
                 if (
                     len(probes.polished) < EARLY_POLISHES
                     and settings.backend in EARLY_POLISHED_BACKENDS
-                    and clock.remaining_s() < (1 - EARLY_POLISH_AFTER_SHARE) * time_limit_s
+                    and clock.remaining_s() < (1 - EARLY_POLISH_AFTER_SHARE) * search_time_s
                 ):
                     probes.polish_best(solved, lambda c: polish_candidate(c, lengths, cost, settings, clock))
         for entry in frontier.strategies[queued:]:

@@ -123,10 +123,23 @@ def test_a_probe_the_clock_cuts_after_joins_the_solved_candidates(monkeypatch):
     assert plain.best.objective_s > probed.best.objective_s
 
 
-def dropping_clock(monkeypatch, after_expansions: int, left_s: float = 100.0) -> Clock:
-    """A clock standing at `left_s` seconds left, at the deadline from the `after_expansions`-th
-    expansion's end on."""
-    left = {"s": left_s}
+class LateClock:
+    """Seconds left: 1.8 at the first reading (the search's start), 1.2 from then on: past
+    EARLY_POLISH_AFTER_SHARE of the search's time, yet above every reserve at a 2 s budget."""
+
+    def __init__(self) -> None:
+        self.readings = 0
+
+    def __call__(self) -> float:
+        self.readings += 1
+        return 1.8 if self.readings == 1 else 1.2
+
+
+def dropping_clock(monkeypatch, after_expansions: int, late: bool = False) -> Clock:
+    """A clock standing still (or a `LateClock` with `late`), at the deadline from the
+    `after_expansions`-th expansion's end on."""
+    left = {"s": None}
+    before = LateClock() if late else (lambda: 100.0)
     expand_next = search_module.Frontier.expand_next
     count = [0]
 
@@ -137,15 +150,15 @@ def dropping_clock(monkeypatch, after_expansions: int, left_s: float = 100.0) ->
             left["s"] = 0.0
 
     monkeypatch.setattr(search_module.Frontier, "expand_next", expand_then_drop)
-    return Clock(remaining_s=lambda: left["s"], cancelled=lambda: False)
+    return Clock(remaining_s=lambda: before() if left["s"] is None else left["s"], cancelled=lambda: False)
 
 
 def test_the_early_polish_leaves_the_uncut_plan_unchanged_and_survives_a_cut(monkeypatch):
-    """LP backend, the clock standing at 1.2 s left of 2 s (past EARLY_POLISH_AFTER_SHARE, yet
-    nothing is cut): with the early polish of the best candidate after the first probe, the plan
-    is the same as without it (the polish at the end takes the kept one: one polish fewer there);
-    when the clock reaches the deadline right after the first probe, the plan is the probed
-    strategy polished, not merely screened."""
+    """LP backend, a `LateClock` (past EARLY_POLISH_AFTER_SHARE, yet nothing is cut): with the
+    early polish of the best candidate after the first probe, the plan is the same as without it
+    (the polish at the end takes the kept one: one polish fewer there); when the clock reaches the
+    deadline right after the first probe, the plan is the probed strategy polished, not merely
+    screened."""
     polishes = [0]
     polish = search_module.polish_candidate
 
@@ -158,7 +171,7 @@ def test_the_early_polish_leaves_the_uncut_plan_unchanged_and_survives_a_cut(mon
     uncut = {}
     for early in (False, True):
         polishes[0] = 0
-        late = Clock(remaining_s=lambda: 1.2, cancelled=lambda: False)
+        late = Clock(remaining_s=LateClock(), cancelled=lambda: False)
         uncut[early], _ = traced_search(
             monkeypatch, search_module.PROBE_EVERY, clock=late, backend=SolverBackend.LP, early_polish=early, small=True
         )
@@ -168,7 +181,7 @@ def test_the_early_polish_leaves_the_uncut_plan_unchanged_and_survives_a_cut(mon
     assert counts[False] == search_module.NUM_POLISHED_BRIEF == counts[True]  # the early one was used
     cut = {}
     for early in (False, True):
-        clock = dropping_clock(monkeypatch, search_module.PROBE_EVERY + 1, left_s=1.2)
+        clock = dropping_clock(monkeypatch, search_module.PROBE_EVERY + 1, late=True)
         cut[early], _ = traced_search(
             monkeypatch,
             search_module.PROBE_EVERY,
