@@ -15,7 +15,8 @@ the clock did not cut.
 `--side-by-side N` asks instead whether a loaded machine still gets the uncut plan: each batch is
 first planned with the clock standing still (`benchmarks.quality.clock_standing_still`, before the
 burners start: the uncut plan), then N times with the search as it is ("after") and N times as it
-was before this session's work ("before": `benchmarks.search_profile.VARIANTS`), alternating, each
+searched before probes ("before": `benchmarks.search_profile.VARIANTS`, probes and so polishes
+ahead off; the cheaper kernels are in both), alternating, each
 in a fresh process under the burners. Reported per variant: the runs that reached the uncut step
 time (or better), cut by the clock, and the median wall and CPU seconds of the solve.
 """
@@ -160,7 +161,8 @@ def side_by_side(names: list[str], seeds: int, burners: int, rounds: int) -> tup
         [
             f"Wikipedia batches, every option at its default, each solved {rounds} times per variant (alternating, "
             f"fresh processes) while {burners} CPU-bound process(es) compete for the cores. before: "
-            "the search as it was before this session (`benchmarks.search_profile.VARIANTS`); after: as it is. "
+            "the search's order before probes (`benchmarks.search_profile.VARIANTS`: probes and polishes ahead "
+            "off; this session's cheaper kernels in both); after: as it is. "
             "The uncut plan: the same request with the clock standing still, before the burners started.",
             "",
             table,
@@ -210,14 +212,14 @@ def main() -> int:
         print(json.dumps(solve_variant(name, int(seed), variant_name, bool(clockless))))
         return 0
     names = split_names(args.settings.split(","), SETTINGS, "setting") or list(DEFAULT_SETTINGS)
+    if args.quick:
+        names, args.seeds = names[:1], 1
     if args.side_by_side:
         table, body = side_by_side(names, args.seeds, args.burners, args.side_by_side)
         print(body)
         if not args.quick:
             write_result(args.section, command_line(), body, table)
         return 0
-    if args.quick:
-        names, args.seeds = names[:1], 1
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"hydraplan-determinism-{os.getpid()}"
     workdir.mkdir(parents=True, exist_ok=True)
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.burners)]

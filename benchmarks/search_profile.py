@@ -114,7 +114,8 @@ def profile_setting(name: str, seed: int) -> tuple[dict[str, float], list[tuple[
     return totals, top[:TOP_FUNCTIONS], summary
 
 
-# the search before this session's work, as module settings the "before" runs set (the same process)
+# the search's order before probes, as module settings the "before" runs set (the same process): probes
+# off, and with them the polishes ahead; the cheaper kernels of the same session are in both
 VARIANTS: dict[str, dict[str, object]] = {"before": {"PROBE_EVERY": 0}, "after": {}}
 # ... and, for --to-final, the search as a slow machine runs it: polishes ahead from the first probe
 # on (`search.EARLY_POLISH_AFTER_SHARE`; the clock standing still never says the search is late)
