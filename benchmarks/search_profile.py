@@ -11,6 +11,16 @@ for the functions with the most self time. Phases nest (an expansion bounds its 
 polish refines), so their times are not meant to add up; `solve` is the whole call.
 
 The results go to the `search_profile` section of benchmarks/RESULTS.md (`--results` for another file).
+
+    python benchmarks/search_profile.py --to-final --settings 70b-256xh100 --seeds 0 1 --repeats 5
+
+`--to-final` measures instead the CPU to the final plan: when (CPU seconds into the solve, the clock
+standing still) the strategy of the returned plan is first solved, when a solve or polish first
+reaches the plan's step time (the last refinements may gain a little more), when the search proper ends
+(the baselines' plans are asked for), and the whole solve, for the search as it is ("after") and
+with probes off ("before": `search.PROBE_EVERY = 0`, the order before them), alternating in one
+process, median of `--repeats`. This machine's pace varies over minutes: compare the columns of
+one run (ratios), not runs. Section `search_profile_to_final`.
 """
 
 from __future__ import annotations
@@ -18,7 +28,9 @@ from __future__ import annotations
 import argparse
 import cProfile
 import functools
+import math
 import pstats
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -102,6 +114,129 @@ def profile_setting(name: str, seed: int) -> tuple[dict[str, float], list[tuple[
     return totals, top[:TOP_FUNCTIONS], summary
 
 
+# the search's order before probes, as module settings the "before" runs set (the same process): probes
+# off, and with them the polishes ahead; the cheaper kernels of the same session are in both
+VARIANTS: dict[str, dict[str, object]] = {"before": {"PROBE_EVERY": 0}, "after": {}}
+# ... and, for --to-final, the search as a slow machine runs it: polishes ahead from the first probe
+# on (`search.EARLY_POLISH_AFTER_SHARE`; the clock standing still never says the search is late)
+SLOW = "after, slow machine"
+TO_FINAL_VARIANTS: dict[str, dict[str, object]] = {**VARIANTS, SLOW: {"EARLY_POLISH_AFTER_SHARE": -1.0}}
+
+
+@contextmanager
+def variant(name: str) -> Iterator[None]:
+    """The search module with `TO_FINAL_VARIANTS[name]`'s settings (restored on exit)."""
+    saved = {key: getattr(search_module, key) for key in TO_FINAL_VARIANTS[name]}
+    for key, value in TO_FINAL_VARIANTS[name].items():
+        setattr(search_module, key, value)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            setattr(search_module, key, value)
+
+
+def to_final_plan(name: str, seed: int, variant_name: str) -> tuple[float, float, float, float, str, float]:
+    """One solve of the setting's batch, the clock standing still: (CPU s when the returned plan's
+    strategy was first solved, CPU s when a solve or polish first reached the plan's step time, CPU s
+    when the search proper ended, CPU s of the solve, the plan's strategy, its step time s)."""
+    setting = SETTINGS[name]
+    lengths = batch_lengths(setting.datasets[0], setting.num_tokens, seed, setting.context_cap)
+    profile = profile_for(setting.model, setting.gpu, setting.num_gpus)
+    request = make_request(lengths, setting.num_gpus, "auto", setting.time_limit_s, seed)
+    solved: list[tuple[float, str]] = []
+    reached: list[tuple[float, float]] = []  # (CPU s, objective s) of every solve and polish
+    search_end = [math.nan]
+    started = [0.0]
+    first_solution, polish, peers = (
+        search_module._first_solution,
+        search_module.polish_candidate,
+        solve_module.peer_candidates,
+    )
+
+    def noted_solution(strategy, *args, **kwargs):
+        candidate = first_solution(strategy, *args, **kwargs)
+        solved.append((time.process_time() - started[0], str(strategy)))
+        if candidate is not None:
+            reached.append((time.process_time() - started[0], candidate.objective_s))
+        return candidate
+
+    def noted_polish(*args, **kwargs):
+        candidate = polish(*args, **kwargs)
+        reached.append((time.process_time() - started[0], candidate.objective_s))
+        return candidate
+
+    def noted_peers(*args, **kwargs):
+        search_end[0] = time.process_time() - started[0]
+        return peers(*args, **kwargs)
+
+    with clock_standing_still(True), variant(variant_name):
+        search_module._first_solution, search_module.polish_candidate = noted_solution, noted_polish
+        solve_module.peer_candidates = noted_peers
+        try:
+            started[0] = time.process_time()
+            plan = solve_module.solve(request, profile)
+            total = time.process_time() - started[0]
+        finally:
+            search_module._first_solution, search_module.polish_candidate = first_solution, polish
+            solve_module.peer_candidates = peers
+    final = str(plan.strategy)
+    first = next((at for at, text in solved if text == final), math.nan)  # nan: a baseline's own plan
+    # nan: only the last refinements (or a baseline's plan) reached it
+    step = next((at for at, objective in reached if objective <= plan.step_time_s * (1 + 1e-9)), math.nan)
+    return first, step, search_end[0], total, final, plan.step_time_s
+
+
+def to_final_report(names: list[str], seeds: list[int], repeats: int) -> tuple[str, str]:
+    """(table, body) of `to_final_plan` per setting and seed and variant (`TO_FINAL_VARIANTS`), medians."""
+    rows, notes = [], []
+    for name in names:
+        for seed in seeds:
+            for variant_name in TO_FINAL_VARIANTS:  # caches, compiled kernels
+                to_final_plan(name, seed, variant_name)
+            runs: dict[str, list[tuple[float, float, float, float, str, float]]] = {v: [] for v in TO_FINAL_VARIANTS}
+            for _ in range(repeats):
+                for variant_name in TO_FINAL_VARIANTS:
+                    runs[variant_name].append(to_final_plan(name, seed, variant_name))
+            medians = {v: [statistics.median(run[i] for run in runs[v]) for i in range(4)] for v in TO_FINAL_VARIANTS}
+            plans = {(run[4], round(run[5], 6)) for v in TO_FINAL_VARIANTS for run in runs[v]}
+            before = medians["before"]
+
+            def cell(index: int, medians=medians, before=before) -> str:
+                values = [medians[v][index] for v in TO_FINAL_VARIANTS]
+                ratios = [f"{value / before[index]:.2f}x" for value in values[1:]]
+                shown = " / ".join("-" if math.isnan(value) else f"{value:.3f}" for value in values)
+                return shown if math.isnan(before[index]) else f"{shown} ({', '.join(ratios)})"
+
+            rows.append([name, str(seed), *(cell(index) for index in range(4)), "yes" if len(plans) == 1 else "NO"])
+            strategy, step_s = runs["after"][0][4], runs["after"][0][5]
+            notes.append(f"`{name}` seed {seed}: {strategy}, {step_s * 1e3:,.1f} ms")
+            print(f"{name} seed {seed}: {rows[-1][2:]}", file=sys.stderr)
+    columns = " / ".join(TO_FINAL_VARIANTS)
+    headers = [
+        "setting",
+        "seed",
+        f"CPU s to the final plan's strategy ({columns})",
+        "CPU s to the final plan's step time",
+        "CPU s to the search's end",
+        "CPU s of the solve",
+        "same plan",
+    ]
+    table = markdown_table(headers, rows)
+    body = "\n\n".join(
+        [
+            f"Medians of {repeats} solves per variant, alternating in one process, the clock standing still "
+            "(work limits only). before: probes off (`search.PROBE_EVERY = 0`, the search's order until "
+            f"now); after: the search as it is; {SLOW}: as it is where the clock says the search is late "
+            "(polishes ahead from the first probe on: `search.EARLY_POLISH_AFTER_SHARE`). Ratios against "
+            "before; `-`: no solve or polish reached the plan's step time (the last refinements did).",
+            table,
+            "Plans (the same in every run and variant): " + "; ".join(notes) + ".",
+        ]
+    )
+    return table, body
+
+
 def report(results: dict[str, tuple[dict[str, float], list[tuple[str, float]], str]]) -> tuple[str, str]:
     """(phase table, full body)."""
     names = list(results)
@@ -121,7 +256,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--results", type=Path, default=RESULTS_PATH)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--to-final", action="store_true", help="CPU to the final plan, before / after")
+    parser.add_argument("--repeats", type=int, default=5, help="solves per variant with --to-final")
     args = parser.parse_args(argv)
+    if args.to_final:
+        table, body = to_final_report(args.settings, args.seeds, args.repeats)
+        print(body)
+        if not args.no_write:
+            write_result("search_profile_to_final", command_line(), body, table, path=args.results)
+        return 0
     results = {}
     for name in args.settings:
         for seed in args.seeds:

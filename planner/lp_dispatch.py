@@ -71,22 +71,22 @@ def solve_type_lp(
     unique, multiplicity = np.unique(lengths, return_counts=True)
     as_float = unique.astype(np.float64)
     num_lengths, num_types = len(unique), len(types)
-    columns: list[tuple[int, int]] = [
-        (row, kind)
-        for kind, coef in enumerate(types)
-        for row in np.flatnonzero(unique <= coef.capacity_tokens).tolist()
-    ]
-    num_columns = len(columns) + 1  # last column is T
-    starts, indices, values = [0], [], []
-    for row, kind in columns:
-        coef = types[kind]
-        work = coef.a * as_float[row] ** 2 + coef.b * as_float[row]
-        indices += [row, num_lengths + kind]
-        values += [1.0, inflation[kind] * work]
-        starts.append(len(indices))
-    indices += [num_lengths + kind for kind in range(num_types)]
-    values += [-float(count) for count in counts]
-    starts.append(len(indices))
+    # one column per (length, type) that fits, type by type, lengths ascending; then T. Built as
+    # arrays: the same matrix, entry for entry, as a loop over the columns (~25 ms at 7,500 columns)
+    rows_of = [np.flatnonzero(unique <= coef.capacity_tokens) for coef in types]
+    rows = np.concatenate([np.zeros(0, dtype=np.int64), *rows_of])
+    kinds = np.repeat(np.arange(num_types), [len(part) for part in rows_of])
+    work = np.concatenate(
+        [np.zeros(0)]
+        + [
+            factor * (coef.a * as_float[part] ** 2 + coef.b * as_float[part])
+            for coef, factor, part in zip(types, inflation, rows_of)
+        ]
+    )
+    num_columns = len(rows) + 1  # last column is T
+    indices = np.concatenate([np.column_stack((rows, num_lengths + kinds)).ravel(), num_lengths + np.arange(num_types)])
+    values = np.concatenate([np.column_stack((np.ones(len(rows)), work)).ravel(), [-float(count) for count in counts]])
+    starts = np.r_[np.arange(0, 2 * len(rows) + 1, 2), 2 * len(rows) + num_types]
     floors = [count * (coef.scheme.pp - 1) * coef.c for coef, count in zip(types, counts)]
 
     model = highspy.HighsLp()
@@ -98,9 +98,9 @@ def solve_type_lp(
     model.row_lower_ = np.r_[multiplicity.astype(np.float64), np.full(num_types, -highspy.kHighsInf)]
     model.row_upper_ = np.r_[multiplicity.astype(np.float64), -np.asarray(floors, dtype=np.float64)]
     model.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    model.a_matrix_.start_ = np.asarray(starts, dtype=np.int32)
-    model.a_matrix_.index_ = np.asarray(indices, dtype=np.int32)
-    model.a_matrix_.value_ = np.asarray(values, dtype=np.float64)
+    model.a_matrix_.start_ = starts.astype(np.int32)
+    model.a_matrix_.index_ = indices.astype(np.int32)
+    model.a_matrix_.value_ = values.astype(np.float64)
     highs = _new_highs()
     highs.passModel(model)
     highs.run()
@@ -108,25 +108,33 @@ def solve_type_lp(
         return None
     solution = np.asarray(highs.getSolution().col_value)
     shares = np.zeros((num_lengths, num_types))
-    for (row, kind), value in zip(columns, solution[:-1]):
-        shares[row, kind] = max(0.0, value)
+    shares[rows, kinds] = np.where(solution[:-1] > 0.0, solution[:-1], 0.0)  # max(0.0, value)
     return unique, shares, float(solution[-1])
 
 
 def round_shares(lengths: np.ndarray, unique: np.ndarray, shares: np.ndarray) -> np.ndarray:
     """Type of every item: each length's items split by its LP shares, largest remainder first.
-    Items of one length are interchangeable, so which of them goes where does not matter."""
-    item_type = np.empty(len(lengths), dtype=np.int64)
+    Items of one length are interchangeable, so which of them goes where does not matter.
+
+    All lengths at once, the same arithmetic per length as one at a time (~20 ms of Python at
+    2,500 lengths): shares scaled to the length's item count, floors, then one more for the
+    largest remainders (stable order: the first type wins a tie)."""
     by_length = np.argsort(lengths, kind="stable")
-    bounds = np.searchsorted(lengths[by_length], unique, side="left").tolist() + [len(lengths)]
-    for row in range(len(unique)):
-        members = by_length[bounds[row] : bounds[row + 1]]
-        want = shares[row] * (len(members) / max(shares[row].sum(), 1e-12))
-        whole = np.floor(want + 1e-9).astype(np.int64)
-        remainder = len(members) - int(whole.sum())
-        for kind in np.argsort(-(want - whole), kind="stable")[:remainder].tolist():
-            whole[kind] += 1
-        item_type[members] = np.repeat(np.arange(len(whole)), whole)
+    bounds = np.r_[np.searchsorted(lengths[by_length], unique, side="left"), len(lengths)]
+    sizes = np.diff(bounds)
+    num_types = shares.shape[1]
+    want = shares * (sizes / np.maximum(shares.sum(axis=1), 1e-12))[:, None]
+    whole = np.floor(want + 1e-9).astype(np.int64)
+    remainder = sizes - whole.sum(axis=1)
+    # the types ranked by remainder, largest first; a type gets one more if its rank is below the
+    # count missing (as a slice `[:remainder]` would take them, a negative count included)
+    order = np.argsort(-(want - whole), axis=1, kind="stable")
+    rank = np.empty_like(order)
+    rank[np.arange(len(order))[:, None], order] = np.arange(num_types)[None, :]
+    taken = np.where(remainder < 0, np.maximum(num_types + remainder, 0), np.minimum(remainder, num_types))
+    whole += rank < taken[:, None]
+    item_type = np.empty(len(lengths), dtype=np.int64)
+    item_type[by_length] = np.repeat(np.tile(np.arange(num_types), len(unique)), whole.ravel())
     return item_type
 
 

@@ -10,7 +10,10 @@ never negative, is left out of bounds and charged when a strategy is solved; see
 2. alternates: expand scheme sets in bound order while their bound beats the incumbent and the
    best queued estimate, then solve the queued strategy with the best *estimate* (the fluid
    division of the items by length intervals with 1F1B bubbles priced in, `planner.fluid`),
-   skipping strategies whose bound cannot beat the incumbent;
+   skipping strategies whose bound cannot beat the incumbent; before its first such solve, every
+   PROBE_EVERY expansions, the best-estimated strategy so far is solved ahead and kept aside
+   (a probe: used when the search reaches it, so the uncut search is the same), and on a slow
+   machine the best candidate so far is polished ahead the same way (EARLY_POLISHES);
 3. stops at the work limits (deterministic) or at its share of the time limit.
 
 The time limit is hard at every scale: once the first strategy is solved (the first incumbent,
@@ -134,6 +137,31 @@ STRATEGIES_PER_SOLVE = 8000
 # expansions used to end at the polish's share with none solved, and the plan was a polished
 # homogeneous one (70B / 256 at load 6: 21.47 s; solving the best-estimated two gave 19.16 s)
 MIN_SEARCH_SOLVES = 2
+# Probes: before the search proper's first solve, every PROBE_EVERY expansions, the best-estimated
+# strategy enumerated so far is solved ahead and kept aside. It neither joins the solved candidates
+# nor moves the incumbent, so what the search expands and solves is unchanged: when the search
+# reaches that strategy in its own order it takes the kept candidate instead of solving it again,
+# and a probe the search never reaches is dropped, so an uncut search gives the same plan, byte
+# for byte. Only when the clock cuts the search do the kept candidates join the solved ones. At
+# 70B / 256 H100 (seed 0) the winning strategy's set is the 18th of 100 expanded and its strategy
+# the best estimate from then on, yet it was first solved after all 100 expansions: under load the
+# clock cut the expansions before it was. Probes stop at `WorkLimits.max_expansions` (4 at the default
+# budget): a probe the search never reaches is one solve wasted. 0 turns probes off.
+PROBE_EVERY = 24
+# After a probe, once the search has used EARLY_POLISH_AFTER_SHARE of its time to its deadline (a
+# slow machine: on a quiet 2-core EPYC the first probe of 70B / 256 comes at ~15% of it), the best
+# candidate solved so far (incumbents and probes) is polished ahead (`polish_candidate`) unless it
+# already was, up to EARLY_POLISHES times, kept aside the same way: the polish at the end takes it,
+# whatever the clock says, when that candidate is among those it polishes, and drops it (one polish
+# wasted, ~0.1 s of CPU at 70B / 256) when not. Polishing ahead changes no plan (the same polish of
+# the same candidate, done sooner), so the clock may decide it; always on, it cost 0.1-0.2 s of CPU
+# on 3 of 4 70B / 256 seeds. The final plan of 70B / 256 H100 is the LP polish of the best screened
+# strategy; with CPU-bound neighbours the clock left no time for that polish at the end (19.16 s,
+# not 18.80 s), though the strategy itself was solved by its probe. The MILP backends' polish is a
+# MILP solve capped by the clock: not done ahead.
+EARLY_POLISHES = 2  # 0: none
+EARLY_POLISH_AFTER_SHARE = 0.25
+EARLY_POLISHED_BACKENDS = (SolverBackend.LP, SolverBackend.AUTO)
 # 100: under the validated analytic model (issue 13) the default request's set bounds sit closer
 # together, and 200 expansions took ~0.9-1.2 s of the 2 s default on a quiet 2-core EPYC, so that a
 # CPU-bound neighbour made the clock cut every run; 100 gives the same plan and the same bound there
@@ -407,10 +435,13 @@ class Frontier:
     def push_set(self, columns: tuple[int, ...], bound_s: float) -> None:
         heapq.heappush(self.sets, (bound_s, next(self._order), columns))
 
-    def push_sets(self, sets: Sequence[tuple[int, ...]], bounds_s: Sequence[float]) -> None:
-        """`push_set` of each in turn, in one heapify (the keys are unique: the same heap order)."""
+    def push_sets(self, sets: Sequence[tuple[int, ...]], bounds_s: Sequence[float], ordered: bool = True) -> None:
+        """`push_set` of each in turn, in one heapify (the keys are unique: the same heap order);
+        with `ordered` False the heapify is left to the caller (`_seed_sets`: one at its end, not
+        one per block of sets pushed: 30 per solve over a heap of thousands of sets at 70B / 256 GPUs)."""
         self.sets.extend((bound_s, next(self._order), columns) for columns, bound_s in zip(sets, bounds_s))
-        heapq.heapify(self.sets)
+        if ordered:
+            heapq.heapify(self.sets)
 
     def push_strategies(self, strategies: Sequence[Strategy], floor_s: float = -math.inf) -> None:
         """Bound and estimate new strategies (see `bounded`); `floor_s` is a bound known to hold
@@ -557,6 +588,7 @@ def search(
     bound cannot beat the incumbent; up to the work limit or the search's share of the time.
     Then the backend polishes the best strategies found.
     """
+    search_time_s = clock.remaining_s()  # what the search has, from here to its deadline
     pinned = [strategy for strategy in (*(settings.pool or ()), settings.previous) if strategy is not None]
     pinned = [s for s in pinned if s.num_gpus == num_gpus and all(cost.knows(x) for x in s.schemes)]
     keep = {scheme for strategy in pinned for scheme in strategy.schemes}
@@ -600,6 +632,7 @@ def search(
     attempts = initial_attempts = len(done)
     queue: list[tuple[float, float, str, int]] = []  # unsolved strategies by estimate
     queued = 0
+    probes = _Probes(frontier, done)
     expansions = 0
     enumerated_at_solve = len(frontier.strategies)
     if speculative is not None:
@@ -625,6 +658,22 @@ def search(
                 speculative.prefetch_expansions(frontier.next_sets(QUEUE_HEAD, incumbent_s), incumbent_s)
             frontier.expand_next(speculative)
             expansions += 1
+            if (
+                PROBE_EVERY
+                and expansions % PROBE_EVERY == 0
+                and expansions <= settings.work.max_expansions  # at most 4 probes at the default budget
+                and attempts == initial_attempts
+                and solved
+                # read, not `stop()`: a probe skipped for time changes no plan, so it is no cut
+                and clock.remaining_s() > max(polish_reserve_s, slowest_solve_s)
+            ):
+                probes.solve_best(incumbent_s, first_solution)
+                if (
+                    len(probes.polished) < EARLY_POLISHES
+                    and settings.backend in EARLY_POLISHED_BACKENDS
+                    and clock.remaining_s() < (1 - EARLY_POLISH_AFTER_SHARE) * search_time_s
+                ):
+                    probes.polish_best(solved, lambda c: polish_candidate(c, lengths, cost, settings, clock))
         for entry in frontier.strategies[queued:]:
             heapq.heappush(queue, (round(entry.estimate_s, 3), entry.fluid_estimate_s, str(entry.strategy), queued))
             queued += 1
@@ -645,14 +694,21 @@ def search(
             speculative.prefetch(_queue_head(queue, frontier, incumbent_s, done))
         attempts += 1
         enumerated_at_solve = len(frontier.strategies)
-        candidate = first_solution(entry.strategy)
+        if entry.strategy in probes.kept:
+            candidate = probes.kept.pop(entry.strategy)
+        else:
+            candidate = first_solution(entry.strategy)
         if candidate is not None:
             solved.append(candidate)
             solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
+    if clock.cut:  # the clock, not the work limits, ended the search: what the probes found counts
+        solved.extend(candidate for candidate in probes.kept.values() if candidate is not None)
     solved = sorted([*solved, *peers()], key=lambda c: (c.objective_s, str(c.strategy)))
     if not solved:
         return None
-    best = _polish(solved, lengths, cost, settings, clock, POLISH_PER_SCREEN * slowest_solve_s, speculative)
+    best = _polish(
+        solved, lengths, cost, settings, clock, POLISH_PER_SCREEN * slowest_solve_s, speculative, probes.polished
+    )
     if speculative is not None:
         speculative.close()
     if settings.thorough and settings.backend != SolverBackend.GREEDY:
@@ -704,6 +760,43 @@ def _initial_incumbents(
         solved += [candidate] if candidate is not None else []
     solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
     return solved, tried
+
+
+class _Probes:
+    """Strategies solved ahead of the search's own order (`PROBE_EVERY`): `kept` maps each to its
+    candidate (None where it had none) until the search reaches it."""
+
+    def __init__(self, frontier: Frontier, done: set[Strategy]) -> None:
+        self.frontier, self.done = frontier, done
+        self.kept: dict[Strategy, Candidate | None] = {}
+        # (candidate, its polish) of `polish_best`: the very candidate object, so the polish at the
+        # end takes it for that candidate alone
+        self.polished: list[tuple[Candidate, Candidate]] = []
+        self._heap: list[tuple[float, float, str, int]] = []  # the search queue's order
+        self._pushed = 0
+
+    def solve_best(self, incumbent_s: float, solve: Callable[[Strategy], Candidate | None]) -> None:
+        """Solve the best-estimated strategy enumerated so far that the search could still solve
+        (bound below the incumbent, neither tried nor probed); nothing if there is none."""
+        strategies = self.frontier.strategies
+        for index in range(self._pushed, len(strategies)):
+            entry = strategies[index]
+            heapq.heappush(self._heap, (round(entry.estimate_s, 3), entry.fluid_estimate_s, str(entry.strategy), index))
+        self._pushed = len(strategies)
+        while self._heap:
+            entry = strategies[heapq.heappop(self._heap)[3]]
+            if entry.bound_s < incumbent_s and entry.strategy not in self.done and entry.strategy not in self.kept:
+                self.kept[entry.strategy] = solve(entry.strategy)
+                return
+
+    def polish_best(self, solved: Sequence[Candidate], polish: Callable[[Candidate], Candidate]) -> None:
+        """Polish ahead the best candidate among `solved` and the probes', unless it already was
+        (see EARLY_POLISHES)."""
+        found = [*solved, *(candidate for candidate in self.kept.values() if candidate is not None)]
+        if found:
+            best = min(found, key=lambda c: (c.objective_s, str(c.strategy)))
+            if all(source is not best for source, _ in self.polished):
+                self.polished.append((best, polish(best)))
 
 
 def _queue_head(queue: list, frontier: Frontier, incumbent_s: float, done: set[Strategy]) -> list[Strategy]:
@@ -772,6 +865,7 @@ def _seed_sets(
             _push_seeded(frontier, blocks, sizes, num_gpus, sync_floors, incumbent_s, fillable_children)
             blocks = []
     _push_seeded(frontier, blocks, sizes, num_gpus, sync_floors, incumbent_s, fillable_children)
+    heapq.heapify(frontier.sets)  # once: the pushes above left it to here
 
 
 def _unlisted_floor_s(tables: BoundTables, prefix: tuple[int, ...], num_gpus: int) -> float:
@@ -806,7 +900,9 @@ def _push_seeded(frontier: Frontier, blocks, sizes, num_gpus: int, sync_floors, 
     prefixes = [prefix for prefix, _, _ in blocks]
     totals = np.minimum(bounds + sync_floors.extended_blocks(prefixes, block_of, children), incumbent_s)
     frontier.push_sets(
-        [(*prefixes[block], child) for block, child in zip(block_of.tolist(), children.tolist())], totals.tolist()
+        [(*prefixes[block], child) for block, child in zip(block_of.tolist(), children.tolist())],
+        totals.tolist(),
+        ordered=False,
     )
 
 
@@ -973,11 +1069,13 @@ def _polish(
     clock: Clock,
     expected_s: float = 0.0,
     speculative: SpeculativeSolver | None = None,
+    ahead_of_time: Sequence[tuple[Candidate, Candidate]] = (),
 ) -> Candidate:
     """Apply the backend's dispatch to the best strategies found, each followed by joint
     refinement (`polish_candidate`; with `speculative`, those after the first in workers ahead).
     A polish starts only if the time left covers `expected_s` (what screening one strategy took)
-    or, after the first, what the last polish took."""
+    or, after the first, what the last polish took; one done `ahead_of_time` ((candidate,
+    polish) pairs, matched by identity) is taken whatever the clock says."""
     best = solved[0]
     if settings.backend == SolverBackend.GREEDY:
         return best
@@ -987,6 +1085,11 @@ def _polish(
     if ahead:
         speculative.prefetch_polishes(list(enumerate(chosen))[1:], settings, clock)
     for index, candidate in enumerate(chosen):
+        done = next((polished for source, polished in ahead_of_time if source is candidate), None)
+        if done is not None:
+            if done.objective_s < best.objective_s:
+                best = done
+            continue
         if clock.stop(reserve_s=expected_s):
             break
         before = clock.remaining_s()

@@ -262,3 +262,21 @@ def test_search_profile_times_each_phase_and_restores_the_planner():
     assert all(0 <= value <= whole + 1e-3 for value in totals.values())
     table, body = search_profile.report({"tiny": (totals | {"solve": whole}, [("f", 0.1)], "plan")})
     assert table.splitlines()[0] == "| CPU s (clock standing still) | tiny |" and "### Most self time, tiny" in body
+
+
+def test_search_profile_variants_set_and_restore_the_search_settings():
+    """benchmarks/search_profile.py --to-final: "before" turns probes off (the search's order
+    before them), the slow-machine variant polishes ahead from the first probe; both restore the
+    search module's settings."""
+    from benchmarks import search_profile
+    from hydraplan.planner import search as search_module
+
+    probe_every, share = search_module.PROBE_EVERY, search_module.EARLY_POLISH_AFTER_SHARE
+    assert probe_every > 0
+    with search_profile.variant("before"):
+        assert search_module.PROBE_EVERY == 0
+    with search_profile.variant(search_profile.SLOW):
+        assert search_module.PROBE_EVERY == probe_every and search_module.EARLY_POLISH_AFTER_SHARE < 0
+    with search_profile.variant("after"):
+        assert (search_module.PROBE_EVERY, search_module.EARLY_POLISH_AFTER_SHARE) == (probe_every, share)
+    assert (search_module.PROBE_EVERY, search_module.EARLY_POLISH_AFTER_SHARE) == (probe_every, share)

@@ -229,6 +229,29 @@ def test_weighted_min_totals_is_the_product_of_the_weighted_minima(trial: int) -
     assert weighted_min_totals(values, weights, multiplicity) == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.parametrize("num_points", [1, 3, 4, 5, 8, 11])
+def test_weighted_min_totals_adds_each_point_row_by_row_bit_for_bit(num_points: int) -> None:
+    """Four grid points at a time, then the rest one by one: every total is the one a plain loop
+    gives (each point's sum in row order), bit for bit, whether or not 4 divides the points."""
+    rng = np.random.default_rng(num_points)
+    values = rng.random((60, 3)) * 1e3
+    values[rng.random(values.shape) < 0.1] = 1e30
+    weights = rng.random((num_points, 3))
+    weights[rng.random(weights.shape) < 0.2] = 0.0
+    multiplicity = rng.integers(1, 5, len(values)).astype(np.float64)
+    expected = []
+    for point in weights.tolist():
+        total = 0.0
+        for row, count in zip(values.tolist(), multiplicity.tolist()):
+            least = row[0] * point[0]
+            for value, weight in zip(row[1:], point[1:]):
+                if value * weight < least:
+                    least = value * weight
+            total += count * least
+        expected.append(total)
+    assert weighted_min_totals(values, weights, multiplicity).tolist() == expected
+
+
 def test_a_solve_compiles_nothing_after_the_warm_up() -> None:
     """`warm_up` compiles every kernel for the argument types the planner passes, so no plan pays
     for compiling inside its budget: each kernel keeps one signature through solves of the
