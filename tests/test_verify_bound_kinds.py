@@ -278,3 +278,30 @@ def test_a_block_of_many_items_is_floored_under_its_one_item_micro_batches(num_i
         exact = reference.pipeline_time_s([item_s] * num_items, stages, fwd)
         floor = vb._pipeline_floor_s(deep, column, [length] * num_items)
         assert num_items * item_s + (stages - 1) * float(deep.c[column]) <= floor <= exact * (1 + 1e-12), (stages, fwd)
+
+
+@pytest.mark.parametrize("num_items", [4, 8, 12])
+def test_an_interleaved_block_is_floored_under_its_one_item_micro_batches(num_items: int) -> None:
+    """An interleaved pipeline (v = 2) holding a block the assignment bound does not time exactly:
+    each item a whole micro-batch (its length is the capacity), a multiple of pp of them, so that
+    packing is the only one; its fill-and-drain floor over the counts that are multiples of pp
+    stays at most the exact interleaved 1F1B time of that packing, and at least its work."""
+    profile, _, _ = random_instance(0)
+    columns = columns_of(profile)
+    column = next(c for c in range(len(columns.schemes)) if columns.stages[c] > 1)
+    for stages, fwd in itertools.product((2, 4), (0.1, 1 / 3)):
+        interleaved = dataclasses.replace(
+            columns,
+            stages=np.full(len(columns.schemes), float(stages)),
+            fwd=np.full(len(columns.schemes), fwd),
+            chunks=np.full(len(columns.schemes), 2.0),
+        )
+        length = float(interleaved.capacity[column])
+        item_s = (
+            float(interleaved.a[column]) * length * length
+            + float(interleaved.b[column]) * length
+            + float(interleaved.c[column])
+        )
+        exact = reference.interleaved_pipeline_time_s([item_s] * num_items, stages, 2, fwd, stages)
+        floor = vb._pipeline_floor_s(interleaved, column, [length] * num_items)
+        assert num_items * item_s <= floor <= exact * (1 + 1e-12), (stages, fwd)

@@ -126,3 +126,31 @@ def test_the_verifiers_own_multipliers_hold_every_point_the_solver_tries(size: i
     own = {tuple(np.round(row, 12)) for row in vb._multiplier_grid(gpus, [])}
     solver = {tuple(np.round(row, 12)) for row in simplex_grid(size, 12)}
     assert solver <= own, sorted(solver - own)[:3]
+
+
+def test_a_left_out_scheme_is_dominated_only_by_one_of_its_own_size() -> None:
+    """`<2,1,1>` made worse than `<1,1,1>` in every term: left out of a certificate that lists
+    `<1,1,1>`, it is still not covered (a pipeline of two GPUs is no pipeline of one: a strategy
+    may need it to fill the cluster), so the check names it."""
+    profile, _, num_gpus = random_instance(0)
+    single = next(e for e in profile.schemes if (e.tp, e.pp, e.cp) == (1, 1, 1))
+    worse = single.model_copy(
+        update={
+            "tp": 2,
+            "a": 2 * single.a,
+            "b": 2 * single.b,
+            "c": 2 * single.c,
+            "grad_bytes_per_gpu": 4 * single.grad_bytes_per_gpu,
+        }
+    )
+    others = [e for e in profile.schemes if (e.tp, e.pp, e.cp) != (2, 1, 1)]
+    profile = profile.model_copy(update={"schemes": [*others, worse]})
+    entries = reference.scheme_entries(profile)
+    assert all(x <= y for x, y in zip(vb._terms(profile, (1, 1, 1), entries), vb._terms(profile, (2, 1, 1), entries)))
+    listed = [f"<{e.tp},{e.pp},{e.cp}>" for e in others]
+    certificate = BoundCertificate(space="search", max_schemes=1, schemes=listed)
+    plan_like = type("P", (), {"num_gpus": num_gpus, "gpus_per_node": 8})()
+    _, violations = vb._columns(certificate, profile, plan_like)
+    assert violations == [
+        "bound certificate: scheme <2,1,1> is left out of its schemes and no listed scheme dominates it"
+    ]
