@@ -411,3 +411,64 @@ def test_a_status_set_without_validation_is_still_checked(plan):
     opposite = "optimal" if plan.status == "feasible" else "feasible"
     found = check_plan(plan.model_copy(update={"status": opposite}))
     assert found[0].startswith(f"status {opposite} with gap {plan.gap}, ")
+
+
+# --- slow ranks (issue 31 item 3): the factors a plan claims, and the request's ------------------
+
+SLOW_PROFILE = synthetic_profile(max_gpus=2)
+SLOW_LENGTHS = [700, 30, 420, 90, 610, 15, 260, 330, 45, 510, 120, 75]
+
+
+def slow_request(factors: dict[int, float] | None) -> PlanRequest:
+    options = SolverOptions(solver="greedy", time_limit_s=30, strategy_pool=["2x<1,1,1>"])
+    return PlanRequest(lengths=SLOW_LENGTHS, num_gpus=2, gpus_per_node=2, options=options, rank_slowdowns=factors)
+
+
+@pytest.fixture(scope="module")
+def slow_plan() -> Plan:
+    """Two `<1,1,1>` pipelines, rank 0 slow by 1.5 (the lowest rank, a factor between 1 and 2)."""
+    made = solve(slow_request({0: 1.5, 1: 1.0}), SLOW_PROFILE)
+    assert made.rank_slowdowns == {0: 1.5}
+    assert [pipeline.slowdown for pipeline in made.pipelines] == [1.5, None]
+    return made
+
+
+def test_a_plan_with_a_slow_rank_passes_with_and_without_its_request(slow_plan):
+    assert check_plan(slow_plan, SLOW_PROFILE) == []
+    # the request's factor of 1 is no slowdown: the plan lists only the factors above 1
+    assert check_plan(slow_plan, SLOW_PROFILE, slow_request({0: 1.5, 1: 1.0})) == []
+
+
+@pytest.mark.parametrize(
+    ("factors", "named"),
+    [
+        ({2: 1.5}, "rank_slowdowns: rank 2 is not a rank of the 2 GPUs"),
+        ({-1: 1.5}, "rank_slowdowns: rank -1 is not a rank of the 2 GPUs"),
+        ({0: 1.0}, "rank_slowdowns[0] = 1.0: a plan lists only finite factors above 1"),
+        ({0: 0.5}, "rank_slowdowns[0] = 0.5: a plan lists only finite factors above 1"),
+    ],
+)
+def test_a_factor_a_plan_cannot_hold_is_named_alone(slow_plan, factors, named):
+    """A rank outside the cluster or a factor not above 1: named, and the pipelines' factors are
+    not compared with a list that is already wrong (the times, recomputed without it, differ)."""
+    tampered = identified(slow_plan.model_copy(update={"rank_slowdowns": factors}))
+    violations = check_plan(tampered, SLOW_PROFILE)
+    assert named in violations, violations
+    assert not any("from rank_slowdowns" in violation for violation in violations), violations
+
+
+def test_a_pipeline_factor_that_is_not_its_ranks_is_named(slow_plan):
+    first, second = slow_plan.pipelines
+    moved = [first.model_copy(update={"slowdown": None}), second.model_copy(update={"slowdown": 1.5})]
+    violations = check_plan(identified(slow_plan.model_copy(update={"pipelines": moved})), SLOW_PROFILE)
+    assert "pipeline 0 <1,1,1>: slowdown None != 1.5 from rank_slowdowns" in violations, violations
+    assert "pipeline 1 <1,1,1>: slowdown 1.5 != None from rank_slowdowns" in violations, violations
+
+
+def test_a_plan_must_carry_exactly_the_requests_factors_above_one(slow_plan):
+    for factors in ({0: 2.5}, {1: 1.5}, None, {0: 1.5, 1: 1.2}):
+        violations = check_plan(slow_plan, SLOW_PROFILE, slow_request(factors))
+        assert any(v.startswith("rank_slowdowns {0: 1.5} are not the request's factors above 1") for v in violations), (
+            factors,
+            violations,
+        )
