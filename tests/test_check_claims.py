@@ -472,3 +472,12 @@ def test_a_plan_must_carry_exactly_the_requests_factors_above_one(slow_plan):
             factors,
             violations,
         )
+
+
+def test_an_interleaved_previous_strategy_counts_its_gpus_without_v(slow_plan):
+    """`1x<1,2,1,2>` uses 2 GPUs (v chunks share a rank's GPU): a plan on 2 GPUs may switch from it;
+    one on 3 GPUs' worth of previous pipelines is named with that count."""
+    fits = check_plan(identified(slow_plan.model_copy(update={"previous_strategy": "1x<1,2,1,2>"})), SLOW_PROFILE)
+    assert not any("GPUs, the plan has" in violation for violation in fits), fits
+    wider = identified(slow_plan.model_copy(update={"previous_strategy": "1x<1,2,1,2> + 1x<1,1,1>"}))
+    assert any("uses 3 GPUs, the plan has 2" in violation for violation in check_plan(wider, SLOW_PROFILE))
