@@ -19,6 +19,8 @@ from test_verify_bound_parts import columns_of
 
 from hydraplan.planner import reference
 from hydraplan.planner import verify_bound as vb
+from hydraplan.planner.schemas import PlanRequest, SolverOptions
+from hydraplan.planner.solve import solve
 
 ABOVE = 1 + 1e-9  # a claim this far above the optimum must not be proved
 
@@ -220,6 +222,27 @@ def test_the_replica_split_stays_under_a_set_whose_best_strategy_has_more_replic
     best, replicas = min(timed)
     assert replicas >= fewest + 1  # what makes the case: the optimum is on the first threshold's "more" side
     assert vb._raised_set_bound_s(profile, columns, tables, combo, num_gpus, None, math.inf) <= best * ABOVE
+
+
+def test_the_replica_split_keeps_the_many_replicas_side_of_every_threshold() -> None:
+    """Seven GPUs, `<1,1,1>` and a `<3,1,1>` that is no faster (three times the GPU cost), 60 equal
+    items: the set's strategies are `4x<1,1,1> + 1x<3,1,1>` (5 weight replicas) and `1x<1,1,1> +
+    2x<3,1,1>` (3, the fewest). The first is faster; the split's bound over strategies with fewer
+    replicas than a threshold (4 or 5) lies above it, so each threshold must keep its "this many or
+    more" side: the set's bound stays under a plan of the fast strategy (a feasible time)."""
+    base, _, _ = random_instance(0)
+    single = next(e for e in base.schemes if (e.tp, e.pp, e.cp) == (1, 1, 1))
+    profile = base.model_copy(update={"schemes": [single, single.model_copy(update={"tp": 3})]})
+    lengths, num_gpus, combo = [600] * 60, 7, (0, 1)
+    columns = columns_of(profile)
+    tables = vb._tables(np.asarray(lengths, dtype=float), columns)
+    assert vb._fewest_replicas(columns, combo, num_gpus) == 3
+    options = SolverOptions(strategy_pool=["4x<1,1,1> + 1x<3,1,1>"], time_limit_s=30)
+    plan = solve(PlanRequest(lengths=lengths, num_gpus=num_gpus, gpus_per_node=8, options=options), profile)
+    raised = vb._raised_set_bound_s(profile, columns, tables, combo, num_gpus, None, math.inf)
+    assert raised <= plan.objective_s
+    cheap = vb._set_bounds_s(tables, columns, np.array([combo]), num_gpus, None)[0, 0]
+    assert raised > cheap + vb._sync_s(profile, columns, combo, 3)  # the split lifts the set's bound
 
 
 def test_the_assignment_bound_takes_an_item_exactly_at_a_capacity() -> None:
