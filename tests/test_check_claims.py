@@ -437,12 +437,19 @@ def test_a_plan_with_a_slow_rank_passes_with_and_without_its_request(slow_plan):
     assert check_plan(slow_plan, SLOW_PROFILE) == []
     # the request's factor of 1 is no slowdown: the plan lists only the factors above 1
     assert check_plan(slow_plan, SLOW_PROFILE, slow_request({0: 1.5, 1: 1.0})) == []
+    # read back from JSON: the factors compare by value, not as the same objects
+    assert check_plan(Plan.model_validate_json(slow_plan.model_dump_json()), SLOW_PROFILE) == []
+    # the highest rank may be slow too
+    last = solve(slow_request({1: 1.5}), SLOW_PROFILE)
+    assert [pipeline.slowdown for pipeline in last.pipelines] == [None, 1.5]
+    assert check_plan(last, SLOW_PROFILE, slow_request({1: 1.5})) == []
 
 
 @pytest.mark.parametrize(
     ("factors", "named"),
     [
         ({2: 1.5}, "rank_slowdowns: rank 2 is not a rank of the 2 GPUs"),
+        ({3: 1.5}, "rank_slowdowns: rank 3 is not a rank of the 2 GPUs"),
         ({-1: 1.5}, "rank_slowdowns: rank -1 is not a rank of the 2 GPUs"),
         ({0: 1.0}, "rank_slowdowns[0] = 1.0: a plan lists only finite factors above 1"),
         ({0: 0.5}, "rank_slowdowns[0] = 0.5: a plan lists only finite factors above 1"),
@@ -474,10 +481,24 @@ def test_a_plan_must_carry_exactly_the_requests_factors_above_one(slow_plan):
         )
 
 
-def test_an_interleaved_previous_strategy_counts_its_gpus_without_v(slow_plan):
-    """`1x<1,2,1,2>` uses 2 GPUs (v chunks share a rank's GPU): a plan on 2 GPUs may switch from it;
-    one on 3 GPUs' worth of previous pipelines is named with that count."""
-    fits = check_plan(identified(slow_plan.model_copy(update={"previous_strategy": "1x<1,2,1,2>"})), SLOW_PROFILE)
-    assert not any("GPUs, the plan has" in violation for violation in fits), fits
-    wider = identified(slow_plan.model_copy(update={"previous_strategy": "1x<1,2,1,2> + 1x<1,1,1>"}))
-    assert any("uses 3 GPUs, the plan has 2" in violation for violation in check_plan(wider, SLOW_PROFILE))
+def test_a_previous_strategy_counts_its_gpus_as_tp_x_pp_x_cp(slow_plan):
+    """`1x<1,2,1,2>` uses 2 GPUs (v chunks share a rank's GPU) and `1x<1,1,2>` 2 (CP ranks): a
+    plan on 2 GPUs may switch from either; previous pipelines on 3 GPUs or on 1 are named with
+    that count."""
+    for previous in ("1x<1,2,1,2>", "1x<1,1,2>"):
+        fits = check_plan(identified(slow_plan.model_copy(update={"previous_strategy": previous})), SLOW_PROFILE)
+        assert not any("GPUs, the plan has" in violation for violation in fits), (previous, fits)
+    for previous, used in (("1x<1,2,1,2> + 1x<1,1,1>", 3), ("1x<1,1,1>", 1)):
+        other = identified(slow_plan.model_copy(update={"previous_strategy": previous}))
+        assert any(f"uses {used} GPUs, the plan has 2" in v for v in check_plan(other, SLOW_PROFILE)), previous
+
+
+def test_a_previous_strategy_past_the_small_int_cache_compares_its_gpus_by_value():
+    """300 GPUs counted from the text and 300 in the plan are equal, though not the same object;
+    299 are named."""
+    options = SolverOptions(solver="greedy", time_limit_s=30, strategy_pool=["300x<1,1,1>"])
+    request = PlanRequest(lengths=[100 + i for i in range(300)], num_gpus=300, gpus_per_node=4, options=options)
+    wide = solve(request, SLOW_PROFILE)
+    assert check_plan(identified(wide.model_copy(update={"previous_strategy": "300x<1,1,1>"})), SLOW_PROFILE) == []
+    fewer = identified(wide.model_copy(update={"previous_strategy": "299x<1,1,1>"}))
+    assert check_plan(fewer, SLOW_PROFILE) == ["previous_strategy: '299x<1,1,1>' uses 299 GPUs, the plan has 300"]
