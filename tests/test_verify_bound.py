@@ -17,6 +17,7 @@ from test_exhaustive import (
     random_instance,
     random_interleaved_instance,
 )
+from test_verify_bound_kinds import scaled_instance
 
 from hydraplan.planner.check import check_plan, content_plan_id
 from hydraplan.planner.schemas import Plan, PlanRequest, SolverOptions
@@ -247,6 +248,27 @@ def test_cli_check_bound(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
     assert "plan INVALID" in out and violation in out
     assert main(["check", str(paths["plan"]), "--bound"]) == 2
     assert "--bound needs --profile" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", [0, 3])
+def test_a_claim_above_the_optimum_fails_with_times_in_seconds_and_any_pricing_cap(case: int) -> None:
+    """The quick instances with every time x1000 (`scaled_instance`: seconds, where a product of two
+    times exceeds their sum) and the certificate's pricing cap raised to 10x the objective (any
+    positive cap is valid): the plan's own claim still verifies at its cap, and a claim 0.1% above
+    the (scaled) brute-forced optimum fails."""
+    profile, lengths, num_gpus = scaled_instance(case, 1000.0)
+    request = PlanRequest(
+        lengths=lengths,
+        num_gpus=num_gpus,
+        gpus_per_node=8,
+        options=SolverOptions(time_limit_s=5, max_schemes=MAX_SCHEMES),
+    )
+    plan = solve(request, profile)
+    assert verify_bound(plan, profile, request).ok
+    optimum = solved(case)[3] * 1000.0
+    high_cap = with_certificate(plan, lambda data: data.update(pricing_cap_s=10 * plan.objective_s))
+    raised = verify_bound(high_cap.model_copy(update={"lower_bound_s": optimum * 1.001}), profile, request)
+    assert not raised.ok and raised.verified_bound_s <= optimum * (1 + 1e-9), raised
 
 
 def test_a_pool_strategy_is_bounded_without_the_plans_switch_cost() -> None:

@@ -122,13 +122,28 @@ def test_the_packing_proves_what_the_fluid_dual_cannot() -> None:
     )
 
 
-@pytest.mark.parametrize("case", range(6))
-def test_the_costlier_bounds_never_prove_a_time_above_the_brute_forced_optimum(case: int) -> None:
+def scaled_instance(case: int, scale: float):
+    """`random_instance(case)` with every time multiplied by `scale` (stage-time coefficients, and
+    the sync through the bandwidth): its optima scale exactly, and at scale 1000 times are seconds
+    to tens of seconds, where a product of two times is no longer below their sum."""
+    profile, lengths, num_gpus = random_instance(case)
+    schemes = [e.model_copy(update={"a": e.a * scale, "b": e.b * scale, "c": e.c * scale}) for e in profile.schemes]
+    bandwidth = profile.grad_sync_bandwidth_bytes_per_s / scale
+    return (
+        profile.model_copy(update={"schemes": schemes, "grad_sync_bandwidth_bytes_per_s": bandwidth}),
+        lengths,
+        num_gpus,
+    )
+
+
+@pytest.mark.parametrize(("case", "scale"), [*((case, 1.0) for case in range(6)), (0, 1000.0), (3, 1000.0)])
+def test_the_costlier_bounds_never_prove_a_time_above_the_brute_forced_optimum(case: int, scale: float) -> None:
     """Every strategy of at most two schemes of a tiny instance: the strategy bounds raised at a
     claim just above the strategy's optimum (bubble dual with LP floors, packing, assignment) stay
     at or below it; and each set's raised bound (LP-priced area, replica split, set packing), with
-    or without a pricing cap, stays at or below the best of its strategies."""
-    profile, lengths, num_gpus = random_instance(case)
+    or without a pricing cap, stays at or below the best of its strategies. Also with times in
+    seconds (`scaled_instance`)."""
+    profile, lengths, num_gpus = scaled_instance(case, scale)
     lengths = lengths[: vb.EXACT_BLOCK_ITEMS]
     columns = columns_of(profile)
     tables = vb._tables(np.asarray(lengths, dtype=float), columns)
@@ -261,24 +276,28 @@ def test_the_floor_over_many_micro_batches_is_no_higher_than_its_definition() ->
     """Counts above LP_MICRO_BATCHES are priced in ranges: at every work W, g(W) stays at most the
     definitional floor minimised over the count, `min_m max((1 + kappa / m)(W + m c),
     W + (m + pp - 1) c)` (each range and the last piece price below every count they cover), and at
-    least `W + pp c`. Swept over works whose best count runs from 2 to 100,000 micro-batches, on
-    deep pipelines too (a range's `W + (a + pp - 1) c` term is what binds there)."""
+    least `W + pp c`. Swept over works whose best count runs from 2 to 100,000 micro-batches, and
+    where the two terms cross just past LP_MICRO_BATCHES, on deep pipelines too (a range's
+    `W + (a + pp - 1) c` term is what binds there)."""
     profile, _, _ = random_instance(0)
     columns = columns_of(profile)
     column = next(c for c in range(len(columns.schemes)) if columns.stages[c] > 1)
     counts = np.arange(1.0, 150001.0)
-    for stages, fwd in itertools.product((3, 4, 8), (1 / 3, 0.1)):
+    for stages, fwd in itertools.product((3, 4, 8), (1 / 3, 0.1, 0.499)):  # 0.499: a path floor near 0
         deep = dataclasses.replace(
             columns,
             stages=np.full(len(columns.schemes), float(stages)),
             fwd=np.full(len(columns.schemes), fwd),
         )
         c, kappa = float(deep.c[column]), vb._path_kappa(deep, column)
-        for best_count in np.unique(np.geomspace(2, 100000, 80).astype(int)):
-            work = best_count * best_count * c / kappa
+        # works where the path term is least at `best_count`, and where it crosses the fill-and-drain
+        # term `W + (m + pp - 1) c` at m = 60..70 (the first ranges past LP_MICRO_BATCHES)
+        least = [count * count * c / kappa for count in np.unique(np.geomspace(2, 100000, 80).astype(int))]
+        crossing = [m * (stages - 1 - kappa) * c / kappa for m in range(60, 71)] if stages - 1 > kappa else []
+        for work in [*least, *crossing]:
             definition = np.maximum((1 + kappa / counts) * (work + counts * c), work + (counts + stages - 1) * c).min()
             floor = float(vb._pipeline_floor_of_work_s(deep, column, work))
-            assert work + stages * c <= floor <= definition * (1 + 1e-12), (stages, fwd, best_count)
+            assert work + stages * c <= floor <= definition * (1 + 1e-12), (stages, fwd, work)
 
 
 @pytest.mark.parametrize("num_items", [65, 100, 300])

@@ -5,6 +5,7 @@ scheme verify within the brute-forced optimum."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -154,3 +155,46 @@ def test_a_left_out_scheme_is_dominated_only_by_one_of_its_own_size() -> None:
     assert violations == [
         "bound certificate: scheme <2,1,1> is left out of its schemes and no listed scheme dominates it"
     ]
+
+
+def test_a_left_out_scheme_with_more_capacity_is_not_dominated() -> None:
+    """`<1,1,2>` no faster than `<2,1,1>` in any cost term but holding twice its tokens: a strategy
+    may need it for a long sequence, so leaving it out of a certificate that lists `<2,1,1>` is
+    named (capacity counts against domination, negated in the terms)."""
+    profile, _, num_gpus = random_instance(0)
+    pair = next(e for e in profile.schemes if (e.tp, e.pp, e.cp) == (2, 1, 1))
+    roomy = pair.model_copy(update={"tp": 1, "cp": 2, "capacity_tokens": 2 * pair.capacity_tokens})
+    profile = profile.model_copy(update={"schemes": [*profile.schemes, roomy]})
+    entries = reference.scheme_entries(profile)
+    listed_terms, roomy_terms = vb._terms(profile, (2, 1, 1), entries), vb._terms(profile, (1, 1, 2), entries)
+    assert all(x <= y for x, y in zip(listed_terms[:7], roomy_terms[:7])) and roomy_terms[7] < listed_terms[7]
+    listed = [f"<{e.tp},{e.pp},{e.cp}>" for e in profile.schemes if e is not roomy]
+    certificate = BoundCertificate(space="search", max_schemes=1, schemes=listed)
+    plan_like = type("P", (), {"num_gpus": num_gpus, "gpus_per_node": 8})()
+    _, violations = vb._columns(certificate, profile, plan_like)
+    assert violations == [
+        "bound certificate: scheme <1,1,2> is left out of its schemes and no listed scheme dominates it"
+    ]
+
+
+def test_an_interleaved_pipeline_of_few_items_is_timed_by_the_interleaved_schedule() -> None:
+    """Four items, each over half a micro-batch's capacity (one per micro-batch), on `<.,2,.,2>`:
+    the exact least time is the interleaved 1F1B time of the best order (plain 1F1B's is longer, so
+    timing it as 1F1B would prove more than any plan runs)."""
+    profile, _, _ = random_instance(0)
+    columns = columns_of(profile)
+    column = next(c for c in range(len(columns.schemes)) if columns.stages[c] == 1)
+    count = len(columns.schemes)
+    deep = dataclasses.replace(
+        columns, stages=np.full(count, 2.0), fwd=np.full(count, 1 / 3), chunks=np.full(count, 2.0)
+    )
+    capacity = float(deep.capacity[column])
+    lengths = [capacity * share for share in (0.55, 0.7, 0.85, 1.0)]
+    a, b, c = (float(deep.a[column]), float(deep.b[column]), float(deep.c[column]))
+    times = [a * x * x + b * x + c for x in lengths]
+    interleaved = min(
+        reference.interleaved_pipeline_time_s(list(order), 2, 2, 1 / 3, 2) for order in itertools.permutations(times)
+    )
+    plain = min(reference.pipeline_time_s(list(order), 2, 1 / 3) for order in itertools.permutations(times))
+    assert interleaved < plain
+    assert vb._least_pipeline_s(deep, column, lengths) == pytest.approx(interleaved, rel=1e-12)
