@@ -53,10 +53,10 @@ class Pair:
     status: str
 
 
-def solve_once(setting_name: str, seed: int, out: Path) -> float:
-    """Worker: plan one batch at the defaults, write the plan's JSON; returns the solve's wall time."""
+def default_request(setting_name: str, seed: int):
+    """(request, profile) of one batch of a setting at the defaults, its solver backend loaded."""
     from hydraplan.planner.schemas import PlanRequest, SolverOptions
-    from hydraplan.planner.solve import load_backend, solve
+    from hydraplan.planner.solve import load_backend
 
     setting = SETTINGS[setting_name]
     lengths = batch_lengths(DATASET, setting.num_tokens, seed, setting.context_cap)
@@ -64,6 +64,14 @@ def solve_once(setting_name: str, seed: int, out: Path) -> float:
     options = SolverOptions(time_limit_s=setting.time_limit_s, seed=seed, oversize="split")
     request = PlanRequest(lengths=lengths, num_gpus=setting.num_gpus, gpus_per_node=8, options=options)
     load_backend(options.solver)
+    return request, profile
+
+
+def solve_once(setting_name: str, seed: int, out: Path) -> float:
+    """Worker: plan one batch at the defaults, write the plan's JSON; returns the solve's wall time."""
+    from hydraplan.planner.solve import solve
+
+    request, profile = default_request(setting_name, seed)
     started = time.perf_counter()
     plan = solve(request, profile)
     wall_s = time.perf_counter() - started
@@ -76,15 +84,9 @@ def solve_variant(setting_name: str, seed: int, variant_name: str, clockless: bo
     standing still if `clockless`; returns step time, cut, strategy, wall and CPU seconds."""
     from benchmarks.quality import clock_standing_still
     from benchmarks.search_profile import variant
-    from hydraplan.planner.schemas import PlanRequest, SolverOptions
-    from hydraplan.planner.solve import load_backend, solve
+    from hydraplan.planner.solve import solve
 
-    setting = SETTINGS[setting_name]
-    lengths = batch_lengths(DATASET, setting.num_tokens, seed, setting.context_cap)
-    profile = profile_for(setting.model, setting.gpu, setting.num_gpus)
-    options = SolverOptions(time_limit_s=setting.time_limit_s, seed=seed, oversize="split")
-    request = PlanRequest(lengths=lengths, num_gpus=setting.num_gpus, gpus_per_node=8, options=options)
-    load_backend(options.solver)
+    request, profile = default_request(setting_name, seed)
     with variant(variant_name), clock_standing_still(clockless):
         started, cpu = time.perf_counter(), time.process_time()
         plan = solve(request, profile)
