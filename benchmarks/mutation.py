@@ -349,15 +349,19 @@ def run_target(
     )
     if baseline.returncode != 0:
         raise SystemExit(f"{target.name}: the focused tests fail without any mutation:\n{baseline.stdout[-2000:]}")
-    new = not session.exists()  # else a stopped run goes on (with the sample it was given)
-    steps = [["cosmic-ray", "init"], ["cr-filter-operators"]] if new else []
-    for command in [*steps, ["cosmic-ray", "exec"]]:
-        if command[0] == "cosmic-ray" and command[1] == "exec" and new and sample is not None:
-            sample_session(bin_dir, session, *sample)
-        arguments = [str(session), str(config)] if command == ["cr-filter-operators"] else [str(config), str(session)]
+
+    def run(*command: str) -> None:
+        arguments = [str(session), str(config)] if command == ("cr-filter-operators",) else [str(config), str(session)]
         subprocess.run(
             [str(bin_dir / command[0]), *command[1:], *arguments], cwd=workdir, env=_test_env(workdir), check=True
         )
+
+    if not session.exists():  # else a stopped run goes on (with the sample it was given)
+        run("cosmic-ray", "init")
+        run("cr-filter-operators")
+        if sample is not None:
+            sample_session(bin_dir, session, *sample)
+    run("cosmic-ray", "exec")
     return _summary(target, workdir, bin_dir, session, started)
 
 
