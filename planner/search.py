@@ -675,7 +675,7 @@ def search(
                 ):
                     probes.polish_best(solved, lambda c: polish_candidate(c, lengths, cost, settings, clock))
         for entry in frontier.strategies[queued:]:
-            heapq.heappush(queue, (round(entry.estimate_s, 3), entry.fluid_estimate_s, str(entry.strategy), queued))
+            heapq.heappush(queue, _queue_key(entry, queued))
             queued += 1
         while queue and (
             frontier.strategies[queue[0][3]].bound_s >= incumbent_s or frontier.strategies[queue[0][3]].strategy in done
@@ -762,6 +762,13 @@ def _initial_incumbents(
     return solved, tried
 
 
+def _queue_key(entry: Bounded, index: int) -> tuple[float, float, str, int]:
+    """The order the search solves enumerated strategies in (best estimate first, ties by the
+    fluid estimate, then the text), `index` being the entry's place in `Frontier.strategies`;
+    the probes follow the same order."""
+    return (round(entry.estimate_s, 3), entry.fluid_estimate_s, str(entry.strategy), index)
+
+
 class _Probes:
     """Strategies solved ahead of the search's own order (`PROBE_EVERY`): `kept` maps each to its
     candidate (None where it had none) until the search reaches it."""
@@ -781,7 +788,7 @@ class _Probes:
         strategies = self.frontier.strategies
         for index in range(self._pushed, len(strategies)):
             entry = strategies[index]
-            heapq.heappush(self._heap, (round(entry.estimate_s, 3), entry.fluid_estimate_s, str(entry.strategy), index))
+            heapq.heappush(self._heap, _queue_key(entry, index))
         self._pushed = len(strategies)
         while self._heap:
             entry = strategies[heapq.heappop(self._heap)[3]]
