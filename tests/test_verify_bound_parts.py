@@ -129,6 +129,13 @@ def test_the_verifiers_own_multipliers_hold_every_point_the_solver_tries(size: i
     assert solver <= own, sorted(solver - own)[:3]
 
 
+def certificate_violations(profile, listed: list[str], num_gpus: int) -> list[str]:
+    """What the verifier says of a searched certificate listing these schemes, on one node."""
+    certificate = BoundCertificate(space="search", max_schemes=1, schemes=listed)
+    plan_like = type("P", (), {"num_gpus": num_gpus, "gpus_per_node": 8})()
+    return vb._columns(certificate, profile, plan_like)[1]
+
+
 def test_a_left_out_scheme_is_dominated_only_by_one_of_its_own_size() -> None:
     """`<2,1,1>` made worse than `<1,1,1>` in every term: left out of a certificate that lists
     `<1,1,1>`, it is still not covered (a pipeline of two GPUs is no pipeline of one: a strategy
@@ -149,10 +156,7 @@ def test_a_left_out_scheme_is_dominated_only_by_one_of_its_own_size() -> None:
     entries = reference.scheme_entries(profile)
     assert all(x <= y for x, y in zip(vb._terms(profile, (1, 1, 1), entries), vb._terms(profile, (2, 1, 1), entries)))
     listed = [f"<{e.tp},{e.pp},{e.cp}>" for e in others]
-    certificate = BoundCertificate(space="search", max_schemes=1, schemes=listed)
-    plan_like = type("P", (), {"num_gpus": num_gpus, "gpus_per_node": 8})()
-    _, violations = vb._columns(certificate, profile, plan_like)
-    assert violations == [
+    assert certificate_violations(profile, listed, num_gpus) == [
         "bound certificate: scheme <2,1,1> is left out of its schemes and no listed scheme dominates it"
     ]
 
@@ -169,10 +173,7 @@ def test_a_left_out_scheme_with_more_capacity_is_not_dominated() -> None:
     listed_terms, roomy_terms = vb._terms(profile, (2, 1, 1), entries), vb._terms(profile, (1, 1, 2), entries)
     assert all(x <= y for x, y in zip(listed_terms[:7], roomy_terms[:7])) and roomy_terms[7] < listed_terms[7]
     listed = [f"<{e.tp},{e.pp},{e.cp}>" for e in profile.schemes if e is not roomy]
-    certificate = BoundCertificate(space="search", max_schemes=1, schemes=listed)
-    plan_like = type("P", (), {"num_gpus": num_gpus, "gpus_per_node": 8})()
-    _, violations = vb._columns(certificate, profile, plan_like)
-    assert violations == [
+    assert certificate_violations(profile, listed, num_gpus) == [
         "bound certificate: scheme <1,1,2> is left out of its schemes and no listed scheme dominates it"
     ]
 
