@@ -16,6 +16,7 @@ from benchmarks.published_memory import (
 )
 from hydraplan.cost_models.analytic import AnalyticOptions, rank_memory_terms, scheme_memory
 from hydraplan.cost_models.catalog import get_gpu, get_model
+from hydraplan.planner.schemas import ModelSpec
 from hydraplan.planner.scheme import ParallelScheme
 
 EXPRESSIBLE = [run for run in ROWS if run.group == "expressible"]
@@ -94,3 +95,53 @@ def test_pipelined_rows_use_torchtitans_split_and_micro_batches() -> None:
     # the interleaved row holds more micro-batches of fewer layers than 1F1B at the same recipe
     one_f_one_b, interleaved = pipelined[0], pipelined[1]
     assert interleaved.virtual_stages == 2 and predicted_gib(interleaved) != predicted_gib(one_f_one_b)
+
+
+TINY = ModelSpec(
+    name="tiny-pp", num_layers=8, hidden_size=64, ffn_hidden_size=128, num_heads=4, num_kv_heads=4,
+    vocab_size=32, gated_mlp=False,
+)  # fmt: skip
+
+
+def _static_by_rank(pipeline: str, sharding: str = "zero3", pp: int = 4, grad_dtype: str = "fp32") -> dict[int, float]:
+    options = AnalyticOptions(
+        sharding=sharding,  # type: ignore[arg-type]
+        grad_dtype=grad_dtype,  # type: ignore[arg-type]
+        zero3_pipeline=pipeline,  # type: ignore[arg-type]
+        min_capacity_tokens=1,
+    )
+    return {rank.rank: rank.static_bytes for rank in rank_memory_terms(TINY, ParallelScheme(2, pp, 1), 64, options)}
+
+
+def test_fsdp_kept_unsharded_for_the_step_charges_the_stages_weights_and_gradients() -> None:
+    """Hand-computed: a layer has 64*(64+128) + 64*64 attention, 2*64*128 MLP and 2*64 norm weights,
+    32,896 parameters; the embedding 32*64 = 2,048. pp 4 of 8 layers, tp 2: rank 0 holds 2 layers and
+    the embedding, 67,840 parameters, 33,920 per GPU; so does the last rank (2 layers and the head)."""
+    assert TINY.params_per_layer == 32_896 and TINY.embedding_params == 2_048
+    per_micro_batch, per_step = _static_by_rank("per-micro-batch"), _static_by_rank("per-step")
+    assert sorted(per_step) == [0, 3]
+    unsharded_bf16_weights = 33_920 * 2
+    fp32_gradient_accumulator = 33_920 * 4
+    two_gathered_layers_zero3_already_charged = 2 * (32_896 // 2) * 2
+    extra = unsharded_bf16_weights + fp32_gradient_accumulator - two_gathered_layers_zero3_already_charged
+    assert extra == 137_728
+    for rank in (0, 3):
+        assert per_step[rank] - per_micro_batch[rank] == pytest.approx(extra)
+    # bf16 gradient accumulation: 2 bytes per unsharded parameter instead of 4
+    bf16 = _static_by_rank("per-step", grad_dtype="bf16")
+    bf16_default = _static_by_rank("per-micro-batch", grad_dtype="bf16")
+    assert bf16[0] - bf16_default[0] == pytest.approx(33_920 * 2 + 33_920 * 2 - 65_792)
+
+
+def test_the_unsharded_step_rule_applies_only_to_fsdp_under_pipelining() -> None:
+    assert _static_by_rank("per-step", pp=1) == _static_by_rank("per-micro-batch", pp=1)
+    for sharding in ("zero1", "zero2"):
+        assert _static_by_rank("per-step", sharding) == _static_by_rank("per-micro-batch", sharding)
+    with pytest.raises(ValueError, match="zero3_pipeline must be per-micro-batch or per-step, got 'never'"):
+        AnalyticOptions(zero3_pipeline="never")  # type: ignore[arg-type]
+
+
+def test_the_default_keeps_resharding_every_micro_batch() -> None:
+    """Plans keep their bytes: the default recipe is unchanged (hydraplan's runtime runs no FSDP)."""
+    assert AnalyticOptions().zero3_pipeline == "per-micro-batch"
+    assert AnalyticOptions.from_recipe(None).zero3_pipeline == "per-micro-batch"
