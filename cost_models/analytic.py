@@ -17,7 +17,9 @@ Modelling choices (conservative where they must be):
   where the recomputed forward runs in the backward pass (`analytic_time.fwd_fraction`).
 - Memory follows Korthikanti et al. 2022 with a 1F1B schedule (stage 0 holds `pp` micro-batches)
   and the recipe's ZeRO sharding (`recipe`); the default is ZeRO-1 sharding of the fp32 optimizer
-  state over all GPUs, as Hydraulis trains.
+  state over all GPUs, as Hydraulis trains. ZeRO-3 under pipeline parallelism reshards every
+  micro-batch by default; `AnalyticOptions.zero3_pipeline="per-step"` prices torchtitan's FSDP2,
+  which keeps each stage unsharded for the whole step (`pipelined_fsdp_bytes`).
 - The training recipe and the per-GPU efficiencies are `AnalyticOptions` fields; the default
   efficiency is the per-GPU catalog (`efficiency="flat"` with the other defaults reproduces the
   model before issue 13 exactly).
@@ -65,6 +67,7 @@ __all__ = [
     "Recompute",
     "activation_bytes_per_layer",
     "build_profile",
+    "pipelined_fsdp_bytes",
     "candidate_schemes",
     "ring_all_reduce_factor",
     "training_flops_per_token",
@@ -73,6 +76,7 @@ __all__ = [
 FP32_BYTES = 4
 # fp32 vocabulary-sized tensors per token the loss holds at its peak (AnalyticOptions.loss)
 LOSS_VOCAB_COPIES = {"fused": 1, "eager": 3}
+ZERO3_PIPELINE_CHOICES = ("per-micro-batch", "per-step")
 GIB = 2**30
 # bf16 weight + fp32 gradient accumulator per parameter of the GPU's own weight shard.
 WEIGHT_AND_GRAD_BYTES_PER_PARAM = BF16_BYTES + FP32_BYTES
@@ -107,6 +111,18 @@ class AnalyticOptions:
       it (`cross_entropy(pred.flatten(0, 1).float(), ...)`, `del pred` before `loss.backward()`),
       holds three at the start of the backward: the log-probabilities `log_softmax` saved, their
       incoming gradient and the gradient `log_softmax`'s backward produces (`12 V`).
+    - `zero3_pipeline` "per-micro-batch": how ZeRO-3 / FSDP runs under pipeline parallelism (pp > 1;
+      ignored otherwise and for zero1/zero2). "per-micro-batch" (the default, unchanged): weights
+      gathered layer by layer and resharded in every micro-batch's forward and backward, gradients
+      reduce-scattered as they are produced, so a rank holds its shards plus a few gathered layers
+      (`recipe.sharded_static_bytes`). "per-step": the stage's weights stay unsharded from the
+      first micro-batch's forward to the last one's backward and its gradients accumulate
+      unsharded until the last micro-batch, reduce-scattered once per step: what torchtitan runs
+      (FSDP2 `reshard_after_forward=False` when PP is on; `torch.distributed.pipelining` turns off
+      gradient sync and resharding after backward for every micro-batch but the last). The rank
+      then also holds its stage's unsharded bf16 weights and an unsharded gradient accumulator in
+      `grad_dtype` (FSDP2 accumulates in its reduce dtype, fp32 in torchtitan), priced by
+      `pipelined_fsdp_bytes`.
 
     The training recipe (issue 13; `cost_models.recipe` cites the memory formulas):
 
@@ -146,6 +162,7 @@ class AnalyticOptions:
     cp_comm_exposed: float = 1.0
     efficiency: Literal["catalog", "flat"] = "catalog"
     loss: Literal["fused", "eager"] = "fused"
+    zero3_pipeline: Literal["per-micro-batch", "per-step"] = "per-micro-batch"
 
     @classmethod
     def from_recipe(cls, recipe: TrainingRecipe | None, **values: object) -> AnalyticOptions:
@@ -169,6 +186,8 @@ class AnalyticOptions:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
         if self.loss not in LOSS_VOCAB_COPIES:
             raise ValueError(f"loss must be fused or eager, got {self.loss!r}")
+        if self.zero3_pipeline not in ZERO3_PIPELINE_CHOICES:
+            raise ValueError(f"zero3_pipeline must be per-micro-batch or per-step, got {self.zero3_pipeline!r}")
         if self.efficiency not in ("catalog", "flat"):
             raise ValueError(f"efficiency must be catalog or flat, got {self.efficiency!r}")
         for name in ("matmul_efficiency", "attention_efficiency"):
@@ -322,6 +341,49 @@ def static_bytes(
     )
 
 
+def pipelined_fsdp_bytes(model: ModelSpec, params_of_stage: int, tp: int, pp: int, options: AnalyticOptions) -> float:
+    """Bytes a pipeline rank holds on top of `static_bytes` when FSDP keeps its stage unsharded for
+    the whole step (`AnalyticOptions.zero3_pipeline` "per-step"; 0 otherwise, for pp == 1 and for
+    zero1/zero2, which keep their weights whole anyway).
+
+    What torchtitan + FSDP2 + `torch.distributed.pipelining` hold, read in their source:
+
+    - torchtitan `torchtitan/parallelisms/parallelize_llama.py` `apply_fsdp` at 9dec370 (the commit
+      of the December 2024 benchmarks): `reshard_after_forward = False` for every transformer block
+      and the root module when PP is on ("to avoid per-microbatch all-gathers"), param dtype
+      `training.mixed_precision_param` (bf16 by default), reduce dtype
+      `training.mixed_precision_reduce` (fp32, the only choice; `config_manager.py` at 9dec370);
+      still the default at b5bcd76 (`torchtitan/distributed/fsdp.py`, policy "default":
+      `not pp_enabled`);
+    - `torch/distributed/pipelining/stage.py` (`backward_maybe_with_nosync`, late 2024, read
+      through the search tools; the exact torch commit of the runs, 1963fc8, was not read): for an
+      FSDP stage every micro-batch's backward runs with `set_requires_gradient_sync(False)` and
+      `set_reshard_after_backward(False)`; only after the last one is FSDP's post-backward
+      (reduce-scatter, reshard) run, by hand in the 2024 versions, as a schedule action later;
+    - FSDP2 `FSDPParam.to_accumulated_grad_if_needed` / `accumulate_unsharded_grad_if_needed`
+      (`torch/distributed/_composable/fsdp/_fsdp_param.py`, same reading): without gradient sync
+      the unsharded gradient is upcast to the reduce dtype and accumulated there.
+
+    So from the first micro-batch's forward to the last one's backward the rank holds its stage's
+    weights unsharded (`P/tp * 2` bytes, bf16) and, from its first backward on, an unsharded
+    gradient accumulator (`P/tp * g`, `g` the bytes of `grad_dtype`: fp32 for torchtitan's fp32
+    reduce). zero3's working term (`recipe.sharded_static_bytes`: two gathered bf16 layers and one
+    layer's unsharded gradient) is kept but for the two gathered layers (at most the stage's
+    weights), which the resident weights now cover; what stays of it is one unit's gradient in
+    flight (its bf16 gradient before it is added to the accumulator, its reduce-scatter buffer at
+    the last micro-batch). Charged together with the in-flight micro-batches' activations: exact
+    once a step has more micro-batches than the rank keeps in flight (1F1B's steady state holds
+    both), one micro-batch's activations too many when the rank's first backward is also its last
+    forward (the gradients appear as the activations start to go).
+    """
+    if options.zero3_pipeline != "per-step" or options.sharding != "zero3" or pp == 1:
+        return 0.0
+    largest_unit = max(model.params_per_layer, model.embedding_params) / tp
+    shard = params_of_stage / tp
+    resident = shard * (BF16_BYTES + DTYPE_BYTES[options.grad_dtype])
+    return resident - BF16_BYTES * min(2 * largest_unit, shard)
+
+
 def max_tokens(free_bytes: float, bytes_per_token: float, bytes_per_sq_token: float) -> int:
     """Largest T with `bytes_per_token*T + bytes_per_sq_token*T^2 <= free_bytes` (0 if none)."""
     if free_bytes <= 0:
@@ -439,7 +501,8 @@ def rank_memory_terms(
             RankMemory(
                 rank=rank,
                 params=params,
-                static_bytes=static_bytes(model, params, tp, num_gpus, options),
+                static_bytes=static_bytes(model, params, tp, num_gpus, options)
+                + pipelined_fsdp_bytes(model, params, tp, pp, options),
                 bytes_per_token=stored_layers * per_token + work + head,
                 bytes_per_sq_token=stored_layers * per_sq + work_sq,
             )
