@@ -20,9 +20,11 @@ What `hydraplan profile --device cpu|cuda` measures (the fitting is `cost_models
   before; on CPU the process's resident high-water mark (Linux `VmHWM`, reset through
   `/proc/self/clear_refs`) minus its resident size before, after handing freed heap memory back
   (`malloc_trim`), so saved tensors, temporaries, the allocator's slack and library workspaces
-  all count. `PEAK_STEPS` steps are measured: their largest is `peak_bytes` (what must fit) and
-  their median `peak_median_bytes` (the trend the fit follows; the excess of the largest over it is
-  the step-to-step noise the fit's margin is taken from, `cost_models.fit.fit_memory`).
+  all count. A CPU runner pins the C library's mmap threshold first, as the worker runtime does
+  (`runtime.cpu_allocator`): without it the peak depends on what earlier steps left on the heap.
+  `PEAK_STEPS` steps are measured: their largest is `peak_bytes` (what must fit) and their median
+  `peak_median_bytes` (the trend the fit follows; the excess of the largest over it is the
+  step-to-step noise the fit's margin is taken from, `cost_models.fit.fit_memory`).
 - **Out of memory**: a micro-batch that runs out of memory is recorded (`oom: true`) and tells
   the fit the capacity it reveals; it is not an error.
 - **Schemes**: `<1,pp,1>` stages run here in one process; schemes with TP or CP run on
@@ -45,6 +47,7 @@ from dataclasses import dataclass
 import torch
 
 from hydraplan.planner.measurements import StageSample
+from hydraplan.runtime.cpu_allocator import malloc_trim, pin_mmap_threshold
 from hydraplan.runtime.model import ModelConfig, PackedBatch, build_stage
 
 __all__ = [
@@ -72,8 +75,9 @@ SHORT_LENGTH = 32
 # Adam keeps two moments per parameter next to the weight and its gradient.
 STATE_COPIES_PER_PARAM = 4
 # Forward+backward steps whose real peak is measured per micro-batch (their largest and median are
-# kept): on CPU one step's process peak varies by 5-25% with what the heap happens to hold
-# (benchmarks/results/memory_peak.md, set 5); 2 steps until set 4.
+# kept): on CPU one step's process peak varied by 5-25% with what the heap happened to hold
+# (benchmarks/results/memory_peak.md, set 5; 2 steps until set 4); 0-2.4% on a shape's first
+# steps since the heap is pinned (`runtime.cpu_allocator`, benchmarks/results/cpu_allocator.md).
 PEAK_STEPS = 4
 
 
@@ -223,7 +227,7 @@ class ProcessPeakMeter:
 
     def __init__(self, status: str = STATUS, clear_refs: str = CLEAR_REFS, trim: Callable[[], object] | None = None):
         self.status, self.clear_refs = status, clear_refs
-        self.trim = trim if trim is not None else _malloc_trim
+        self.trim = trim if trim is not None else malloc_trim
         self.baseline = 0
         self.bytes = 0.0
 
@@ -253,18 +257,6 @@ class ProcessPeakMeter:
 
     def __exit__(self, *exc_info: object) -> None:
         self.bytes = float(max((self._read("VmHWM") or 0) - self.baseline, 0))
-
-
-def _malloc_trim() -> None:
-    """glibc's `malloc_trim(0)`; nothing where the C library has none."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 class CudaPeakMeter:
@@ -328,6 +320,8 @@ class StageRunner:
         self.cfg, self.pp, self.stage, self.options = cfg, pp, stage, options
         self.shard = shard
         self.device = torch.device(options.device)
+        if self.device.type == "cpu":
+            pin_mmap_threshold()  # the heap the worker runtime trains with (`runtime.cpu_allocator`)
         self.module = module or build_stage(
             cfg,
             pp=pp,

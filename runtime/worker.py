@@ -42,6 +42,7 @@ from hydraplan.runtime.assignment import (
     model_config_for,
 )
 from hydraplan.runtime.checkpoint import load_checkpoint, save_checkpoint
+from hydraplan.runtime.cpu_allocator import pin_mmap_threshold, pinned_threshold
 from hydraplan.runtime.data_feed import StepFeed
 from hydraplan.runtime.faults import MicroBatchOutOfMemoryError
 from hydraplan.runtime.grad_sync import GradSync
@@ -178,6 +179,8 @@ def _build_layout(plan: Plan, cfg, spec: RunSpec, rank: int) -> _Layout:
 def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
     """Run `spec` on this rank (inside an initialised default process group); returns its report."""
     watchdog.beat(spec.first_step, "setup")
+    if _device().type == "cpu":
+        pin_mmap_threshold()  # the heap the profile's memory was measured with (`runtime.cpu_allocator`)
     layout, steps, grads, grad_boxes, checkpoint, plans, feed = None, [], None, None, {}, [], None
     loop: list[dict] = []
     for index, (plan, cfg) in enumerate(step_plans(spec, rank, world_size)):
@@ -229,6 +232,7 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
         "cp_rank": me.cp_rank,
         "num_sync_groups": layout.sync.num_groups,
         "planned_sync": _planned_sync(plans[-1], me),
+        "cpu_mmap_threshold": pinned_threshold(),  # None on CUDA ranks
         "steps": steps,
         "checkpoint": checkpoint,
     }

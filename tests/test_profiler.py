@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 from dataclasses import replace
 
 import pytest
@@ -11,6 +12,7 @@ from tests.runtime_support import require_torch
 torch = require_torch()
 
 from hydraplan.runtime import profiler  # noqa: E402
+from hydraplan.runtime.cpu_allocator import MMAP_THRESHOLD_BYTES, pinned_threshold  # noqa: E402
 from hydraplan.runtime.model import ModelConfig  # noqa: E402
 from hydraplan.runtime.profiler import (  # noqa: E402
     PEAK_STEPS,
@@ -133,6 +135,8 @@ def test_a_real_stage_sample_has_time_forward_and_memory() -> None:
     for sample in (first, last):
         assert 0 < sample.fwd_s < sample.time_s and sample.activation_bytes > 0 and sample.repeats == 2
     assert (first.stage, last.stage, first.pp) == (0, 1, 2)
+    # measured on the heap the CPU ranks train with (`runtime.cpu_allocator`)
+    assert pinned_threshold() == MMAP_THRESHOLD_BYTES or platform.libc_ver()[0] != "glibc"
     if ProcessPeakMeter.available():
         # the real peak holds at least the saved tensors where they are megabytes: 78 KB of them
         # for 32 tokens can land in heap pages already resident (0.47x of them measured once in

@@ -29,6 +29,7 @@ from hydraplan.api.cli.run_planning import LocalPlanner, SessionPlanner, Synthet
 from hydraplan.planner.schemas import Plan, SolverOptions  # noqa: E402
 from hydraplan.runtime import launch  # noqa: E402
 from hydraplan.runtime.assignment import PlanRefusedError  # noqa: E402
+from hydraplan.runtime.cpu_allocator import MMAP_THRESHOLD_BYTES  # noqa: E402
 from hydraplan.runtime.equivalence import check_run, compare_with_reference, single_process_run  # noqa: E402
 from hydraplan.runtime.plan_feed import PlanSourceError  # noqa: E402
 from hydraplan.runtime.worker import NonFiniteLossError, RunSpec, run_worker  # noqa: E402
@@ -291,6 +292,13 @@ def test_layouts_and_sync_groups(ranks):
     cp_dp = reports_of(ranks, "cp_dp")
     assert all(r["num_sync_groups"] == 1 for r in cp_dp)  # every rank holds the whole model: one group
     assert cp_dp[0]["planned_sync"]["replicas"] == 4
+
+
+def test_cpu_ranks_train_on_the_heap_the_profile_was_measured_on(ranks):
+    """The profiler measures memory with glibc's mmap threshold pinned; so must the ranks train
+    (`runtime.cpu_allocator`), or the promised peak is not theirs."""
+    for name in ("tp_pp", "cp_dp", "switch"):
+        assert {r["cpu_mmap_threshold"] for r in reports_of(ranks, name)} == {MMAP_THRESHOLD_BYTES}, name
 
 
 def test_every_schedule_the_ranks_ran_is_nccl_safe(ranks):
