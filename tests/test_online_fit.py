@@ -120,6 +120,22 @@ def test_a_lasting_slowdown_is_followed_and_reported(true_profile) -> None:
     assert max(errors[9:]) <= 0.10, errors  # from step 10 on
 
 
+def test_a_uniform_slowdown_scales_every_term_alike(true_profile) -> None:
+    """A node slowed 1.6x on every term: the ridge towards the prior's shape at the data's level
+    lets the fit follow as a whole, instead of pulling the heavy terms back and letting the light
+    one (`c`, near 0 in the bundled profile) absorb the rest."""
+    entry = next(entry for entry in true_profile.schemes if entry.key == SCHEME)
+    state = OnlineFitState()
+    for step in range(1, 7):
+        state = apply_step(state, true_profile, step_of(true_profile, step), state.version)
+    for step in range(7, 13):
+        state = apply_step(state, true_profile, step_of(true_profile, step, slow=1.6), state.version)
+    fitted = current(state)
+    assert fitted.a / entry.a == pytest.approx(1.6, rel=0.02)
+    assert fitted.b / entry.b == pytest.approx(1.6, rel=0.02)
+    assert state.errors[-1].median_error <= 0.03
+
+
 def test_a_straggler_step_does_not_restart_the_window(true_profile) -> None:
     state = OnlineFitState()
     for step in range(1, 7):
