@@ -32,7 +32,8 @@ __all__ = ["BUNDLED_PROFILES", "ProfileError", "bundled_profile", "load_profile"
 # `hydraplan profile --device cpu --model tiny --out cost_models/data/tiny-cpu.json
 #  --token-counts 128 256 512 1024 1536 --repeats 2 --budget-s 600` (past the longest sequence,
 # 1,150 tokens, of `benchmarks/runtime_vs_model.py`'s batches: the stage time of one long
-# sequence grows faster than the fit's square beyond the measured counts).
+# sequence grows faster than the fit's square beyond the measured counts). Last regenerated
+# 2026-12-03 (real-peak memory fit, one 3,072-token sequence, the CPU heap pinned: 474 s).
 BUNDLED_PROFILES = {"tiny-cpu": "tiny-cpu.json"}
 
 

@@ -242,15 +242,15 @@ def test_oversize_split_and_drop(
 
 
 def test_a_sequence_beyond_the_measured_range_is_noted(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    profile = str(Path(__file__).resolve().parents[1] / "cost_models" / "data" / "tiny-cpu.json")  # to 1,536
+    profile = str(Path(__file__).resolve().parents[1] / "cost_models" / "data" / "tiny-cpu.json")  # to 3,072
     options = ["--num-gpus", "2", "--time-limit-s", "0.3"]
     code, _, err = run(
-        capsys, "plan", "--profile", profile, "--lengths", write(tmp_path, "L.txt", "3000\n200\n"), *options
+        capsys, "plan", "--profile", profile, "--lengths", write(tmp_path, "L.txt", "4000\n200\n"), *options
     )
     assert code == 0, err
-    assert "the longest sequence (3,000 tokens) is longer than any the profile measured (1,536)" in err
+    assert "the longest sequence (4,000 tokens) is longer than any the profile measured (3,072)" in err
     code, _, err = run(
-        capsys, "plan", "--profile", profile, "--lengths", write(tmp_path, "S.txt", "1000\n200\n"), *options
+        capsys, "plan", "--profile", profile, "--lengths", write(tmp_path, "S.txt", "3000\n200\n"), *options
     )
     assert code == 0 and "longer than any the profile measured" not in err
 

@@ -192,7 +192,9 @@ def test_the_search_keeps_its_bound_and_plans_without_factors_keep_their_bytes()
     slowed = solve(slowed_request, profile)
     assert check_plan(slowed, profile, slowed_request) == []
     assert slowed.lower_bound_s <= slowed.objective_s
-    assert slowed.strategy == plain.strategy == "2x<1,1,1>"
+    # work moves off the slow rank: two pipelines, the slow one with less (the plain plan may be one
+    # pipeline over both ranks, as with the bundled profile of 2026-12-03)
+    assert slowed.strategy == "2x<1,1,1>"
     assert tokens_on(slowed, 1) < tokens_on(plain, 1) and tokens_on(slowed, 1) < tokens_on(slowed, 0)
 
 
