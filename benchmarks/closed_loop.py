@@ -10,7 +10,10 @@ the session's code (`cost_models.online_fit.apply_step`); the next step is plann
 profile version. Each step's batch: `--batch-sequences` log-uniform lengths up to `--max-length`
 (`SyntheticLengths`, the same batches in every run). The profile: the bundled `tiny-cpu` one on a
 pretend device of `--memory-bytes` per rank (as `benchmarks/runtime_vs_model.py`: capacities of
-~1K tokens, so packing matters).
+~1K tokens, so packing matters). 200 MB since the bundled profile's memory is fitted to the real
+peak (2026-12-03): one `<1,1,1>` rank then holds 787 tokens, more than the longest sequence (768),
+so work can move off a slow rank; at the 150 MB used before it held 574, and the batches' longest
+sequences could only run on the two-rank schemes that hold both ranks.
 
 1. **Wrong start vs right start** (the two at the same time, so they share the machine's load):
    the same run from the bundled profile (right) and from the
@@ -340,7 +343,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-sequences", type=int, default=12)
     parser.add_argument("--max-length", type=int, default=768)
     parser.add_argument("--data-seed", type=int, default=0)
-    parser.add_argument("--memory-bytes", type=float, default=150e6, help="pretend device memory per rank")
+    parser.add_argument("--memory-bytes", type=float, default=200e6, help="pretend device memory per rank")
     parser.add_argument("--plan-time-limit-s", type=float, default=0.5)
     parser.add_argument("--slow-factor", type=float, default=3.0)
     parser.add_argument("--timeout-s", type=float, default=1200.0)
