@@ -6,8 +6,8 @@ threshold then moves up to the size of each such block freed (up to 32 MiB): fro
 of those sizes come from the heap, where freed space stays resident and is reused only by blocks
 that fit in it. The process's resident peak then depends on the order in which earlier steps
 freed blocks, not on the step itself: measured here, one shape's peak varies by 3-10% from step
-to step (up to 14%) and sits 16-41% above what its tensors need (benchmarks/results/cpu_allocator.md), so no
-fit of the profile can promise it.
+to step (up to 14%) and sits 16-41% above what its tensors need
+(benchmarks/results/cpu_allocator.md), so no fit of the profile can promise it.
 
 `pin_mmap_threshold` fixes the threshold (glibc `mallopt(M_MMAP_THRESHOLD, 64 KiB)`, which also
 turns the moving threshold off): every block above 64 KiB gets its own mapping, so the resident
