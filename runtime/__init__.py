@@ -20,7 +20,8 @@
   models it, from the op, collective (`comm_meter`), sync and optimizer times); `token_data`
   (pre-tokenised documents, numpy only) and `data_feed` (`--data`), `checkpoint` (DCP
   checkpoints by canonical slices, `--save`/`--load`), `run_io` (those flags checked before any
-  rank starts), `faults` (out-of-memory messages, too).
+  rank starts), `faults` (out-of-memory messages, too); `cpu_allocator` (the C heap a CPU rank
+  trains and is profiled on, pinned so that its memory peak is the step's).
 
 It depends on the plan schema, the measurement types and the plan checker, and on the model
 catalog; it never re-plans. torch comes with the `runtime` extra (`pip install -e ".[runtime]"`,
