@@ -11,8 +11,10 @@ service's `MeasurementsBody` accepts and the local planner applies in-process:
   bookkeeping in thread CPU time on the stage's slowest TP/CP rank, plus its TP/CP collectives);
   `fwd_s` is that stage's forward. Thread CPU time, not wall time: the ranks oversubscribe the
   cores here, so a rank's wall clock holds its neighbours' work (DESIGN.md, "CPU timing");
-- per pipeline, its ranks' peak memory (`torch.cuda.max_memory_allocated` on CUDA; left out on
-  the CPU, where no allocator peak exists and the process RSS would be a false peak);
+- per pipeline, its ranks' peak memory (`torch.cuda.max_memory_allocated` on CUDA; on CPU ranks
+  on the pinned heap, `runtime.cpu_allocator`, the stage's static bytes plus the process's resident
+  growth over the step net of the gradients it allocated, `worker._peak_memory_bytes`; left out
+  where neither exists: an unpinned CPU heap's peak is its history, not the step's);
 - the gradient sync's buckets as `all_reduce` collectives (their holders, bytes and the mean
   process CPU time of the holders' wait, the `cpu` clock of `step_timing`).
 

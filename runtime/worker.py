@@ -52,6 +52,7 @@ from hydraplan.runtime.model import build_stage
 from hydraplan.runtime.parallel import cp_shard, parallelize_stage
 from hydraplan.runtime.pipeline_exec import run_pipeline_step
 from hydraplan.runtime.plan_feed import post_measurements, step_plans
+from hydraplan.runtime.profiler import ProcessPeakMeter, static_bytes_of
 from hydraplan.runtime.reshard import reshard
 from hydraplan.runtime.run_io import resolve_run_io
 from hydraplan.runtime.step_data import micro_batch
@@ -264,11 +265,28 @@ def _feed_back(spec: RunSpec, plan: Plan, me: RankAssignment, record: dict, rank
     return {**post_measurements(spec.planner, body, step), "pipeline_ratios": ratios}
 
 
-def _peak_memory_bytes() -> float | None:
-    """The allocator's peak of the step on CUDA (reset at the step's start); None on the CPU."""
-    if dist.get_backend() != "nccl":
+def _cpu_peak_meter() -> ProcessPeakMeter | None:
+    """On a CPU rank on the pinned heap (`runtime.cpu_allocator`), the process's peak meter entered
+    at the step's start; None on CUDA, on an unpinned heap (its peak is the heap's history, not the
+    step's) and where Linux's `VmHWM` is not resettable."""
+    if dist.get_backend() == "nccl" or pinned_threshold() is None or not ProcessPeakMeter.available():
         return None
-    return float(torch.cuda.max_memory_allocated())
+    return ProcessPeakMeter().__enter__()
+
+
+def _peak_memory_bytes(stage: torch.nn.Module, meter: ProcessPeakMeter | None) -> float | None:
+    """The step's peak as the planner's memory model counts it (`SchemeCost.static_bytes` plus the
+    in-flight activations). On CUDA the allocator's peak (reset at the step's start). On a CPU rank
+    with `meter`: the stage's static bytes (weights, gradients and Adam's two moments,
+    `static_bytes_of`, as the profile's) plus the resident growth over the step net of the
+    gradients the step allocated (freed at its start, and counted in the static bytes). None else."""
+    if dist.get_backend() == "nccl":
+        return float(torch.cuda.max_memory_allocated())
+    if meter is None:
+        return None
+    meter.__exit__(None, None, None)
+    grads = sum(p.numel() * p.element_size() for p in stage.parameters() if p.requires_grad)
+    return static_bytes_of(stage) + max(0.0, meter.bytes - grads)
 
 
 def _planned_switch(plan: Plan) -> dict:
@@ -298,6 +316,7 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
     watchdog.beat(step, "compute")
     if dist.get_backend() == "nccl":
         torch.cuda.reset_peak_memory_stats()
+    meter = _cpu_peak_meter()
     slowdown = faults.slowdown_factor(spec.slowdowns, me.rank, step)
     started = time.perf_counter()
 
@@ -322,6 +341,7 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
     sync_started, sync_cpu = time.perf_counter(), time.thread_time()
     sync_bytes = layout.sync.sync(stage)
     sync_s, sync_cpu_s = time.perf_counter() - sync_started, time.thread_time() - sync_cpu
+    peak_memory_bytes = _peak_memory_bytes(stage, meter)
     contributes = me.is_last_stage and me.tp_rank == 0
     loss = torch.tensor([result.loss_sum if contributes else 0.0], dtype=torch.float64, device=_device())
     watchdog.beat(step, "loss")
@@ -347,7 +367,7 @@ def _one_step(plan: Plan, cfg, spec: RunSpec, layout: _Layout, step: int, docume
         "sync": sync_bytes,
         "ops": result.ops,
         "slowdown": slowdown,
-        "peak_memory_bytes": _peak_memory_bytes(),
+        "peak_memory_bytes": peak_memory_bytes,
     }
 
 

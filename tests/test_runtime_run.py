@@ -301,6 +301,15 @@ def test_cpu_ranks_train_on_the_heap_the_profile_was_measured_on(ranks):
         assert {r["cpu_mmap_threshold"] for r in reports_of(ranks, name)} == {MMAP_THRESHOLD_BYTES}, name
 
 
+def test_cpu_ranks_report_the_steps_peak_memory(ranks):
+    """On the pinned heap a CPU rank's step peak is the planner's kind of figure: the stage's static
+    bytes (weights, gradients, Adam's moments) plus what the step added; below the process's size."""
+    for report in reports_of(ranks, "tp_pp"):
+        static = sum(p.numel() for p in report["params"].values()) * 8 * 4  # float64, 4 copies
+        for step in report["steps"]:
+            assert static < step["peak_memory_bytes"] < static + 2e9, (report["rank"], step["peak_memory_bytes"])
+
+
 def test_every_schedule_the_ranks_ran_is_nccl_safe(ranks):
     """The point-to-point batches every rank posted, step by step, in every scenario that ran steps
     (plans planned ahead, switches, online plans), complete under NCCL's semantics."""
