@@ -237,10 +237,14 @@ def _level(prior_s: np.ndarray, measured: np.ndarray, decay: np.ndarray) -> floa
     priced = prior_s > 0
     if not priced.any():
         return 1.0
-    ratios = measured[priced] / prior_s[priced]
-    order = np.argsort(ratios)
-    cumulative = np.cumsum(decay[priced][order])
-    return float(ratios[order][np.searchsorted(cumulative, cumulative[-1] / 2)])
+    return _weighted_median(measured[priced] / prior_s[priced], decay[priced])
+
+
+def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    """The value at which the sorted values' cumulative weight reaches half the total."""
+    order = np.argsort(values)
+    cumulative = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cumulative, cumulative[-1] / 2)])
 
 
 def _huber_weights(residuals: np.ndarray) -> np.ndarray:
@@ -269,10 +273,7 @@ def _fwd_fraction(current: Coefficients, rows: np.ndarray, decay: np.ndarray) ->
     has_fwd = rows[:, 4] > 0
     if not has_fwd.any():
         return current.fwd_fraction
-    ratios = rows[has_fwd, 4] / rows[has_fwd, 3]
-    order = np.argsort(ratios)
-    cumulative = np.cumsum(decay[has_fwd][order])
-    median = float(ratios[order][np.searchsorted(cumulative, cumulative[-1] / 2)])
+    median = _weighted_median(rows[has_fwd, 4] / rows[has_fwd, 3], decay[has_fwd])
     low, high = current.fwd_fraction * (1 - MAX_STEP_CHANGE), current.fwd_fraction * (1 + MAX_STEP_CHANGE)
     return float(min(max(median, low, 0.05), high, 0.95))
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 
 __all__ = ["MMAP_THRESHOLD_BYTES", "malloc_trim", "pin_mmap_threshold", "pinned_threshold"]
 
@@ -39,7 +40,9 @@ _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 _pinned: int | None = None
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """The C library, loaded once per process (`malloc_trim` runs at every metered step)."""
     try:
         return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     except OSError:

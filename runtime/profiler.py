@@ -37,6 +37,7 @@ Samples are yielded one by one, so the caller can stop (budget, Ctrl-C) and keep
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import platform
 import statistics
@@ -232,8 +233,10 @@ class ProcessPeakMeter:
         self.bytes = 0.0
 
     @classmethod
+    @functools.cache
     def available(cls) -> bool:
-        """The kernel exposes `VmHWM` and lets this process reset it."""
+        """The kernel exposes `VmHWM` and lets this process reset it (asked once per process: the
+        worker asks at every step)."""
         import os
 
         return os.access(cls.CLEAR_REFS, os.W_OK) and cls()._read("VmHWM") is not None
