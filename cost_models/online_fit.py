@@ -14,13 +14,26 @@ The stage-time model is the profile's, `t = a * sum(l^2) + b * sum(l) + c` per s
   (a new regime, not a straggler) restart the measured schemes' windows from the first of them;
 - **bounded**: one step moves each coefficient by at most `MAX_STEP_CHANGE` (20%) of its current
   value (of `ZERO_FLOOR_SHARE` of a reference micro-batch's time, for a coefficient at or near 0);
-- **blended with the prior**: the session's original coefficients, scaled to the level the
-  window's data sets (the decay-weighted median of measured over prior time), enter the fit as
-  `PRIOR_SAMPLES` pseudo micro-batches at the reference point (the window's weighted mean
-  features): a ridge towards the prior's shape that the data outweighs after a step or two. The
-  scaling matters for a slowdown that slows every term alike: a ridge towards the unscaled prior
-  pulled the terms it weighs most back and let the least-weighed one (often `c`, near 0) absorb the
-  rest; a uniform 1.6x slowdown was followed in 5 steps with `c` at 14-39x, in 4 with it scaled.
+- **blended with the prior**: the session's original coefficients, at the shared scales (below)
+  and scaled to the level the window's data sets (the decay-weighted median of measured over prior
+  time), enter the fit as `PRIOR_SAMPLES` pseudo micro-batches at the reference point (the
+  window's weighted mean features): a ridge towards that shape that the data outweighs after a
+  step or two. The level matters for a slowdown that slows every term alike: a ridge towards the
+  unscaled prior pulled the terms it weighs most back and let the least-weighed one (often `c`,
+  near 0) absorb the rest; a uniform 1.6x slowdown was followed in 5 steps with `c` at 14-39x, in 4
+  with it scaled;
+- **shared across schemes**: one scale per term, `t = s_a a_s sum(l^2) + s_b b_s sum(l) + s_c c_s`
+  with each scheme's prior `a_s, b_s, c_s`, fitted over every window's micro-batches with the
+  same robust weights and per-step cap (`shared_term_scales`; its ridge towards (1, 1, 1) at the
+  data's level weighs only `SHARED_PRIOR_SAMPLES`, enough to make one micro-batch's fit unique).
+  A profile's errors are largely shared (a kernel version, a device's speed: every scheme's `a` or
+  `b` off alike), and pooled, the schemes' different term ratios and length mixes tell the terms
+  apart where one window cannot: each scheme's ridge pulls towards its prior at these scales, and
+  a scheme without a window is priced at them. On a replay of the wrong start (a x2, b x0.5; one
+  scheme measured every step, others now and then, 12 seeds), the error on new mixes after 14
+  steps fell from 9-14% (rarely measured schemes) and 28-33% (never measured) to 1-2%. The cost:
+  a slowdown of one kind of scheme alone (a degraded link under TP or CP) also raises the others'
+  prices until they are measured; a slow rank is not such a case (below).
 
 Memory: a measured peak within `MEMORY_MARGIN` of the usable device memory, or above the peak the
 profile predicts, lowers that scheme's capacity at once, in proportion (`lowered_capacity`). An
@@ -65,6 +78,7 @@ __all__ = [
     "lowered_capacity",
     "profile_at",
     "refit_coefficients",
+    "shared_term_scales",
 ]
 
 HALF_LIFE_STEPS = 4.0  # a micro-batch 4 steps old weighs half as much as one of this step
@@ -73,6 +87,7 @@ MAX_WINDOW_SAMPLES = 256  # micro-batches kept per scheme (the most recent)
 MAX_STEP_CHANGE = 0.20  # one step moves a coefficient by at most 20% of its current value
 ZERO_FLOOR_SHARE = 0.05  # ...or, near 0, by 20% of the value whose term is 5% of a reference micro-batch
 PRIOR_SAMPLES = 4.0  # the prior weighs as much as 4 fresh micro-batches
+SHARED_PRIOR_SAMPLES = 0.1  # the shared scales' ridge: enough to make a fit of one micro-batch unique
 HUBER_K = 1.345  # Huber threshold in robust scales (95% efficiency under Gaussian noise)
 MIN_RESIDUAL_SCALE = 0.02  # relative residuals under 2% are noise, never outliers
 IRLS_ITERATIONS = 10
@@ -141,6 +156,14 @@ class OnlineFitState(_Frozen):
     rank_slowdowns: dict[int, float] = Field(
         default_factory=dict, description="Ranks estimated slow after the last step, with their factors (> 1)."
     )
+    shared: tuple[float, float, float] = Field(
+        (1.0, 1.0, 1.0),
+        description="Cross-scheme scales of the prior's a, b, c terms (`shared_term_scales`): the ridge target of "
+        "every refit, and the pricing of schemes without a window.",
+    )
+    shared_snapshots: list[tuple[int, tuple[float, float, float]]] = Field(
+        default_factory=list, description="(version, shared scales) of the last versions."
+    )
 
     def window(self, key: tuple[int, ...]) -> SchemeWindow | None:
         return next((window for window in self.schemes if window.current.key == key), None)
@@ -203,32 +226,88 @@ def prior_coefficients(profile: CostProfile, entry: SchemeCost) -> Coefficients:
 # ---------------------------------------------------------------------------------------------
 
 
-def refit_coefficients(prior: Coefficients, current: Coefficients, rows: np.ndarray, now_step: int) -> Coefficients:
+def refit_coefficients(
+    prior: Coefficients,
+    current: Coefficients,
+    rows: np.ndarray,
+    now_step: int,
+    shared: tuple[float, float, float] = (1.0, 1.0, 1.0),
+) -> Coefficients:
     """The next coefficients of one scheme from its window `rows` (step, s2, s1, t, fwd or -1).
 
-    Huber IRLS on relative residuals with decayed weights and a ridge towards `prior`, then each
+    Huber IRLS on relative residuals with decayed weights and a ridge towards the prior's terms
+    scaled by `shared` (the session's cross-scheme term scales, `shared_term_scales`), then each
     coefficient clipped to within `MAX_STEP_CHANGE` of `current` (module docstring).
     """
     if len(rows) == 0:
         return current
     features = np.column_stack([rows[:, 1], rows[:, 2], np.ones(len(rows))])
-    measured = rows[:, 3]
     decay = 0.5 ** ((now_step - rows[:, 0]) / HALF_LIFE_STEPS)
-    reference = decay @ features / decay.sum()
-    old = np.array([current.a, current.b, current.c])
-    prior_x = np.array([prior.a, prior.b, prior.c])
-    reference_s = float(reference @ prior_x) or float(np.average(measured, weights=decay))
-    prior_x = prior_x * _level(features @ prior_x, measured, decay)
-    solution = old  # the first residuals are against the current fit: a straggler step is down-weighted at once
-    for _ in range(IRLS_ITERATIONS):
-        huber = _huber_weights((features @ solution - measured) / measured)
-        solution = _weighted_ridge_nnls(features, measured, decay * huber, reference / reference_s, prior_x)
-    floor = ZERO_FLOOR_SHARE * reference_s / np.maximum(reference, 1e-300)
-    step = MAX_STEP_CHANGE * np.maximum(old, floor)
-    a, b, c = np.clip(solution, np.maximum(old - step, 0.0), old + step)
+    target = np.array([prior.a, prior.b, prior.c]) * np.asarray(shared)
+    a, b, c = _robust_fit(features, rows[:, 3], decay, np.array([current.a, current.b, current.c]), target)
     return current.model_copy(
         update={"a": float(a), "b": float(b), "c": float(c), "fwd_fraction": _fwd_fraction(current, rows, decay)}
     )
+
+
+def shared_term_scales(
+    windows: Sequence[SchemeWindow], current: tuple[float, float, float], now_step: int
+) -> tuple[float, float, float]:
+    """The next cross-scheme term scales `(s_a, s_b, s_c)`: one robust fit over every window's
+    micro-batches of `t = s_a a_s sum(l^2) + s_b b_s sum(l) + s_c c_s`, with each micro-batch's
+    scheme s priced by its prior (the same safeguards as a scheme's refit, towards `(1, 1, 1)` at
+    the data's level).
+
+    Pooled, the schemes' different term ratios and length mixes tell the terms apart better than
+    one scheme's window does, and a scheme measured rarely or never is then priced with the
+    profile's error the others show (module docstring, "shared")."""
+    blocks = [
+        (np.asarray(window.rows, dtype=float), np.array([window.prior.a, window.prior.b, window.prior.c]))
+        for window in windows
+        if window.rows
+    ]
+    if not blocks:
+        return current
+    rows = np.vstack([block for block, _ in blocks])
+    priced = np.vstack([np.column_stack([b[:, 1], b[:, 2], np.ones(len(b))]) * terms for b, terms in blocks])
+    decay = 0.5 ** ((now_step - rows[:, 0]) / HALF_LIFE_STEPS)
+    scales = _robust_fit(
+        priced,
+        rows[:, 3],
+        decay,
+        np.asarray(current, dtype=float),
+        np.ones(3),
+        relative_cap=True,
+        prior_samples=SHARED_PRIOR_SAMPLES,
+    )
+    return (float(scales[0]), float(scales[1]), float(scales[2]))
+
+
+def _robust_fit(
+    features: np.ndarray,
+    measured: np.ndarray,
+    decay: np.ndarray,
+    old: np.ndarray,
+    prior_x: np.ndarray,
+    relative_cap: bool = False,
+    prior_samples: float = PRIOR_SAMPLES,
+) -> np.ndarray:
+    """x >= 0 with `features @ x ~ measured`: Huber IRLS on relative residuals from `old`, a ridge
+    towards `prior_x` scaled to the data's level, each term clipped to `MAX_STEP_CHANGE` of `old`
+    (or, for a term near 0, of the value whose term is `ZERO_FLOOR_SHARE` of the reference time,
+    unless `relative_cap`: then always of the current value, as for the shared scales, which start at 1)."""
+    reference = decay @ features / decay.sum()
+    reference_s = float(reference @ prior_x) or float(np.average(measured, weights=decay))
+    target = prior_x * _level(features @ prior_x, measured, decay)
+    solution = old  # the first residuals are against the current fit: a straggler step is down-weighted at once
+    for _ in range(IRLS_ITERATIONS):
+        huber = _huber_weights((features @ solution - measured) / measured)
+        solution = _weighted_ridge_nnls(
+            features, measured, decay * huber, reference / reference_s, target, prior_samples
+        )
+    floor = 0.0 if relative_cap else ZERO_FLOOR_SHARE * reference_s / np.maximum(reference, 1e-300)
+    step = MAX_STEP_CHANGE * np.maximum(old, floor)
+    return np.clip(solution, np.maximum(old - step, 0.0), old + step)
 
 
 def _level(prior_s: np.ndarray, measured: np.ndarray, decay: np.ndarray) -> float:
@@ -255,13 +334,18 @@ def _huber_weights(residuals: np.ndarray) -> np.ndarray:
 
 
 def _weighted_ridge_nnls(
-    features: np.ndarray, measured: np.ndarray, weights: np.ndarray, ridge_scale: np.ndarray, prior_x: np.ndarray
+    features: np.ndarray,
+    measured: np.ndarray,
+    weights: np.ndarray,
+    ridge_scale: np.ndarray,
+    prior_x: np.ndarray,
+    prior_samples: float = PRIOR_SAMPLES,
 ) -> np.ndarray:
     """min sum w_i ((f_i x - t_i) / t_i)^2 + PRIOR_SAMPLES * sum_k (s_k (x_k - p_k))^2 over x >= 0,
     where s_k is term k's share of the reference micro-batch's prior time per unit of x_k."""
     root = np.sqrt(weights)
-    rows = np.vstack([features * (root / measured)[:, None], math.sqrt(PRIOR_SAMPLES) * np.diag(ridge_scale)])
-    targets = np.concatenate([root, math.sqrt(PRIOR_SAMPLES) * ridge_scale * prior_x])
+    rows = np.vstack([features * (root / measured)[:, None], math.sqrt(prior_samples) * np.diag(ridge_scale)])
+    targets = np.concatenate([root, math.sqrt(prior_samples) * ridge_scale * prior_x])
     column = np.linalg.norm(rows, axis=0)
     column[column == 0] = 1.0
     solution, _ = nnls(rows / column, targets, maxiter=150)
@@ -342,15 +426,26 @@ def coefficients_at(state: OnlineFitState, profile: CostProfile, version: int) -
     """
     if version > state.version:
         raise ValueError(f"profile version {version} is newer than the session's current version {state.version}")
-    known = {entry.key: prior_coefficients(profile, entry) for entry in profile.schemes}
     if version == 0:
-        return known
+        return {entry.key: prior_coefficients(profile, entry) for entry in profile.schemes}
     snapshot = next((schemes for kept, schemes in state.snapshots if kept == version), None)
     if snapshot is None:
         oldest = min((kept for kept, _ in state.snapshots), default=state.version)
         raise ValueError(f"profile version {version} is older than the oldest kept ({oldest}, or 0)")
+    shared = next((scales for kept, scales in state.shared_snapshots if kept == version), (1.0, 1.0, 1.0))
+    known = {entry.key: _scaled(prior_coefficients(profile, entry), shared) for entry in profile.schemes}
     known.update({coefficients.key: coefficients for coefficients in snapshot})
     return known
+
+
+def _scaled(coefficients: Coefficients, shared: tuple[float, float, float]) -> Coefficients:
+    """A scheme without a window priced by the shared term scales."""
+    if shared == (1.0, 1.0, 1.0):
+        return coefficients
+    scale_a, scale_b, scale_c = shared
+    return coefficients.model_copy(
+        update={"a": coefficients.a * scale_a, "b": coefficients.b * scale_b, "c": coefficients.c * scale_c}
+    )
 
 
 def apply_step(
@@ -400,8 +495,9 @@ def apply_step(
             StepError(step=step, profile_version=planned_version, median_error=median, num_micro_batches=len(errors))
         )
     windows = {window.current.key: window for window in state.schemes}
-    changed = _refit_windows(windows, profile, pipelines, step, restart_step)
-    changes = _lower_capacities(windows, profile, pipelines, step, next_version)
+    shared = _refit_windows(windows, profile, pipelines, step, restart_step, state.shared)
+    changed = shared is not None
+    changes = _lower_capacities(windows, profile, pipelines, step, next_version, shared or state.shared)
     if not changed and not changes:
         return state.model_copy(
             update={
@@ -413,7 +509,10 @@ def apply_step(
         )
     schemes = [windows[key] for key in sorted(windows)]
     snapshots = [*state.snapshots, (next_version, [window.current for window in schemes])][-KEPT_VERSIONS:]
+    shared = state.shared if shared is None else shared
     return OnlineFitState(
+        shared=shared,
+        shared_snapshots=[*state.shared_snapshots, (next_version, shared)][-KEPT_VERSIONS:],
         version=next_version,
         num_steps=step,
         schemes=schemes,
@@ -431,29 +530,40 @@ def _refit_windows(
     pipelines: Sequence[MeasuredPipeline],
     step: int,
     restart_step: int | None,
-) -> bool:
-    """Add the step's micro-batches to each scheme's window and refit it (in place); True when a
-    scheme was refitted. With `restart_step` (a confirmed error jump), the measured schemes' windows
-    keep only the micro-batches from that step on: the old regime no longer holds the fit back."""
+    shared: tuple[float, float, float],
+) -> tuple[float, float, float] | None:
+    """Add the step's micro-batches to each scheme's window, refit the shared term scales over
+    every window, then refit every window towards its prior at those scales (in place). Returns
+    the new shared scales, or None when the step measured nothing (nothing refitted). With
+    `restart_step` (a confirmed error jump), the measured schemes' windows keep only the
+    micro-batches from that step on: the old regime no longer holds the fit back."""
     new_rows: dict[tuple[int, ...], list[tuple[int, float, float, float, float]]] = {}
     for pipeline in pipelines:
         new_rows.setdefault(pipeline.scheme, []).extend(
             (step, mb.sum_sq_tokens, mb.num_tokens, mb.time_s, -1.0 if mb.fwd_s is None else mb.fwd_s)
             for mb in pipeline.micro_batches
         )
+    if not any(new_rows.values()):
+        return None
     entries = {entry.key: entry for entry in profile.schemes}
-    for key, rows in new_rows.items():
-        if not rows:
-            continue
+    oldest = step - WINDOW_STEPS + 1
+    for key in windows.keys() | new_rows.keys():
+        rows = new_rows.get(key, [])
         window = windows.get(key)
         if window is None:
+            if not rows:
+                continue
             prior = prior_coefficients(profile, entries[key])
-            window = SchemeWindow(prior=prior, current=prior)
-        oldest = step - WINDOW_STEPS + 1 if restart_step is None else restart_step
-        kept = [row for row in [*window.rows, *rows] if row[0] >= oldest][-MAX_WINDOW_SAMPLES:]
-        current = refit_coefficients(window.prior, window.current, np.array(kept, dtype=float), step)
-        windows[key] = window.model_copy(update={"current": current, "rows": kept})
-    return any(new_rows.values())
+            window = SchemeWindow(prior=prior, current=_scaled(prior, shared))
+        first = restart_step if rows and restart_step is not None else oldest
+        kept = [row for row in [*window.rows, *rows] if row[0] >= first][-MAX_WINDOW_SAMPLES:]
+        windows[key] = window.model_copy(update={"rows": kept})
+    shared = shared_term_scales(list(windows.values()), shared, step)
+    for key, window in windows.items():
+        if window.rows:
+            current = refit_coefficients(window.prior, window.current, np.array(window.rows, dtype=float), step, shared)
+            windows[key] = window.model_copy(update={"current": current})
+    return shared
 
 
 def _lower_capacities(
@@ -462,6 +572,7 @@ def _lower_capacities(
     pipelines: Sequence[MeasuredPipeline],
     step: int,
     version: int,
+    shared: tuple[float, float, float],
 ) -> list[CapacityChange]:
     """Lower each scheme's capacity (in place) where its pipelines' measured peaks call for it:
     once per scheme and step, by the most severe of its pipelines."""
@@ -496,7 +607,7 @@ def _lower_capacities(
         window = windows.get(key)
         if window is None:
             prior = prior_coefficients(profile, entries[key])
-            window = SchemeWindow(prior=prior, current=prior)
+            window = SchemeWindow(prior=prior, current=_scaled(prior, shared))
         windows[key] = window.model_copy(update={"capacity_tokens": change.to_tokens})
     return [lowest[key] for key in sorted(lowest)]
 
@@ -510,17 +621,17 @@ def profile_at(state: OnlineFitState, profile: CostProfile) -> CostProfile:
     schemes = []
     for entry in profile.schemes:
         window = windows.get(entry.key)
-        if window is None:
+        if window is None and state.shared == (1.0, 1.0, 1.0):
             schemes.append(entry)
             continue
-        current = window.current
+        current = _scaled(prior_coefficients(profile, entry), state.shared) if window is None else window.current
         update = {
             "a": min(current.a / unit, limits.MAX_COST_A),
             "b": min(current.b / unit, limits.MAX_COST_B),
             "c": min(current.c / unit, limits.MAX_COST_C),
             "fwd_fraction": current.fwd_fraction,
         }
-        if window.capacity_tokens is not None:
+        if window is not None and window.capacity_tokens is not None:
             update["capacity_tokens"] = window.capacity_tokens
         schemes.append(entry.model_copy(update=update))
     notes = f"{profile.notes}; " if profile.notes else ""

@@ -79,6 +79,8 @@ def test_measurements_advance_the_profile_version_the_next_plan_names(client) ->
     (refit,) = fit["schemes"]
     assert refit["b"] > refit["prior_b"]  # slower than the profile: the fit went up, by at most 20%
     assert refit["b"] <= refit["prior_b"] * 1.2 * (1 + 1e-9)
+    # every term of every scheme looks 1.5x slow: the shared scales go up, by at most 20% a step
+    assert all(1.0 < fit["shared_scales"][term] <= 1.2 * (1 + 1e-9) for term in "abc")
     assert client.get(f"/v1/sessions/{session_id}").json()["fit"] == fit
 
     second = plan_in(client, session_id)

@@ -170,12 +170,26 @@ class SchemeRefit(LoopModel):
     num_micro_batches: int = Field(description="Micro-batches in the fit's window.")
 
 
+class SharedScales(LoopModel):
+    """Scales of the original profile's terms that every scheme's data shows (cost_models/online_fit.py,
+    `shared_term_scales`): schemes never measured are priced with them, refits are pulled towards them."""
+
+    a: float = Field(1.0, description="Scale of every scheme's a (seconds per squared token).")
+    b: float = Field(1.0, description="Scale of every scheme's b (seconds per token).")
+    c: float = Field(1.0, description="Scale of every scheme's c (seconds per micro-batch).")
+
+
 class SessionFit(LoopModel):
     """The closed loop of a session: its profile version, what the refit changed, its error history."""
 
     version: int = Field(0, description="Current profile version (0: the session's original profile).")
     num_steps: int = Field(0, description="Steps whose measurements were posted.")
     schemes: list[SchemeRefit] = Field(default_factory=list, description="Schemes the refit changed.")
+    shared_scales: SharedScales = Field(
+        default_factory=SharedScales,
+        description="The original profile's terms scaled as every measured scheme shows: the pricing of the schemes "
+        "not in `schemes`.",
+    )
     errors: list[StepError] = Field(
         default_factory=list,
         description="The last steps' median stage-time errors against the version that planned them.",

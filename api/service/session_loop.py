@@ -11,7 +11,7 @@ and planning always uses the last stored, whole version. Two concurrent posts on
 from __future__ import annotations
 
 from hydraplan.api.service.leases import Heartbeat
-from hydraplan.api.service.loop_schemas import MeasurementsBody, SchemeRefit, SessionFit
+from hydraplan.api.service.loop_schemas import MeasurementsBody, SchemeRefit, SessionFit, SharedScales
 from hydraplan.api.service.metrics import Metrics
 from hydraplan.api.service.problems import conflict, unprocessable
 from hydraplan.api.service.settings import Settings
@@ -134,6 +134,7 @@ def fit_view(state: OnlineFitState) -> SessionFit:
         version=state.version,
         num_steps=state.num_steps,
         schemes=schemes,
+        shared_scales=SharedScales(a=state.shared[0], b=state.shared[1], c=state.shared[2]),
         errors=state.errors,
         capacity_changes=state.capacity_changes,
         error_jumps=state.drift,
