@@ -62,7 +62,7 @@ from scipy.optimize import nnls
 
 from hydraplan.cost_models.rank_speed import PipelineRatio, kept_observations, rank_factors, step_observations
 from hydraplan.planner import limits
-from hydraplan.planner.measurements import CapacityChange, DriftEvent, StepError
+from hydraplan.planner.measurements import CapacityChange, DriftEvent, SessionFeedback, StepError
 from hydraplan.planner.schemas import CostProfile, SchemeCost, derive_capacity_tokens, single_chunk
 
 __all__ = [
@@ -74,6 +74,7 @@ __all__ = [
     "OnlineFitState",
     "StepError",
     "apply_step",
+    "feedback",
     "is_error_jump",
     "lowered_capacity",
     "profile_at",
@@ -610,6 +611,17 @@ def _lower_capacities(
             window = SchemeWindow(prior=prior, current=_scaled(prior, shared))
         windows[key] = window.model_copy(update={"capacity_tokens": change.to_tokens})
     return [lowest[key] for key in sorted(lowest)]
+
+
+def feedback(state: OnlineFitState, since_version: int) -> SessionFeedback:
+    """What a plan made with the state's version says (a session's, or `hydraplan run`'s local
+    planner's): its version and the capacity changes and error jumps of the versions after
+    `since_version` (the previous plan's)."""
+    return SessionFeedback(
+        profile_version=state.version,
+        capacity_changes=[change for change in state.capacity_changes if change.version > since_version],
+        error_jumps=[event for event in state.drift if event.version > since_version],
+    )
 
 
 def profile_at(state: OnlineFitState, profile: CostProfile) -> CostProfile:

@@ -157,12 +157,12 @@ def test_the_real_bounds_hold_a_step_of_many_micro_batches():
 # ---------------------------------------------------------------------------------------------
 
 
-def small_body(profile_version: int | None = None) -> dict:
+def small_body(profile_version: int | None = None, peak_bytes: float | None = None) -> dict:
     plan = fixed_plan("1x<1,1,1>", [5, 9, 2], 1)
     if profile_version is not None:
         plan = plan.model_copy(update={"session_feedback": SessionFeedback(profile_version=profile_version)})
     ops = [op(kind, i, 0.05) for i in range(len(plan.pipelines[0].micro_batches)) for kind in "FB"]
-    return measurements_body(plan, [rank_record(0, 0, 0, step_record(ops), None)])
+    return measurements_body(plan, [rank_record(0, 0, 0, step_record(ops), peak_bytes)])
 
 
 class RefusingPlanner:
@@ -208,6 +208,31 @@ def test_the_local_planner_refits_and_its_next_plan_names_the_new_version():
     assert post_measurements(planner, small_body(profile_version=1), 1)["fit_version"] == 2
     # measured 0.1 s per micro-batch against the profile's ~0.03 s: the refit moved the coefficients up
     assert planner.plan([5, 9, 2], second).step_time_s > first.step_time_s
+
+
+def test_the_local_planners_next_plan_says_which_capacity_a_measured_peak_lowered():
+    """Item 3 of issue 31 for `hydraplan run` without a server: a peak near the device's memory
+    lowers the scheme's capacity at once, the next plan obeys and names it (as a session's plans
+    do), and the plan after that, with nothing new, names nothing."""
+    from tests.runtime_support import require_torch
+
+    require_torch()
+    from hydraplan.runtime.plan_feed import post_measurements
+
+    profile = tiny_profile().model_copy(update={"gpu_memory_bytes": 1e9, "memory_reserve_bytes": 0.0})
+    options = SolverOptions(solver="greedy", time_limit_s=1.0, seed=0, oversize="split")
+    planner = LocalPlanner(profile.model_dump_json(), 1, 1, options.model_dump_json())
+    first = planner.plan([5, 9, 2], None)
+    assert post_measurements(planner, small_body(peak_bytes=0.99e9), 0)["posted"] is True
+    second = planner.plan([5, 9, 2], first)
+    (change,) = second.session_feedback.capacity_changes
+    assert change.scheme == "<1,1,1>" and change.reason == "near-device-memory" and change.measured_peak_bytes == 0.99e9
+    assert change.to_tokens == int(change.from_tokens * 0.9 * 1e9 / 0.99e9)  # (1 - 2 x 5%) x usable / peak
+    entry = next(e for e in second.cost_profile.schemes if (e.tp, e.pp, e.cp) == (1, 1, 1))
+    assert entry.capacity_tokens == change.to_tokens  # the plan was made with the lowered capacity
+    post_measurements(planner, small_body(profile_version=1), 1)  # a step without a peak
+    third = planner.plan([5, 9, 2], second)
+    assert third.session_feedback.profile_version == 2 and third.session_feedback.capacity_changes == []
 
 
 def test_measured_pipelines_take_the_largest_peak():

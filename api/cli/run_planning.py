@@ -9,7 +9,8 @@ step's global batch, `planner.plan(lengths, previous)` its plan. Both are small 
 - `LocalPlanner`: `planner.solve` in rank 0's process, the previous plan as the switch context;
   `record(body)` refits its profile in-process with each step's measurements
   (`cost_models.online_fit.apply_step`, the session's refit), so the next plan uses the new
-  version (`plan.session_feedback.profile_version`, as a session's plans say).
+  version and says, as a session's plans do, which capacities were lowered and which error jumps
+  came since the previous plan (`plan.session_feedback`).
 - `SessionPlanner`: a planning session of `hydraplan serve` (`POST /v1/sessions/{id}/plans`,
   which keeps the previous plan's strategy as the switch context itself; `record(body)` posts a
   step's measurements to `/v1/sessions/{id}/measurements`, at most `MEASUREMENT_RETRIES` 503s
@@ -93,9 +94,8 @@ class LocalPlanner:
     fit: Any = field(default=None, compare=False, repr=False)  # an `OnlineFitState` once recorded
 
     def plan(self, lengths: Sequence[int], previous: Plan | None) -> Plan:
-        from hydraplan.cost_models.online_fit import OnlineFitState, profile_at
+        from hydraplan.cost_models.online_fit import OnlineFitState, feedback, profile_at
         from hydraplan.planner.build import identified
-        from hydraplan.planner.measurements import SessionFeedback
         from hydraplan.planner.solve import solve
 
         request = PlanRequest(
@@ -113,7 +113,9 @@ class LocalPlanner:
         plan = solve(request, profile_at(state, CostProfile.model_validate_json(self.profile_json)))
         if self.fit is None:  # never measured: the plan the planner alone makes
             return plan
-        return identified(plan.model_copy(update={"session_feedback": SessionFeedback(profile_version=state.version)}))
+        # as a session's plans: the capacities lowered and error jumps since the previous plan's version
+        since = previous.session_feedback.profile_version if previous and previous.session_feedback else 0
+        return identified(plan.model_copy(update={"session_feedback": feedback(state, since)}))
 
     def record(self, body: dict) -> dict:
         """Refit the profile with one step's measurements (a `runtime.step_measurements` body);

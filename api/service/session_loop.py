@@ -23,7 +23,6 @@ from hydraplan.cost_models.online_fit import (
     apply_step,
     scheme_name,
 )
-from hydraplan.planner.measurements import SessionFeedback
 from hydraplan.planner.schemas import CostProfile
 
 
@@ -140,14 +139,4 @@ def fit_view(state: OnlineFitState) -> SessionFit:
         error_jumps=state.drift,
         last_error_jump=state.drift[-1] if state.drift else None,
         rank_slowdowns=state.rank_slowdowns,
-    )
-
-
-def feedback(state: OnlineFitState, since_version: int) -> SessionFeedback:
-    """What a plan made with the state's version says: its version and the capacity changes and
-    error jumps of the versions after `since_version` (the session's previous plan's)."""
-    return SessionFeedback(
-        profile_version=state.version,
-        capacity_changes=[change for change in state.capacity_changes if change.version > since_version],
-        error_jumps=[event for event in state.drift if event.version > since_version],
     )

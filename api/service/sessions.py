@@ -22,11 +22,11 @@ from hydraplan.api.service.loop_schemas import MeasurementsBody, SessionFit
 from hydraplan.api.service.planning import Cancel, Planning
 from hydraplan.api.service.problems import conflict, not_found, storage_full, unprocessable
 from hydraplan.api.service.schemas import SessionBody, SessionRecord, SessionView
-from hydraplan.api.service.session_loop import SessionLoop, feedback, fit_view
+from hydraplan.api.service.session_loop import SessionLoop, fit_view
 from hydraplan.api.service.settings import Settings
 from hydraplan.api.service.store import Store, StoreUnavailable
 from hydraplan.api.service.tenants import admit, current_tenant_var, forget, tenant_registry
-from hydraplan.cost_models.online_fit import OnlineFitState, profile_at
+from hydraplan.cost_models.online_fit import OnlineFitState, feedback, profile_at
 from hydraplan.planner.build import identified
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.schemas import Plan, PlanRequest
