@@ -36,6 +36,7 @@ the `closed_loop` section of benchmarks/RESULTS.md (`--section` names another).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -54,6 +55,7 @@ TARGET_ERROR = 0.10
 TARGET_STEP_RATIO = 0.05
 TARGET_WITHIN_STEPS = 10
 WRONG_A, WRONG_B = 2.0, 0.5
+WRONG_MEMORY = 0.35  # the memory scenario's activation bytes, against the bundled profile's
 NUM_RANKS = 2
 
 
@@ -70,6 +72,19 @@ class RunResult:
     wall_s: float
     ratios: list[list[dict]]  # per step: each pipeline's ranks and measured / predicted stage time
     slow_ranks: list[dict[int, float]]  # per step: the slow ranks and factors its plan was made with
+    peaks: list[float | None]  # per step: the largest peak any rank measured (None: none sent)
+    plans: list = dataclasses.field(repr=False)  # per step: its `Plan`
+
+
+def wrong_memory_profile(profile):
+    """The profile with every scheme's activation bytes x WRONG_MEMORY (its capacities then derived
+    from that under-predicting model; the static bytes kept)."""
+    terms = ("activation_bytes_per_token", "activation_bytes_per_token_sq", "activation_bytes_per_longest_sq")
+    schemes = [
+        entry.model_copy(update={term: getattr(entry, term) * WRONG_MEMORY for term in terms if getattr(entry, term)})
+        for entry in profile.schemes
+    ]
+    return profile.model_copy(update={"schemes": schemes})
 
 
 def wrong_profile(profile):
@@ -123,7 +138,16 @@ def online_run(name: str, profile, args, slowdowns: tuple = ()) -> RunResult:
         wall_s=wall_s,
         ratios=[loop.get(step, {}).get("pipeline_ratios", []) for step in range(len(plans))],
         slow_ranks=[dict(plan.rank_slowdowns or {}) for plan in plans],
+        peaks=[step_peak(reports, step) for step in range(len(plans))],
+        plans=plans,
     )
+
+
+def step_peak(reports: list[dict], step: int) -> float | None:
+    """The largest peak memory any rank sent for `step` (None when no rank measured one)."""
+    peaks = [report["steps"][step].get("peak_memory_bytes") for report in reports if step < len(report["steps"])]
+    peaks = [peak for peak in peaks if peak is not None]
+    return max(peaks) if peaks else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,16 +373,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout-s", type=float, default=1200.0)
     parser.add_argument(
         "--scenario",
-        choices=("all", "slowdown"),
+        choices=("all", "slowdown", "memory"),
         default="all",
-        help="slowdown: only the slowdown run (its own section, default closed_loop-slowdown)",
+        help="slowdown: only the slowdown run (its own section, default closed_loop-slowdown); memory: a profile "
+        "whose activation bytes are halved, so its capacities are too large (default section closed_loop-memory)",
     )
     parser.add_argument("--quick", action="store_true", help="3 steps, nothing written")
     parser.add_argument("--results", type=Path, default=RESULTS_PATH)
     parser.add_argument("--section", default=None, help="section of RESULTS.md and name of the results file")
     args = parser.parse_args(argv)
     if args.section is None:
-        args.section = SECTION if args.scenario == "all" else f"{SECTION}-slowdown"
+        args.section = SECTION if args.scenario == "all" else f"{SECTION}-{args.scenario}"
     if args.quick:
         args.steps = 3
     return args
@@ -373,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     first_slow_step = args.steps // 2
     if args.scenario == "slowdown":
         return slowdown_only(args, right_profile, first_slow_step)
+    if args.scenario == "memory":
+        return memory_only(args, right_profile)
     # the wrong and the right start run at the same time, so both see the same load (run one after
     # the other, a change of this machine's load between them moved step times by 30%)
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -434,6 +461,78 @@ def slowdown_only(args: argparse.Namespace, profile, first_slow_step: int) -> in
     )
     body = f"{setup}\n\n{table}\n\n{moved}\n"
     write_result(args.section, command_line(), body, f"{setup}\n\n{moved}\n", path=args.results)
+    return 0
+
+
+def memory_table(run: RunResult, memory_bytes: float) -> str:
+    from hydraplan.cost_models.online_fit import scheme_name
+    from hydraplan.planner.schemas import derive_capacity_tokens
+
+    rows = []
+    for step, plan in enumerate(run.plans):
+        used = {(p.scheme.tp, p.scheme.pp, p.scheme.cp, p.scheme.v) for p in plan.pipelines}
+        capacities = ", ".join(
+            f"{scheme_name(entry.key)}: {derive_capacity_tokens(plan.cost_profile, entry)}"
+            for entry in plan.cost_profile.schemes
+            if (entry.tp, entry.pp, entry.cp, entry.v) in used
+        )
+        largest = max(mb.num_tokens for p in plan.pipelines for mb in p.micro_batches)
+        changes = plan.session_feedback.capacity_changes if plan.session_feedback else []
+        named = "; ".join(f"{c.scheme} {c.from_tokens} -> {c.to_tokens} ({c.reason})" for c in changes) or "-"
+        peak = run.peaks[step]
+        rows.append(
+            [
+                step,
+                run.versions[step] if run.versions[step] is not None else 0,
+                plan.strategy,
+                capacities,
+                largest,
+                named,
+                "-" if peak is None else f"{peak / 1e6:.1f}",
+                "-" if peak is None else f"{peak / memory_bytes:.0%}",
+            ]
+        )
+    headers = ["step", "version", "strategy", "capacity tokens (plan)", "largest micro-batch tokens"]
+    headers += ["capacity lowered (named by the plan)", "measured peak MB", "of the device"]
+    return markdown_table(headers, rows)
+
+
+def memory_verdict(run: RunResult, memory_bytes: float) -> str:
+    over = [step for step, peak in enumerate(run.peaks) if peak is not None and peak > memory_bytes]
+    lowered = [
+        step for step, plan in enumerate(run.plans) if plan.session_feedback and plan.session_feedback.capacity_changes
+    ]
+    first = lowered[0] if lowered else None
+    after = [step for step in over if first is not None and step >= first]
+    return (
+        f"Steps whose measured peak exceeded the pretend device memory ({memory_bytes / 1e6:.0f} MB; each an "
+        f"out-of-memory on a real device): {over or 'none'}. First plan naming a lowered capacity: step {first}; "
+        f"plans naming one: {lowered or 'none'}. Steps over the device memory from that plan on: "
+        f"{after or 'none'} (target: none)."
+    )
+
+
+def memory_only(args: argparse.Namespace, profile) -> int:
+    """The memory scenario: the bundled profile with its activation bytes halved, so its capacities
+    promise micro-batches the ranks cannot hold; each step's peak lowers them (issue 31 item 3)."""
+    run = online_run("memory", wrong_memory_profile(profile), args)
+    print(f"memory: {args.steps} steps in {run.wall_s:.0f} s wall", file=sys.stderr, flush=True)
+    table = memory_table(run, args.memory_bytes)
+    verdict = memory_verdict(run, args.memory_bytes)
+    print(table, "\n", verdict, sep="")
+    if args.quick:
+        return 0
+    setup = (
+        f"2 gloo ranks, float32, tiny model, {args.steps} steps of {args.batch_sequences} log-uniform lengths up to "
+        f"{args.max_length} (data seed {args.data_seed}), bundled tiny-cpu profile with every scheme's activation "
+        f"bytes x{WRONG_MEMORY:g} on a pretend device of {args.memory_bytes / 1e6:.0f} MB per rank, local planner "
+        f"(plan budget {args.plan_time_limit_s} s) with the in-process refit. Peaks: each CPU rank's step peak on "
+        f"the pinned heap (static bytes plus resident growth net of its gradients, `runtime/worker.py`). "
+        f"The run took {run.wall_s:.0f} s wall."
+    )
+    write_result(
+        args.section, command_line(), f"{setup}\n\n{table}\n\n{verdict}\n", f"{setup}\n\n{verdict}\n", path=args.results
+    )
     return 0
 
 

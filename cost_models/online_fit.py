@@ -35,10 +35,16 @@ The stage-time model is the profile's, `t = a * sum(l^2) + b * sum(l) + c` per s
   a slowdown of one kind of scheme alone (a degraded link under TP or CP) also raises the others'
   prices until they are measured; a slow rank is not such a case (below).
 
-Memory: a measured peak within `MEMORY_MARGIN` of the usable device memory, or above the peak the
-profile predicts, lowers that scheme's capacity at once, in proportion (`lowered_capacity`). An
-error jump (a step's median error over `DRIFT_RATIO` x the recent median and over `DRIFT_MIN_ERROR`)
-is reported (`is_error_jump`).
+Memory: a measured peak within `MEMORY_MARGIN` of the usable device memory lowers that scheme's
+capacity at once, in proportion. A peak above the peak the profile predicts corrects the scheme's
+memory model (`corrected_memory`: over its last `MEMORY_PEAKS` peaks, the activation bytes' scale
+and the extra static bytes the measurements show, every peak on or under the corrected model,
+`MEMORY_MARGIN` on top) and lowers the capacity to what the corrected model derives
+(`corrected_capacity`, `lowered_capacity`). Derived from the profile's model, not the current
+capacity, the cut is made once: the rule it replaced scaled the current capacity by predicted /
+peak at every step, and a lasting 2x under-prediction cut a capacity of 12,935 tokens to 419 in
+five steps. An error jump (a step's median error over `DRIFT_RATIO` x the recent median and over
+`DRIFT_MIN_ERROR`) is reported (`is_error_jump`).
 
 Slow ranks: each step's per-pipeline measured/predicted ratios, with the pipelines' ranks, give
 per-rank slowdown factors (`cost_models.rank_speed`, kept in the state's `rank_slowdowns`); a
@@ -93,6 +99,7 @@ HUBER_K = 1.345  # Huber threshold in robust scales (95% efficiency under Gaussi
 MIN_RESIDUAL_SCALE = 0.02  # relative residuals under 2% are noise, never outliers
 IRLS_ITERATIONS = 10
 MEMORY_MARGIN = 0.05  # a peak within 5% of the usable memory lowers the capacity
+MEMORY_PEAKS = 16  # measured peaks kept per scheme for its memory correction
 DRIFT_RATIO = 3.0  # an error jump: a step's median error > 3x the recent median ...
 DRIFT_MIN_ERROR = 0.10  # ... and > 10%
 DRIFT_RECENT_STEPS = 8  # the recent median is over the last 8 steps (at least 3 needed)
@@ -133,6 +140,16 @@ class SchemeWindow(_Frozen):
     prior: Coefficients = Field(description="The session's original coefficients (version 0).")
     current: Coefficients
     capacity_tokens: int | None = Field(None, description="Lowered capacity; None: the profile's own.")
+    activation_scale: float = Field(
+        1.0,
+        description="The memory model's activation bytes times this, as the measured peaks show (`corrected_memory`).",
+    )
+    extra_static_bytes: float = Field(0.0, description="Bytes the measured peaks show above the model's static bytes.")
+    peaks: list[tuple[int, float, float]] = Field(
+        default_factory=list,
+        description="(step, the model's activation bytes, measured peak minus the model's static bytes) per measured "
+        "pipeline peak, the last MEMORY_PEAKS.",
+    )
     rows: list[tuple[int, float, float, float, float]] = Field(
         default_factory=list, description="(step, sum of squared lengths, tokens, time_s, fwd_s or -1) per micro-batch."
     )
@@ -369,25 +386,74 @@ def _fwd_fraction(current: Coefficients, rows: np.ndarray, decay: np.ndarray) ->
 
 
 def lowered_capacity(
-    capacity_tokens: int, peak_bytes: float, usable_bytes: float | None, predicted_peak_bytes: float | None
+    capacity_tokens: int,
+    peak_bytes: float,
+    usable_bytes: float | None,
+    predicted_peak_bytes: float | None,
+    corrected_tokens: int | None = None,
 ) -> tuple[int, Literal["near-device-memory", "above-predicted-peak"], float] | None:
     """(new capacity, reason, limit) when a measured peak calls for a lower capacity, else None.
 
     Near device memory (`peak >= (1 - MEMORY_MARGIN) * usable`): the capacity is scaled by
     `(1 - 2 * MEMORY_MARGIN) * usable / peak`, so the same micro-batch would peak a margin below
-    the threshold. Above the predicted peak: scaled by `predicted / peak`, the under-prediction.
-    The whole peak is scaled, static bytes included, which lowers more than the activations alone
-    would need (the safe side); the lower of the two wins, and a capacity is never raised here.
+    the threshold. Above the predicted peak: `corrected_tokens`, the capacity the memory model
+    corrected by the measurement allows (`corrected_capacity`), where one is known; else the
+    capacity scaled by `predicted / peak`, the whole peak (static bytes included: the safe side).
+    The lower of the two wins, and a capacity is never raised here.
     """
     candidates = []
     if usable_bytes is not None and peak_bytes >= (1 - MEMORY_MARGIN) * usable_bytes:
-        candidates.append(((1 - 2 * MEMORY_MARGIN) * usable_bytes / peak_bytes, "near-device-memory", usable_bytes))
+        tokens = math.floor(capacity_tokens * (1 - 2 * MEMORY_MARGIN) * usable_bytes / peak_bytes)
+        candidates.append((tokens, "near-device-memory", usable_bytes))
     if predicted_peak_bytes is not None and peak_bytes > predicted_peak_bytes:
-        candidates.append((predicted_peak_bytes / peak_bytes, "above-predicted-peak", predicted_peak_bytes))
+        if corrected_tokens is None:
+            corrected_tokens = math.floor(capacity_tokens * predicted_peak_bytes / peak_bytes)
+        if corrected_tokens < capacity_tokens:
+            candidates.append((corrected_tokens, "above-predicted-peak", predicted_peak_bytes))
     if not candidates:
         return None
-    factor, reason, limit = min(candidates, key=lambda candidate: candidate[0])
-    return max(1, min(capacity_tokens - 1, math.floor(capacity_tokens * factor))), reason, limit
+    tokens, reason, limit = min(candidates, key=lambda candidate: candidate[0])
+    return max(1, min(capacity_tokens - 1, tokens)), reason, limit
+
+
+def corrected_memory(peaks: Sequence[tuple[int, float, float]]) -> tuple[float, float]:
+    """The scheme's memory correction `(activation scale, extra static bytes)` from its measured
+    peaks `(step, a, y)`: a the model's activation bytes of the pipeline's micro-batches, y the
+    peak less the model's static bytes. The slope k of `y ~ k a + e` by least squares (k, e >= 0),
+    or, where the sizes lie within 10% of each other and cannot tell k from e, the largest `y / a`;
+    never below 1 (the model's own, so a capacity is never raised by it); then e the least that
+    puts every measured peak on or under the line, and k x (1 + MEMORY_MARGIN). A small
+    micro-batch's peak, where the allocator's fixed bytes weigh most, then moves e rather than k:
+    scaling the activations by one peak's ratio cut a capacity by a quarter on one noisy
+    292-token peak (`benchmarks/closed_loop.py --scenario memory`, results/closed_loop-memory.md)."""
+    sizes = np.array([a for _, a, _ in peaks], dtype=float)
+    excess = np.array([y for _, _, y in peaks], dtype=float)
+    if len(sizes) == 0:
+        return 1.0, 0.0
+    if sizes.max() <= 0:  # no activations to blame: the static bytes
+        return 1.0 + MEMORY_MARGIN, max(0.0, float(excess.max()))
+    sized = sizes > 0
+    if sizes.min() >= 0.9 * sizes.max():
+        slope = float(np.max(excess[sized] / sizes[sized]))
+    else:
+        (slope, _), _ = nnls(np.column_stack([sizes, np.ones(len(sizes))]), excess)
+    scale = max(float(slope), 1.0)
+    extra = max(0.0, float(np.max(excess - scale * sizes)))
+    return scale * (1 + MEMORY_MARGIN), extra
+
+
+def corrected_capacity(profile: CostProfile, entry: SchemeCost, scale: float, extra: float) -> int | None:
+    """The capacity the scheme's memory model derives once corrected by the measurements
+    (`derive_capacity_tokens` with the activation bytes x `scale` and `extra` static bytes): from
+    the profile's model, not the current capacity, so a lasting under-prediction lowers the
+    capacity once, to where the corrected model fits the device, and not again every step. None
+    where the profile derives no capacity (no device memory or no memory model)."""
+    if profile.gpu_memory_bytes is None or entry.static_bytes is None or entry.activation_bytes_per_token is None:
+        return None
+    terms = ("activation_bytes_per_token", "activation_bytes_per_token_sq", "activation_bytes_per_longest_sq")
+    update = {term: getattr(entry, term) * scale for term in terms}
+    update.update(capacity_tokens=None, static_bytes=entry.static_bytes + extra)
+    return derive_capacity_tokens(profile, entry.model_copy(update=update))
 
 
 def is_error_jump(error: float, history: Sequence[float]) -> tuple[bool, float]:
@@ -400,11 +466,17 @@ def is_error_jump(error: float, history: Sequence[float]) -> tuple[bool, float]:
     return error > DRIFT_RATIO * median and error > DRIFT_MIN_ERROR, median
 
 
-def predicted_peak_bytes(entry: SchemeCost, micro_batches: Sequence[MeasuredMicroBatch]) -> float | None:
+def predicted_peak_bytes(
+    entry: SchemeCost,
+    micro_batches: Sequence[MeasuredMicroBatch],
+    activation_scale: float = 1.0,
+    extra_bytes: float = 0.0,
+) -> float | None:
     """Static bytes plus the in-flight micro-batches' activations at 1F1B stage 0's peak, each
     taken as large as the pipeline's largest (the planner's memory model, `derive_capacity_tokens`).
     A measured micro-batch carries no lengths, so its longest sequence's square is bounded by its
-    sum of squares (the `m3` term read as an upper bound)."""
+    sum of squares (the `m3` term read as an upper bound). With a session's memory correction
+    (`corrected_memory`): the activations x `activation_scale`, `extra_bytes` on the static ones."""
     if entry.static_bytes is None or entry.activation_bytes_per_token is None or not micro_batches:
         return None
     in_flight = min(entry.in_flight_micro_batches or entry.pp, len(micro_batches))
@@ -412,7 +484,7 @@ def predicted_peak_bytes(entry: SchemeCost, micro_batches: Sequence[MeasuredMicr
     largest = max(
         entry.activation_bytes_per_token * mb.num_tokens + per_square * mb.sum_sq_tokens for mb in micro_batches
     )
-    return entry.static_bytes + in_flight * largest
+    return entry.static_bytes + extra_bytes + activation_scale * in_flight * largest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -580,20 +652,40 @@ def _lower_capacities(
     usable = None if profile.gpu_memory_bytes is None else profile.gpu_memory_bytes - profile.memory_reserve_bytes
     entries = {entry.key: entry for entry in profile.schemes}
     lowest: dict[tuple[int, ...], CapacityChange] = {}
+    corrections: dict[tuple[int, ...], tuple[list[tuple[int, float, float]], float, float]] = {}
+    for pipeline in pipelines:  # first every peak of the step into its scheme's correction
+        entry = entries[pipeline.scheme]
+        model = predicted_peak_bytes(entry, pipeline.micro_batches)
+        if pipeline.peak_bytes is None or model is None:
+            continue
+        window = windows.get(pipeline.scheme)
+        kept = corrections[pipeline.scheme][0] if pipeline.scheme in corrections else (window.peaks if window else [])
+        kept = [*kept, (step, model - entry.static_bytes, pipeline.peak_bytes - entry.static_bytes)][-MEMORY_PEAKS:]
+        corrections[pipeline.scheme] = (kept, *corrected_memory(kept))
     for pipeline in pipelines:
         if pipeline.peak_bytes is None:
             continue
         entry = entries[pipeline.scheme]
         window = windows.get(pipeline.scheme)
+        scale, extra = (window.activation_scale, window.extra_static_bytes) if window else (1.0, 0.0)
         capacity = (window.capacity_tokens if window else None) or derive_capacity_tokens(profile, entry)
+        corrected = None
+        if pipeline.scheme in corrections:
+            _, new_scale, new_extra = corrections[pipeline.scheme]
+            corrected = corrected_capacity(profile, entry, new_scale, new_extra)
         lowered = lowered_capacity(
-            capacity, pipeline.peak_bytes, usable, predicted_peak_bytes(entry, pipeline.micro_batches)
+            capacity,
+            pipeline.peak_bytes,
+            usable,
+            predicted_peak_bytes(entry, pipeline.micro_batches, scale, extra),
+            corrected,
         )
         if lowered is None or lowered[0] >= capacity:
             continue
         tokens, reason, limit = lowered
         known = lowest.get(pipeline.scheme)
-        if known is None or tokens < known.to_tokens:
+        # the lowest capacity; among equal ones (the scheme's correction is one) the worst peak is named
+        if known is None or (tokens, -pipeline.peak_bytes) < (known.to_tokens, -known.measured_peak_bytes):
             lowest[pipeline.scheme] = CapacityChange(
                 version=version,
                 step=step,
@@ -604,12 +696,17 @@ def _lower_capacities(
                 reason=reason,
                 limit_bytes=limit,
             )
-    for key, change in lowest.items():
+    for key in lowest.keys() | corrections.keys():
         window = windows.get(key)
         if window is None:
             prior = prior_coefficients(profile, entries[key])
             window = SchemeWindow(prior=prior, current=_scaled(prior, shared))
-        windows[key] = window.model_copy(update={"capacity_tokens": change.to_tokens})
+        update = {}
+        if key in lowest:
+            update["capacity_tokens"] = lowest[key].to_tokens
+        if key in corrections:
+            update["peaks"], update["activation_scale"], update["extra_static_bytes"] = corrections[key]
+        windows[key] = window.model_copy(update=update)
     return [lowest[key] for key in sorted(lowest)]
 
 

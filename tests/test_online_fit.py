@@ -22,7 +22,7 @@ from hydraplan.cost_models.online_fit import (
     profile_at,
 )
 from hydraplan.cost_models.profile_io import load_profile
-from hydraplan.planner.schemas import CostProfile
+from hydraplan.planner.schemas import CostProfile, derive_capacity_tokens
 
 PROFILE_PATH = "cost_models/data/tiny-cpu.json"
 SCHEME = (1, 2, 1)
@@ -317,8 +317,84 @@ def test_a_peak_above_the_prediction_lowers_the_capacity(true_profile) -> None:
     measured = [MeasuredPipeline(SCHEME, pipelines[0].micro_batches, peak_bytes=predicted * 1.25)]
     state = apply_step(OnlineFitState(), true_profile, measured, 0)
     (change,) = state.capacity_changes
-    assert change.reason == "above-predicted-peak"
-    assert change.to_tokens == int(entry.capacity_tokens / 1.25)
+    assert change.reason == "above-predicted-peak" and change.limit_bytes == predicted
+    # the excess is the activations' (they are most of this prediction): the model's activation
+    # bytes x measured / predicted activations x 1.05, and the capacity the corrected model derives
+    scale = (1.25 * predicted - entry.static_bytes) / (predicted - entry.static_bytes) * 1.05
+    terms = ("activation_bytes_per_token", "activation_bytes_per_token_sq", "activation_bytes_per_longest_sq")
+    update = {term: getattr(entry, term) * scale for term in terms}
+    expected = derive_capacity_tokens(true_profile, entry.model_copy(update={**update, "capacity_tokens": None}))
+    assert change.to_tokens == expected < entry.capacity_tokens
+    assert state.window(SCHEME).activation_scale == pytest.approx(scale)
+
+
+def one_sequence(tokens: int) -> MeasuredMicroBatch:
+    return MeasuredMicroBatch(sum_sq_tokens=float(tokens) ** 2, num_tokens=float(tokens), time_s=0.1)
+
+
+def test_a_lasting_under_prediction_lowers_the_capacity_once_not_every_step(true_profile) -> None:
+    """The activations are twice what the profile says, step after step. The first peak, over the
+    device's memory, lowers the capacity at once (by the lower of the near-device cut and the
+    corrected model's capacity); later micro-batches within it peak under the corrected
+    prediction, so the capacity stays (the rule that scaled the current capacity by predicted /
+    peak cut it again at every step: 12,935 -> 5,825 -> 2,922 -> 1,478 -> 766 -> 419), and a full
+    micro-batch at it fits the device."""
+    usable = true_profile.gpu_memory_bytes - true_profile.memory_reserve_bytes
+    entry = next(entry for entry in true_profile.schemes if entry.key == SCHEME)
+    in_flight = entry.in_flight_micro_batches
+
+    def true_peak(tokens: int) -> float:
+        per_square = entry.activation_bytes_per_token_sq + entry.activation_bytes_per_longest_sq
+        return entry.static_bytes + 2.0 * in_flight * (
+            entry.activation_bytes_per_token * tokens + per_square * tokens**2
+        )
+
+    state, capacities = OnlineFitState(), []
+    for _ in range(5):
+        capacity = (state.window(SCHEME).capacity_tokens if state.window(SCHEME) else None) or entry.capacity_tokens
+        sizes = [capacity // 2, capacity * 3 // 4, capacity]  # micro-batches up to the capacity the plan had
+        micro_batches = tuple(one_sequence(size) for size in sizes)
+        measured = [MeasuredPipeline(SCHEME, micro_batches, peak_bytes=true_peak(max(sizes)))]
+        state = apply_step(state, true_profile, measured, state.version)
+        capacities.append(state.window(SCHEME).capacity_tokens)
+    assert capacities[0] < entry.capacity_tokens
+    assert capacities == [capacities[0]] * 5
+    assert true_peak(capacities[0]) <= usable
+
+
+def test_a_peak_over_a_small_micro_batch_moves_the_static_bytes_not_the_activations(true_profile) -> None:
+    """Two peaks: a large micro-batch's as the model predicts, a small one's 100 MB above it (the
+    allocator's, not the activations'). The correction keeps the activations at the model's (x1.05)
+    and adds the 100 MB to the static bytes; scaling the activations by the small peak's ratio
+    (x114 with the margin, here) cut the capacity from 12,935 tokens to 888."""
+    entry = next(entry for entry in true_profile.schemes if entry.key == SCHEME)
+    small, large = (one_sequence(16),), (one_sequence(4096),)
+    small_peak = online_fit.predicted_peak_bytes(entry, small) + 1e8
+    large_peak = online_fit.predicted_peak_bytes(entry, large)
+    measured = [
+        MeasuredPipeline(SCHEME, large, peak_bytes=large_peak),
+        MeasuredPipeline(SCHEME, small, peak_bytes=small_peak),
+    ]
+    state = apply_step(OnlineFitState(), true_profile, measured, 0)
+    window = state.window(SCHEME)
+    assert window.activation_scale == pytest.approx(1.05) and window.extra_static_bytes == pytest.approx(1e8)
+    (change,) = state.capacity_changes
+    terms = ("activation_bytes_per_token", "activation_bytes_per_token_sq", "activation_bytes_per_longest_sq")
+    update = {term: getattr(entry, term) * 1.05 for term in terms}
+    corrected = entry.model_copy(update={**update, "static_bytes": entry.static_bytes + 1e8, "capacity_tokens": None})
+    assert change.to_tokens == derive_capacity_tokens(true_profile, corrected)
+    assert change.to_tokens > 0.8 * entry.capacity_tokens
+
+
+def test_the_memory_correction_puts_every_peak_under_the_line() -> None:
+    peaks = [(1, 100.0, 130.0), (2, 200.0, 215.0), (3, 400.0, 420.0)]
+    scale, extra = online_fit.corrected_memory(peaks)
+    assert scale >= 1.0 * 1.05
+    assert all(scale / 1.05 * a + extra >= y - 1e-9 for _, a, y in peaks)
+    assert any(abs(scale / 1.05 * a + extra - y) < 1e-9 for _, a, y in peaks)  # the least such e
+    # one size cannot tell k from e: all of it on the activations
+    assert online_fit.corrected_memory([(1, 100.0, 150.0), (2, 105.0, 140.0)]) == pytest.approx((1.5 * 1.05, 0.0))
+    assert online_fit.corrected_memory([]) == (1.0, 0.0)
 
 
 def test_error_jump_rule() -> None:

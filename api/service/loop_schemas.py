@@ -167,6 +167,12 @@ class SchemeRefit(LoopModel):
     prior_b: float
     prior_c: float
     capacity_tokens: int | None = Field(None, description="Lowered capacity; None: the original profile's.")
+    activation_scale: float = Field(
+        1.0, description="The memory model's activation bytes times this, as measured peaks showed them (>= 1)."
+    )
+    extra_static_bytes: float = Field(
+        0.0, description="Bytes added to the memory model's static bytes by peaks of micro-batches too small to tell."
+    )
     num_micro_batches: int = Field(description="Micro-batches in the fit's window.")
 
 

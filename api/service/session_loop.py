@@ -125,6 +125,8 @@ def fit_view(state: OnlineFitState) -> SessionFit:
             prior_b=window.prior.b,
             prior_c=window.prior.c,
             capacity_tokens=window.capacity_tokens,
+            activation_scale=window.activation_scale,
+            extra_static_bytes=window.extra_static_bytes,
             num_micro_batches=len(window.rows),
         )
         for window in state.schemes
