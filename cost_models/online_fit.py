@@ -85,6 +85,7 @@ __all__ = [
     "lowered_capacity",
     "profile_at",
     "refit_coefficients",
+    "shared_activation_scale",
     "shared_term_scales",
 ]
 
@@ -721,16 +722,29 @@ def feedback(state: OnlineFitState, since_version: int) -> SessionFeedback:
     )
 
 
+def shared_activation_scale(state: OnlineFitState) -> float:
+    """The memory correction of a scheme whose peaks were never measured: the largest activation
+    scale of the schemes whose peaks the model under-predicted (1 when none did). A profile's
+    memory model is largely one model for every scheme, so its error on one scheme is the best
+    guess for the next, and on the safe side: `benchmarks/closed_loop.py --scenario memory` once
+    ran a scheme on first use at its uncorrected capacity and went over the device (103%)."""
+    under = [window.activation_scale for window in state.schemes if any(y > a for _, a, y in window.peaks)]
+    return max([1.0, *under])
+
+
 def profile_at(state: OnlineFitState, profile: CostProfile) -> CostProfile:
-    """`profile` with the state's current coefficients and lowered capacities (its version)."""
+    """`profile` with the state's current coefficients and lowered capacities (its version); the
+    schemes whose peaks were never measured at the shared activation scale's capacity, where lower."""
     if state.version == 0:
         return profile
     windows = {window.current.key: window for window in state.schemes}
     unit = profile.seconds_per_unit
+    memory_scale = shared_activation_scale(state)
     schemes = []
     for entry in profile.schemes:
         window = windows.get(entry.key)
-        if window is None and state.shared == (1.0, 1.0, 1.0):
+        unmeasured_memory = window is None or not window.peaks
+        if window is None and state.shared == (1.0, 1.0, 1.0) and memory_scale == 1.0:
             schemes.append(entry)
             continue
         current = _scaled(prior_coefficients(profile, entry), state.shared) if window is None else window.current
@@ -742,6 +756,10 @@ def profile_at(state: OnlineFitState, profile: CostProfile) -> CostProfile:
         }
         if window is not None and window.capacity_tokens is not None:
             update["capacity_tokens"] = window.capacity_tokens
+        corrected = corrected_capacity(profile, entry, memory_scale, 0.0) if unmeasured_memory else None
+        if corrected is not None and memory_scale > 1.0:
+            current_tokens = update.get("capacity_tokens") or derive_capacity_tokens(profile, entry)
+            update["capacity_tokens"] = max(1, min(current_tokens, corrected))
         schemes.append(entry.model_copy(update=update))
     notes = f"{profile.notes}; " if profile.notes else ""
     return profile.model_copy(

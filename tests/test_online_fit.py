@@ -386,6 +386,33 @@ def test_a_peak_over_a_small_micro_batch_moves_the_static_bytes_not_the_activati
     assert change.to_tokens > 0.8 * entry.capacity_tokens
 
 
+def test_a_scheme_whose_peaks_were_never_measured_gets_the_under_predicting_schemes_correction(true_profile) -> None:
+    """`<1,2,1>` peaks at twice its model's activations; `<1,1,2>` never ran. Its capacity in the
+    next profile is what its own model derives with the activations at `<1,2,1>`'s scale, where
+    lower; once its own peaks are measured (as predicted here), its own correction rules."""
+    entry = next(entry for entry in true_profile.schemes if entry.key == SCHEME)
+    other = next(entry for entry in true_profile.schemes if entry.key == (1, 1, 2))
+    large = (one_sequence(4096),)
+    peak = entry.static_bytes + 2.0 * (online_fit.predicted_peak_bytes(entry, large) - entry.static_bytes)
+    state = apply_step(OnlineFitState(), true_profile, [MeasuredPipeline(SCHEME, large, peak_bytes=peak)], 0)
+    scale = online_fit.shared_activation_scale(state)
+    assert scale == pytest.approx(2.0 * 1.05) == state.window(SCHEME).activation_scale
+    terms = ("activation_bytes_per_token", "activation_bytes_per_token_sq", "activation_bytes_per_longest_sq")
+    update = {term: getattr(other, term) * scale for term in terms}
+    expected = derive_capacity_tokens(true_profile, other.model_copy(update={**update, "capacity_tokens": None}))
+    by_key = {entry.key: entry for entry in profile_at(state, true_profile).schemes}
+    assert by_key[(1, 1, 2)].capacity_tokens == min(other.capacity_tokens, expected) < other.capacity_tokens
+    # its own peak, as its model predicts: its own correction (none needed) replaces the borrowed one
+    own = online_fit.predicted_peak_bytes(other, large)
+    state = apply_step(state, true_profile, [MeasuredPipeline((1, 1, 2), large, peak_bytes=own)], 1)
+    assert {entry.key: entry for entry in profile_at(state, true_profile).schemes}[(1, 1, 2)].capacity_tokens == (
+        other.capacity_tokens
+    )
+    # a scheme the model over-predicts lends nothing
+    calm = apply_step(OnlineFitState(), true_profile, [MeasuredPipeline(SCHEME, large, peak_bytes=0.9 * own)], 0)
+    assert online_fit.shared_activation_scale(calm) == 1.0
+
+
 def test_the_memory_correction_puts_every_peak_under_the_line() -> None:
     peaks = [(1, 100.0, 130.0), (2, 200.0, 215.0), (3, 400.0, 420.0)]
     scale, extra = online_fit.corrected_memory(peaks)

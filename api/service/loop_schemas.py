@@ -183,6 +183,12 @@ class SharedScales(LoopModel):
     a: float = Field(1.0, description="Scale of every scheme's a (seconds per squared token).")
     b: float = Field(1.0, description="Scale of every scheme's b (seconds per token).")
     c: float = Field(1.0, description="Scale of every scheme's c (seconds per micro-batch).")
+    activation_bytes: float = Field(
+        1.0,
+        description="Scale of the memory model's activation bytes for the schemes whose peaks were never measured: "
+        "the largest `activation_scale` of the schemes whose peaks the model under-predicted (capacities derived "
+        "with it where lower).",
+    )
 
 
 class SessionFit(LoopModel):

@@ -22,6 +22,7 @@ from hydraplan.cost_models.online_fit import (
     OnlineFitState,
     apply_step,
     scheme_name,
+    shared_activation_scale,
 )
 from hydraplan.planner.schemas import CostProfile
 
@@ -135,7 +136,9 @@ def fit_view(state: OnlineFitState) -> SessionFit:
         version=state.version,
         num_steps=state.num_steps,
         schemes=schemes,
-        shared_scales=SharedScales(a=state.shared[0], b=state.shared[1], c=state.shared[2]),
+        shared_scales=SharedScales(
+            a=state.shared[0], b=state.shared[1], c=state.shared[2], activation_bytes=shared_activation_scale(state)
+        ),
         errors=state.errors,
         capacity_changes=state.capacity_changes,
         error_jumps=state.drift,
