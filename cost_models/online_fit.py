@@ -45,8 +45,8 @@ capacity, the cut is made once: the rule it replaced scaled the current capacity
 peak at every step, and a lasting 2x under-prediction cut a capacity of 12,935 tokens to 419 in
 five steps. A scheme whose peaks were never measured plans with the largest activation scale of
 the schemes the model under-predicted (`shared_activation_scale`). An error jump (a step's median
-error over `DRIFT_RATIO` x the recent median and over
-`DRIFT_MIN_ERROR`) is reported (`is_error_jump`).
+error over `DRIFT_RATIO` x the recent median and over `DRIFT_MIN_ERROR`) is reported
+(`is_error_jump`).
 
 Slow ranks: each step's per-pipeline measured/predicted ratios, with the pipelines' ranks, give
 per-rank slowdown factors (`cost_models.rank_speed`, kept in the state's `rank_slowdowns`); a
