@@ -25,6 +25,11 @@ sequences could only run on the two-rank schemes that hold both ranks.
 2. **Slowdown**: the right start, with rank 1's compute made `--slow-factor` times slower from
    the middle step on (`RunSpec.slowdowns`, `runtime.faults.burn_cpu`): per step the plan's
    strategy, each pipeline's ranks and tokens, the median error and the measured step time.
+3. **Memory** (`--scenario memory`, its own section): the right start with every scheme's
+   activation bytes x0.35, so the capacities it derives on the pretend device promise micro-batches
+   a rank cannot hold: per step the plan's capacities, its largest micro-batch, the capacity
+   changes the plan names and the measured peak against the device. Target: no step over the
+   device's memory once a plan has named a lowered capacity.
 
 Times: thread CPU time per op (`runtime.step_timing` with the `cpu` clock: on these
 oversubscribed cores a rank's wall clock holds its neighbours' work), the measured step is the
@@ -376,7 +381,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=("all", "slowdown", "memory"),
         default="all",
         help="slowdown: only the slowdown run (its own section, default closed_loop-slowdown); memory: a profile "
-        "whose activation bytes are halved, so its capacities are too large (default section closed_loop-memory)",
+        "whose activation bytes are x0.35, so its capacities are too large (default section closed_loop-memory)",
     )
     parser.add_argument("--quick", action="store_true", help="3 steps, nothing written")
     parser.add_argument("--results", type=Path, default=RESULTS_PATH)
@@ -513,8 +518,9 @@ def memory_verdict(run: RunResult, memory_bytes: float) -> str:
 
 
 def memory_only(args: argparse.Namespace, profile) -> int:
-    """The memory scenario: the bundled profile with its activation bytes halved, so its capacities
-    promise micro-batches the ranks cannot hold; each step's peak lowers them (issue 31 item 3)."""
+    """The memory scenario: the bundled profile with its activation bytes x WRONG_MEMORY, so its
+    capacities promise micro-batches the ranks cannot hold; the measured peaks lower them (issue 31
+    item 3)."""
     run = online_run("memory", wrong_memory_profile(profile), args)
     print(f"memory: {args.steps} steps in {run.wall_s:.0f} s wall", file=sys.stderr, flush=True)
     table = memory_table(run, args.memory_bytes)

@@ -424,7 +424,7 @@ def corrected_memory(peaks: Sequence[tuple[int, float, float]]) -> tuple[float, 
     peaks `(step, a, y)`: a the model's activation bytes of the pipeline's micro-batches, y the
     peak less the model's static bytes. The slope k of `y ~ k a + e` by least squares (k, e >= 0),
     or, where the sizes lie within 10% of each other and cannot tell k from e, the largest `y / a`;
-    never below 1 (the model's own, so a capacity is never raised by it); then e the least that
+    never below 1 (a correction never promises more than the profile's model); then e the least that
     puts every measured peak on or under the line, and k x (1 + MEMORY_MARGIN). A small
     micro-batch's peak, where the allocator's fixed bytes weigh most, then moves e rather than k:
     scaling the activations by one peak's ratio cut a capacity by a quarter on one noisy
