@@ -89,10 +89,10 @@ TABULATED_FWD_FRACTION = 1 / 3
 INTERLEAVED_TABLE_SCHEMA = "hydraplan.interleaved-bubble-floors/1"
 INTERLEAVED_TABLE_FILE = "interleaved_bubble_floors.json"
 # (pp, v) of interleaved 1F1B the table covers: the pairs `planner.baselines.recipe_chunks` gives over
-# the catalog models' depths (tests/test_interleaved_floor.py checks they are all here), m = pp, 2 pp,
-# ... up to MAX_MICRO_BATCHES
+# the catalog models' depths (tests/test_interleaved_floor.py checks they are all here) and the
+# exhaustive suite's v = 2 at pp 2 and 3; m = pp, 2 pp, ... up to MAX_MICRO_BATCHES
 TABULATED_INTERLEAVED = (
-    (2, 4), (2, 5), (2, 6), (2, 9), (2, 10), (3, 5), (3, 6), (4, 2), (4, 3), (4, 5),
+    (2, 2), (2, 4), (2, 5), (2, 6), (2, 9), (2, 10), (3, 2), (3, 5), (3, 6), (4, 2), (4, 3), (4, 5),
     (5, 2), (5, 3), (5, 4), (6, 2), (6, 3), (7, 3), (8, 2), (9, 2), (10, 2),
 )  # fmt: skip
 
@@ -409,9 +409,7 @@ def build_table(stage_counts: list[int], fwd_fractions: list[float], max_micro_b
     }
 
 
-def build_interleaved_table(
-    pairs: list[tuple[int, int]], fwd_fractions: list[float], max_micro_batches: int
-) -> dict:
+def build_interleaved_table(pairs: list[tuple[int, int]], fwd_fractions: list[float], max_micro_batches: int) -> dict:
     entries = []
     for fwd_fraction in fwd_fractions:
         for stages, chunks in pairs:

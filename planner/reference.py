@@ -168,9 +168,7 @@ def interleaved_pipeline_time_s(
     num_micro = len(stage_times_s)
     if num_micro == 0:
         return 0.0
-    orders = [
-        interleaved_rank_order(rank, num_stages, num_chunks, num_micro, group) for rank in range(num_stages)
-    ]
+    orders = [interleaved_rank_order(rank, num_stages, num_chunks, num_micro, group) for rank in range(num_stages)]
     before_on_rank = {}
     for rank, order in enumerate(orders):
         for place, (kind, micro, chunk) in enumerate(order):

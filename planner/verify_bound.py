@@ -895,8 +895,8 @@ def least_bubble(
     if schedule == SCHEDULE_INTERLEAVED:
         if num_chunks < 2 or num_micro_batches % num_stages:
             raise ValueError(
-                f"interleaved bubble floor: {num_chunks} chunks, {num_micro_batches} micro-batches "
-                f"(needs v > 1 and a multiple of pp {num_stages})"
+                f"no bubble floor for schedule {schedule!r} with {num_chunks} chunks and {num_micro_batches} "
+                f"micro-batches (it needs v > 1 and a multiple of pp {num_stages})"
             )
         orders = [
             [(kind, chunk * num_stages + rank, micro) for kind, micro, chunk in order]
