@@ -36,27 +36,43 @@ k, no unbounded tail) is larger, still concave and increasing, and its inverse i
 
 **Interleaved 1F1B** (`v > 1` chunks per rank, `planner.simulate.simulate_interleaved_1f1b`). A
 rank runs v chunks of every micro-batch, each taking `f t_i / v` forward and `(1-f) t_i / v`
-backward, so every rank is busy `S = W + m c` in all (a, b, c price a rank's v chunks). The floor
-used is the fill-and-drain path, valid for any order of the operations on each rank:
+backward, so every rank is busy `S = W + m c` in all (a, b, c price a rank's v chunks). hydraplan
+runs interleaved pipelines with Megatron-Core's groups of pp (`simulate.interleaved_count_ok`; the
+checker refuses other counts): m is a positive multiple of pp. Two floors:
 
-3. **Fill and drain** (proved here). Let rank pp-1 first run the forward of some micro-batch k' on
-   virtual stage `j pp + pp - 1`: that forward waits for the forwards of k' on the virtual stages
-   before it, among them stages 0..pp-2, so rank pp-1 starts no earlier than
-   `(pp-1) f t_k' / v`. It then runs its S of work one operation after another. Its last
-   operation is a backward (every forward on a rank precedes its own backward there), of some
-   micro-batch k on a virtual stage `j pp + pp - 1 >= pp - 1`: the backwards of k on the pp-1
-   virtual stages below it (on ranks pp-2..0) follow it one after another. So
+3. **Fill and drain** (proved here), valid for any order of the operations on each rank. Let rank
+   pp-1 first run the forward of some micro-batch k' on virtual stage `j pp + pp - 1`: that forward
+   waits for the forwards of k' on the virtual stages before it, among them stages 0..pp-2, so rank
+   pp-1 starts no earlier than `(pp-1) f t_k' / v`. It then runs its S of work one operation after
+   another. Its last operation is a backward (every forward on a rank precedes its own backward
+   there), of some micro-batch k on a virtual stage `j pp + pp - 1 >= pp - 1`: the backwards of k on
+   the pp-1 virtual stages below it (on ranks pp-2..0) follow it one after another. So
 
        T >= S + (pp-1) (f t_k' + (1-f) t_k) / v >= W + m c + (pp-1) c / v,
 
-   every micro-batch taking at least c. hydraplan runs interleaved pipelines with Megatron-Core's
-   groups of pp (`simulate.interleaved_count_ok`; the checker refuses other counts): m is a
-   positive multiple of pp, so `g(W) = W + (pp + (pp-1)/v) c` (`interleaved_overhead_s`), one
-   linear piece whatever the cap on the count, and the fluid floor per pipeline is
-   `(pp-1) c / v` (`fill_drain_floor_s`: the bubble of 1F1B, `(pp-1) c`, shrunk v times). The
-   largest-micro-batch path and the LP table are 1F1B's and are not used for v > 1; the
-   longest-item bound `T >= pp (w + c)` holds as it is (the item's micro-batch crosses all
-   `pp v` chunks, `t / v` each).
+   every micro-batch taking at least c: `W + (pp + (pp-1)/v) c` at least (`interleaved_overhead_s`),
+   and the fluid floor per pipeline is `(pp-1) c / v` (`fill_drain_floor_s`: the bubble of 1F1B,
+   `(pp-1) c`, shrunk v times).
+
+4. **Least bubble** (computed), as item 2 for Megatron-Core's interleaved order: its makespan `T(t)`
+   is again the longest path through a fixed dependency graph (`simulate.interleaved_dependency_order`:
+   each operation after the one before it on its rank and the one it waits for), a maximum of
+   linear functions of t, so convex and positively homogeneous, and `T(t) >= (1 + rho_m) S` with
+   `rho_m = min { T(u) - 1 : u >= 0, sum(u) = 1 }` over m micro-batches (micro-batch i taking
+   `f u_i / v` and `(1-f) u_i / v` on each chunk; `solve_interleaved_floor_lp`, the makespan a
+   variable at least every rank's last end). It is tabulated for m = pp, 2 pp, ... <= M and the
+   (pp, v) of `TABULATED_INTERLEAVED` (`data/interleaved_bubble_floors.json`, rounded down like
+   the 1F1B table). At m = pp it equals the fill-and-drain floor's `(pp-1) / (pp v)` in every
+   tabulated pair (one group, equal sizes); with more groups uneven sizes pay, as for 1F1B. The pieces of an interleaved
+   pipeline are then `(1 + rho_m)(W + m c)` for tabulated m (up to a cap on the count), one
+   `W + (m' + (pp-1)/v) c` for every count from m', the first multiple of pp past the table, and
+   g is taken no lower than floor 3's `W + (pp + (pp-1)/v) c` (`pipeline_time_floor_s`,
+   `most_work_s`: the max keeps g increasing, `g(W) - W` non-decreasing and `g(W)/W`
+   non-increasing, all the bounds rely on). A cap below pp (no such pipeline) or an untabulated
+   (pp, v, f) keeps floor 3 alone. The largest-micro-batch path (item 1) is 1F1B's and is not
+   used for v > 1 (`largest_micro_batch_floor_s` gives floor 3, whatever the item); the
+   longest-item bound `T >= pp (w + c)` holds as it is (the item's micro-batch crosses all `pp v`
+   chunks, `t / v` each).
 """
 
 from __future__ import annotations
@@ -277,7 +293,7 @@ def tabulated_interleaved_floors(num_stages: int, num_chunks: int, fwd_fraction:
 
 def bubble_stages(coef: SchemeCoefficients) -> int:
     """The stage count whose 1F1B bubble the tabulated and largest-micro-batch floors price: pp, or
-    1 (neither applies) for an interleaved scheme, which has its own floor (`interleaved_overhead_s`)."""
+    1 (neither applies) for an interleaved scheme, which has its own floors (`_interleaved_pieces`)."""
     return coef.scheme.pp if coef.scheme.v == 1 else 1
 
 

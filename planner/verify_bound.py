@@ -32,7 +32,7 @@ boundary types and the checker's reference costs (`planner.reference`). It
   rank; a, b, c then price a rank's v chunks) runs a positive multiple of pp micro-batches (the
   checker's rule) and has the fill-and-drain path: rank pp-1 starts after pp-1 chunk forwards, runs
   its S, and its last backward is followed by pp-1 chunk backwards, `T >= S + (pp-1) c / v`; so
-  `h = (pp + (pp-1)/v) c` (`_interleaved_floors`). Under a step time `T_cap`
+  `h = (pp + (pp-1)/v) c` (`_interleaved_floors`) in the cheap bounds. Under a step time `T_cap`
   (`pricing_cap_s`) every item's work then costs at least `w (1 + h(T_cap) / T_cap)`: a set's
   area may use that pricing per scheme, the set's bound being min(T_cap, that bound);
 * *fluid dual* (per strategy, `n_s` pipelines of s): every pipeline has `T_p >= sum u_is + (pp-1) c`
@@ -51,13 +51,20 @@ under it: `aim`), which needs no witness from the solver: the claim is the step 
 infeasible, and the verifier finds the rest with its own code. In order, least parts first (once
 more than MAX_NAMED parts stay below, the claim fails and the rest are not raised):
 
-* *LP bubble floors* (`least_bubble`): rho_m, the least relative 1F1B bubble of m micro-batches,
+* *LP bubble floors* (`least_bubble`): rho_m, the least relative bubble of m micro-batches,
   re-solved here by LP with highspy from `reference.one_f_one_b_order`'s dependency rules (not the
   solver's table), only for the counts m a floor needs (solved lazily: a floor `g(W) = min_m
   max((1 + r_m)(W + m c), W + (m + pp - 1) c)` solves only the count of its least piece, until
   that piece is solved). They price a set's area under `pricing_cap_s` and the strategies' bubble
   dual (over at most `items - pipelines + 1` micro-batches, with the pipeline holding the longest
-  item: `T >= W + E(w*)`, `E` the largest-micro-batch path);
+  item: `T >= W + E(w*)`, `E` the largest-micro-batch path). An interleaved scheme has its own LP
+  (`least_bubble(..., schedule=SCHEDULE_INTERLEAVED, num_chunks=v)`), from the rules of
+  `reference.interleaved_rank_order` and `reference.interleaved_pipeline_time_s`: its makespan is
+  the longest path of a fixed graph, a maximum of linear functions of the micro-batches' times,
+  so convex and positively homogeneous, and a run of m micro-batches (m a multiple of pp) scaled
+  to sum 1 is a feasible point of the LP: `T >= (1 + rho_m) S`. Its floor is `g(W) = min over
+  m = pp, 2 pp, ... of max((1 + rho_m)(W + m c), W + m c + (pp-1) c / v)`, counts past
+  LP_MICRO_BATCHES by the fill-and-drain term alone;
 * *replica split* (sets): for every threshold R of weight replicas and the verifier's own grid of
   mu, `min(area + sync(R), max(sum_i min_s (g_s + mu cp_s) u_is / (N + mu (R-1)), longest) +
   sync floor)` (`_raised_set_bound_s`);
@@ -71,9 +78,9 @@ more than MAX_NAMED parts stay below, the claim fails and the rest are not raise
   at T*.
 
 `BoundVerification.raised_by` counts the parts each kind lifted to the claim. An interleaved
-scheme (v > 1) has none of the 1F1B floors above (the LP's and the largest-micro-batch path are
-1F1B's): every floor of its pipelines is the fill-and-drain one, `g(W) = W + (pp + (pp-1)/v) c`
-(`_interleaved_floors`), whatever the item, in the costlier kinds too.
+scheme (v > 1) has no largest-micro-batch path (it is 1F1B's): `E(w)` is the fill-and-drain
+`(pp + (pp-1)/v) c` whatever the item; its pipelines' floors in the costlier kinds (`_floor_pieces`,
+`_pipeline_floor_s`) are its own LP's above, never below the fill-and-drain one.
 """
 
 from __future__ import annotations
@@ -764,7 +771,9 @@ def _ordered_packings(lengths: tuple[float, ...], capacity: float):
 
 
 def _pipeline_floor_s(columns: _Columns, column: int, lengths: Sequence[float]) -> float:
-    """A floor under the 1F1B time of one pipeline of scheme `column` holding these items: over
+    """A floor under the time of one pipeline of scheme `column` holding these items (interleaved:
+    multiples of pp micro-batches, the larger of the fill-and-drain floor and `(1 + rho_m) S` with
+    the interleaved LP's rho_m; else as follows): over
     every micro-batch count m it can run (at least the tokens over the capacity, at most one per
     item), the largest of `S + (pp-1) c` (first forward, last stage, last backward), `(1 + r_m) S`
     (r_m the larger of k/m and the LP's least bubble `least_bubble`, solved for the least count

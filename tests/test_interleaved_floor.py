@@ -97,6 +97,8 @@ def test_the_table_covers_every_recipe_pair_of_the_catalog() -> None:
         assert sorted(floors) == list(range(pp, bubble_floor.MAX_MICRO_BATCHES + 1, pp))
         values = [floors[count] for count in sorted(floors)]
         assert all(later <= earlier for earlier, later in zip(values, values[1:]))  # more groups, less bubble
+        # one group: the fill-and-drain floor's (pp-1) / (pp v), as the module docstring states
+        assert floors[pp] == pytest.approx((pp - 1) / (pp * chunks), abs=2e-6)
 
 
 # the table's counts re-solved by the verifier (a sample: every pair at m = pp and 2 pp, a few deeper)
