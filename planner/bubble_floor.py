@@ -63,8 +63,9 @@ checker refuses other counts): m is a positive multiple of pp. Two floors:
    variable at least every rank's last end). It is tabulated for m = pp, 2 pp, ... <= M and the
    (pp, v) of `TABULATED_INTERLEAVED` (`data/interleaved_bubble_floors.json`, rounded down like
    the 1F1B table). At m = pp it equals the fill-and-drain floor's `(pp-1) / (pp v)` in every
-   tabulated pair (one group, equal sizes); with more groups uneven sizes pay, as for 1F1B. The pieces of an interleaved
-   pipeline are then `(1 + rho_m)(W + m c)` for tabulated m (up to a cap on the count), one
+   tabulated pair (one group, equal sizes); with more groups uneven sizes pay, as for 1F1B. The
+   pieces of an interleaved pipeline are then `(1 + rho_m)(W + m c)` for tabulated m (up to a cap
+   on the count), one
    `W + (m' + (pp-1)/v) c` for every count from m', the first multiple of pp past the table, and
    g is taken no lower than floor 3's `W + (pp + (pp-1)/v) c` (`pipeline_time_floor_s`,
    `most_work_s`: the max keeps g increasing, `g(W) - W` non-decreasing and `g(W)/W`

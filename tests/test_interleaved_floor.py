@@ -101,6 +101,22 @@ def test_the_table_covers_every_recipe_pair_of_the_catalog() -> None:
         assert floors[pp] == pytest.approx((pp - 1) / (pp * chunks), abs=2e-6)
 
 
+def test_regenerating_the_interleaved_table_reproduces_the_committed_one(tmp_path, capsys) -> None:
+    """`python -m hydraplan.planner.bubble_floor --only interleaved` (here up to 4 micro-batches)
+    writes the committed floors, one progress line per entry, and leaves the 1F1B table alone."""
+    out = tmp_path / "interleaved.json"
+    bubble_floor.main(["--only", "interleaved", "--max-micro-batches", "4", "--interleaved-out", str(out)])
+    assert str(out) in capsys.readouterr().out
+    regenerated = bubble_floor.parse_interleaved_table(out.read_text())
+    assert sorted(regenerated) == sorted((pp, v, round(THIRD, 9)) for pp, v in TABULATED_INTERLEAVED if pp <= 4)
+    for (pp, v, _), floors in regenerated.items():
+        committed = tabulated_interleaved_floors(pp, v, THIRD)
+        assert floors == pytest.approx({count: committed[count] for count in floors}, abs=2e-7)
+    assert not (tmp_path / bubble_floor.TABLE_FILE).exists()
+    with pytest.raises(ValueError, match="schema"):
+        bubble_floor.parse_interleaved_table('{"schema": "hydraplan.bubble-floors/1", "entries": []}')
+
+
 # the table's counts re-solved by the verifier (a sample: every pair at m = pp and 2 pp, a few deeper)
 TABLE_SAMPLE = [(pp, v, pp * k) for pp, v in TABULATED_INTERLEAVED for k in (1, 2)] + [
     (2, 6, 64),
