@@ -907,12 +907,14 @@ def least_bubble(
                 f"no bubble floor for schedule {schedule!r} with {num_chunks} chunks and {num_micro_batches} "
                 f"micro-batches (it needs v > 1 and a multiple of pp {num_stages})"
             )
-        orders = [
-            [(kind, chunk * num_stages + rank, micro) for kind, micro, chunk in order]
-            for rank, order in enumerate(
-                reference.interleaved_rank_order(rank, num_stages, num_chunks, num_micro_batches, num_stages)
-                for rank in range(num_stages)
-            )
+        orders = [  # (kind, virtual stage, micro-batch) per rank, in its order
+            [
+                (kind, chunk * num_stages + rank, micro)
+                for kind, micro, chunk in reference.interleaved_rank_order(
+                    rank, num_stages, num_chunks, num_micro_batches, num_stages
+                )
+            ]
+            for rank in range(num_stages)
         ]
         last_stage, scale = num_chunks * num_stages - 1, 1.0 / num_chunks
     else:
