@@ -7,6 +7,11 @@ profile it was made with. Prints a table and writes its section of benchmarks/RE
 benchmarks/results/verify_bound.md.
 
     python benchmarks/verify_bound.py [--settings 8b-64xh100,...] [--seeds 2]
+
+With `--interleaved` the profiles also price each model's recipe interleaved scheme at every depth
+(as `benchmarks/quality.py` does with its default baselines), so the plans and bounds rest on the
+interleaved floors too; `--time-limit-s` and `--clockless` then reproduce a quality run's plans
+(`--section` names the results section, default `verify_bound`).
 """
 
 from __future__ import annotations
@@ -59,12 +64,30 @@ SHORT_KINDS = {  # `BoundVerification.raised_by`'s kinds, as the table names the
 }
 
 
-def measure(setting_name: str, dataset: str, seed: int) -> dict:
+def measure(
+    setting_name: str,
+    dataset: str,
+    seed: int,
+    interleaved: bool = False,
+    time_limit_s: float | None = None,
+    clockless: bool = False,
+) -> dict:
     setting = SETTINGS[setting_name]
-    profile = profile_for(setting.model, setting.gpu, setting.num_gpus)
+    if interleaved:
+        from benchmarks.quality import BASELINES, setting_profile
+
+        profile = setting_profile(setting, None, list(BASELINES))
+    else:
+        profile = profile_for(setting.model, setting.gpu, setting.num_gpus)
     lengths = batch_lengths(dataset, setting.num_tokens, seed, setting.context_cap)
-    request = make_request(lengths, setting.num_gpus, "auto", setting.time_limit_s, seed)
-    plan = solve(request, profile)
+    request = make_request(lengths, setting.num_gpus, "auto", time_limit_s or setting.time_limit_s, seed)
+    if clockless:
+        from benchmarks.quality import clock_standing_still
+
+        with clock_standing_still(True):
+            plan = solve(request, profile)
+    else:
+        plan = solve(request, profile)
     certificate = plan.bound_certificate
     started = time.process_time()
     verification = verify_bound(plan, profile, request)
@@ -111,6 +134,12 @@ def main() -> None:
     parser.add_argument("--settings", help="comma-separated setting names (default: all)")
     parser.add_argument("--datasets", help="comma-separated datasets (default: each setting's)")
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument(
+        "--interleaved", action="store_true", help="price the recipes' interleaved schemes too (as quality.py)"
+    )
+    parser.add_argument("--time-limit-s", type=float, help="the planner's budget (default: the setting's)")
+    parser.add_argument("--clockless", action="store_true", help="the work limits alone end the search")
+    parser.add_argument("--section", default="verify_bound", help="results section and file (default: %(default)s)")
     args = parser.parse_args()
     names = split_names(args.settings.split(",") if args.settings else None, SETTINGS, "setting") or list(SETTINGS)
     rows = []
@@ -119,11 +148,11 @@ def main() -> None:
         for dataset in datasets:
             for seed in range(args.seeds):
                 progress(f"{name} {dataset} seed {seed}")
-                row = measure(name, dataset, seed)
+                row = measure(name, dataset, seed, args.interleaved, args.time_limit_s, args.clockless)
                 rows.append(row)
                 print(" | ".join(str(row[column]) for column in COLUMNS), flush=True)
     full, summary = tables(rows)
-    write_result("verify_bound", command_line(), full, summary)
+    write_result(args.section, command_line(), full, summary)
 
 
 if __name__ == "__main__":

@@ -121,6 +121,35 @@ def pipeline_time_s(stage_times_s: Sequence[float], num_stages: int, fwd_fractio
     return end["B"][0][num_micro - 1]
 
 
+def interleaved_rank_order(
+    rank: int, num_stages: int, num_chunks: int, num_micro_batches: int, group: int
+) -> list[tuple[str, int, int]]:
+    """The operations of one rank under Megatron-Core's interleaved 1F1B as (kind "F" or "B",
+    micro-batch, chunk), in its order (`interleaved_pipeline_time_s` gives the rules)."""
+    full_groups = 0
+    while (full_groups + 1) * group < num_micro_batches:  # groups that are not the last
+        full_groups += 1
+    last_size = num_micro_batches - full_groups * group
+
+    def pair(k: int) -> tuple[int, int]:
+        """(micro-batch, chunk) of table entry k."""
+        if k < full_groups * group * num_chunks:
+            which, within = divmod(k, group * num_chunks)
+            return which * group + within % group, within // group
+        within = k - full_groups * group * num_chunks
+        return full_groups * group + within % last_size, within // last_size
+
+    total = num_micro_batches * num_chunks
+    warmup = min(total, 2 * (num_stages - rank - 1) + (num_chunks - 1) * group)
+    order = [("F", *pair(k)) for k in range(warmup)]
+    for k in range(total):
+        if k + warmup < total:
+            order.append(("F", *pair(k + warmup)))
+        micro, chunk = pair(k)
+        order.append(("B", micro, num_chunks - 1 - chunk))
+    return order
+
+
 def interleaved_pipeline_time_s(
     stage_times_s: Sequence[float], num_stages: int, num_chunks: int, fwd_fraction: float, group: int
 ) -> float:
@@ -139,30 +168,7 @@ def interleaved_pipeline_time_s(
     num_micro = len(stage_times_s)
     if num_micro == 0:
         return 0.0
-    full_groups = 0
-    while (full_groups + 1) * group < num_micro:  # groups that are not the last
-        full_groups += 1
-    last_size = num_micro - full_groups * group
-
-    def pair(k: int) -> tuple[int, int]:
-        """(micro-batch, chunk) of table entry k."""
-        if k < full_groups * group * num_chunks:
-            which, within = divmod(k, group * num_chunks)
-            return which * group + within % group, within // group
-        within = k - full_groups * group * num_chunks
-        return full_groups * group + within % last_size, within // last_size
-
-    total = num_micro * num_chunks
-    orders = []
-    for rank in range(num_stages):
-        warmup = min(total, 2 * (num_stages - rank - 1) + (num_chunks - 1) * group)
-        order = [("F", *pair(k)) for k in range(warmup)]
-        for k in range(total):
-            if k + warmup < total:
-                order.append(("F", *pair(k + warmup)))
-            micro, chunk = pair(k)
-            order.append(("B", micro, num_chunks - 1 - chunk))
-        orders.append(order)
+    orders = [interleaved_rank_order(rank, num_stages, num_chunks, num_micro, group) for rank in range(num_stages)]
     before_on_rank = {}
     for rank, order in enumerate(orders):
         for place, (kind, micro, chunk) in enumerate(order):

@@ -32,7 +32,7 @@ boundary types and the checker's reference costs (`planner.reference`). It
   rank; a, b, c then price a rank's v chunks) runs a positive multiple of pp micro-batches (the
   checker's rule) and has the fill-and-drain path: rank pp-1 starts after pp-1 chunk forwards, runs
   its S, and its last backward is followed by pp-1 chunk backwards, `T >= S + (pp-1) c / v`; so
-  `h = (pp + (pp-1)/v) c` (`_interleaved_floors`). Under a step time `T_cap`
+  `h = (pp + (pp-1)/v) c` (`_interleaved_floors`) in the cheap bounds. Under a step time `T_cap`
   (`pricing_cap_s`) every item's work then costs at least `w (1 + h(T_cap) / T_cap)`: a set's
   area may use that pricing per scheme, the set's bound being min(T_cap, that bound);
 * *fluid dual* (per strategy, `n_s` pipelines of s): every pipeline has `T_p >= sum u_is + (pp-1) c`
@@ -51,13 +51,20 @@ under it: `aim`), which needs no witness from the solver: the claim is the step 
 infeasible, and the verifier finds the rest with its own code. In order, least parts first (once
 more than MAX_NAMED parts stay below, the claim fails and the rest are not raised):
 
-* *LP bubble floors* (`least_bubble`): rho_m, the least relative 1F1B bubble of m micro-batches,
+* *LP bubble floors* (`least_bubble`): rho_m, the least relative bubble of m micro-batches,
   re-solved here by LP with highspy from `reference.one_f_one_b_order`'s dependency rules (not the
   solver's table), only for the counts m a floor needs (solved lazily: a floor `g(W) = min_m
   max((1 + r_m)(W + m c), W + (m + pp - 1) c)` solves only the count of its least piece, until
   that piece is solved). They price a set's area under `pricing_cap_s` and the strategies' bubble
   dual (over at most `items - pipelines + 1` micro-batches, with the pipeline holding the longest
-  item: `T >= W + E(w*)`, `E` the largest-micro-batch path);
+  item: `T >= W + E(w*)`, `E` the largest-micro-batch path). An interleaved scheme has its own LP
+  (`least_bubble(..., schedule=SCHEDULE_INTERLEAVED, num_chunks=v)`), from the rules of
+  `reference.interleaved_rank_order` and `reference.interleaved_pipeline_time_s`: its makespan is
+  the longest path of a fixed graph, a maximum of linear functions of the micro-batches' times,
+  so convex and positively homogeneous, and a run of m micro-batches (m a multiple of pp) scaled
+  to sum 1 is a feasible point of the LP: `T >= (1 + rho_m) S`. Its floor is `g(W) = min over
+  m = pp, 2 pp, ... of max((1 + rho_m)(W + m c), W + m c + (pp-1) c / v)`, counts past
+  LP_MICRO_BATCHES by the fill-and-drain term alone;
 * *replica split* (sets): for every threshold R of weight replicas and the verifier's own grid of
   mu, `min(area + sync(R), max(sum_i min_s (g_s + mu cp_s) u_is / (N + mu (R-1)), longest) +
   sync floor)` (`_raised_set_bound_s`);
@@ -71,9 +78,9 @@ more than MAX_NAMED parts stay below, the claim fails and the rest are not raise
   at T*.
 
 `BoundVerification.raised_by` counts the parts each kind lifted to the claim. An interleaved
-scheme (v > 1) has none of the 1F1B floors above (the LP's and the largest-micro-batch path are
-1F1B's): every floor of its pipelines is the fill-and-drain one, `g(W) = W + (pp + (pp-1)/v) c`
-(`_interleaved_floors`), whatever the item, in the costlier kinds too.
+scheme (v > 1) has no largest-micro-batch path (it is 1F1B's): `E(w)` is the fill-and-drain
+`(pp + (pp-1)/v) c` whatever the item; its pipelines' floors in the costlier kinds (`_floor_pieces`,
+`_pipeline_floor_s`) are its own LP's above, never below the fill-and-drain one.
 """
 
 from __future__ import annotations
@@ -764,7 +771,9 @@ def _ordered_packings(lengths: tuple[float, ...], capacity: float):
 
 
 def _pipeline_floor_s(columns: _Columns, column: int, lengths: Sequence[float]) -> float:
-    """A floor under the 1F1B time of one pipeline of scheme `column` holding these items: over
+    """A floor under the time of one pipeline of scheme `column` holding these items (interleaved:
+    multiples of pp micro-batches, the larger of the fill-and-drain floor and `(1 + rho_m) S` with
+    the interleaved LP's rho_m; else as follows): over
     every micro-batch count m it can run (at least the tokens over the capacity, at most one per
     item), the largest of `S + (pp-1) c` (first forward, last stage, last backward), `(1 + r_m) S`
     (r_m the larger of k/m and the LP's least bubble `least_bubble`, solved for the least count
@@ -779,12 +788,19 @@ def _pipeline_floor_s(columns: _Columns, column: int, lengths: Sequence[float]) 
     work = sum(a * length * length + b * length for length in lengths)
     largest = max(a * length * length + b * length for length in lengths)
     fewest = max(1, math.ceil(sum(lengths) / capacity - 1e-12))
-    if columns.chunks[column] > 1:  # interleaved: multiples of pp, the fill-and-drain floor alone
-        best = math.inf
+    if columns.chunks[column] > 1:  # interleaved: multiples of pp, fill and drain and the LP's rho_m
+        step = int(stages)
+        counts = np.arange(step * math.ceil(fewest / step), len(lengths) + 1, step)
+        if not len(counts):
+            return math.inf  # too few items for a multiple of pp micro-batches
+        total = work + counts * c
         fill_drain = float(_interleaved_floors(columns)[1][column])
-        for count in range(int(stages) * math.ceil(fewest / stages), len(lengths) + 1, int(stages)):
-            best = min(best, work + count * c + fill_drain)
-        return best
+        while True:
+            solved = _relative(columns, column, LP_MICRO_BATCHES, True)[np.minimum(counts, LP_MICRO_BATCHES) - 1]
+            relative = np.where(counts <= LP_MICRO_BATCHES, solved, 0.0)
+            values = np.maximum(total + fill_drain, (1 + relative) * total)
+            if not _solve_counts(columns, column, [int(counts[values.argmin()])]):
+                return float(values.min())
     counts = np.arange(fewest, len(lengths) + 1)
     total = work + counts * c
     while True:
@@ -855,6 +871,7 @@ def _verify_listed(certificate, plan, profile, request, columns, tables) -> Boun
 # --- bubble floors: the least relative bubble by LP, and the floors g(W), G(T) built on it ---
 
 SCHEDULE_1F1B = "1f1b"
+SCHEDULE_INTERLEAVED = "interleaved"
 LP_MICRO_BATCHES = 64  # rho_m by LP for m up to this; beyond, the path floor kappa / m
 LP_SAFETY = 1e-6  # subtracted from every LP optimum (HiGHS's tolerances are ~1e-7)
 TAIL_RATIO = 1.25  # counts above LP_MICRO_BATCHES are priced in ranges this wide ...
@@ -862,26 +879,55 @@ MOST_MICRO_BATCHES = 1 << 16  # ... up to this many; more are priced by their ov
 
 
 @cache
-def least_bubble(num_stages: int, num_micro_batches: int, fwd_fraction: float, schedule: str = SCHEDULE_1F1B) -> float:
+def least_bubble(
+    num_stages: int,
+    num_micro_batches: int,
+    fwd_fraction: float,
+    schedule: str = SCHEDULE_1F1B,
+    num_chunks: int = 1,
+) -> float:
     """rho_m: a floor on `T(t) / sum(t) - 1` over every run of m micro-batches (stage times t >= 0,
     forward share f) of the schedule, T its makespan as `planner.reference` times it. The LP: the
     ends of the operations and the shares u (summing to 1) are the variables, each operation ends
-    no earlier than its duration after the operation before it on its stage and the one it waits
-    for (`reference.pipeline_time_s`' rules), minimise the end of the last backward on stage 0.
-    Any run scaled to sum 1 is a feasible point, so the optimum is a floor (less LP_SAFETY).
-    Only 1F1B (`reference.one_f_one_b_order`): another schedule's floor is another function."""
-    if schedule != SCHEDULE_1F1B:
+    no earlier than its duration after the operation before it on its rank and the one it waits
+    for, and T no earlier than each rank's last operation; minimise T. Any run scaled to sum 1 is a
+    feasible point, so the optimum is a floor (less LP_SAFETY).
+
+    `SCHEDULE_1F1B`: `reference.one_f_one_b_order` and `reference.pipeline_time_s`' rules.
+    `SCHEDULE_INTERLEAVED` (`num_chunks` v > 1 chunks per rank, groups of pp, so m a multiple of
+    pp): `reference.interleaved_rank_order` and `reference.interleaved_pipeline_time_s`' rules,
+    micro-batch i taking `f u_i / v` forward and `(1-f) u_i / v` backward on each chunk."""
+    if schedule not in (SCHEDULE_1F1B, SCHEDULE_INTERLEAVED):
         raise ValueError(f"no bubble floor for schedule {schedule!r}")
     if num_stages <= 1 or num_micro_batches < 1:
         return 0.0
+    if schedule == SCHEDULE_INTERLEAVED:
+        if num_chunks < 2 or num_micro_batches % num_stages:
+            raise ValueError(
+                f"no bubble floor for schedule {schedule!r} with {num_chunks} chunks and {num_micro_batches} "
+                f"micro-batches (it needs v > 1 and a multiple of pp {num_stages})"
+            )
+        orders = [  # (kind, virtual stage, micro-batch) per rank, in its order
+            [
+                (kind, chunk * num_stages + rank, micro)
+                for kind, micro, chunk in reference.interleaved_rank_order(
+                    rank, num_stages, num_chunks, num_micro_batches, num_stages
+                )
+            ]
+            for rank in range(num_stages)
+        ]
+        last_stage, scale = num_chunks * num_stages - 1, 1.0 / num_chunks
+    else:
+        orders = [
+            [(kind, stage, micro) for kind, micro in reference.one_f_one_b_order(stage, num_stages, num_micro_batches)]
+            for stage in range(num_stages)
+        ]
+        last_stage, scale = num_stages - 1, 1.0
     import highspy
 
-    position = {}
-    for stage in range(num_stages):
-        for kind in "FB":
-            for index in range(num_micro_batches):
-                position[(stage, kind, index)] = len(position)
+    position = {op: place for place, op in enumerate(op for order in orders for op in order)}
     first_share = len(position)
+    makespan = first_share + num_micro_batches
     starts, indices, values = [0], [], []
 
     def after(op: int, before: int | None, duration: float, micro: int) -> None:
@@ -893,30 +939,34 @@ def least_bubble(num_stages: int, num_micro_batches: int, fwd_fraction: float, s
             values.append(-1.0)
         starts.append(len(indices))
 
-    for stage in range(num_stages):
+    for order in orders:
         previous = None
-        for kind, micro in reference.one_f_one_b_order(stage, num_stages, num_micro_batches):
-            op = position[(stage, kind, micro)]
-            duration = fwd_fraction if kind == "F" else 1.0 - fwd_fraction
+        for kind, stage, micro in order:
+            op = position[(kind, stage, micro)]
+            duration = scale * (fwd_fraction if kind == "F" else 1.0 - fwd_fraction)
             if kind == "F":
-                waited = position[(stage - 1, "F", micro)] if stage > 0 else None
-            elif stage < num_stages - 1:
-                waited = position[(stage + 1, "B", micro)]
+                waited = position[("F", stage - 1, micro)] if stage > 0 else None
+            elif stage < last_stage:
+                waited = position[("B", stage + 1, micro)]
             else:
-                waited = position[(stage, "F", micro)]
+                waited = position[("F", stage, micro)]
             after(op, previous, duration, micro)
             if waited is not None:
                 after(op, waited, duration, micro)
             previous = op
+        # T - end[last op of this rank] >= 0
+        indices.extend((makespan, previous))
+        values.extend((1.0, -1.0))
+        starts.append(len(indices))
     num_waits = len(starts) - 1
     indices.extend(range(first_share, first_share + num_micro_batches))
     values.extend([1.0] * num_micro_batches)
     starts.append(len(indices))
-    num_vars = first_share + num_micro_batches
+    num_vars = makespan + 1
     model = highspy.HighsLp()
     model.num_col_, model.num_row_ = num_vars, num_waits + 1
     objective = np.zeros(num_vars)
-    objective[position[(0, "B", num_micro_batches - 1)]] = 1.0
+    objective[makespan] = 1.0
     model.col_cost_ = objective
     model.col_lower_ = np.zeros(num_vars)
     model.col_upper_ = np.full(num_vars, highspy.kHighsInf)
@@ -939,34 +989,46 @@ def _path_kappa(columns: _Columns, column: int) -> float:
     return max(0.0, 1.0 - 2.0 * float(columns.fwd[column])) * (float(columns.stages[column]) - 1.0)
 
 
-# the LP floors solved so far, per (stages, forward share): m -> rho_m. The floors are solved lazily
-# (one LP each, 0.01-2 s: pp=8 takes 4.6 s for all 64 counts, pp=32 57 s): a floor g(W) or its
-# inverse needs rho_m only for the counts m that would be its least (greatest) piece if raised
-_LP_SOLVED: dict[tuple[int, float], dict[int, float]] = {}
+# the LP floors solved so far, per (stages, forward share, chunks): m -> rho_m. The floors are solved
+# lazily (one LP each, 0.01-2 s: pp=8 takes 4.6 s for all 64 counts, pp=32 57 s): a floor g(W) or
+# its inverse needs rho_m only for the counts m that would be its least (greatest) piece if raised
+_LP_SOLVED: dict[tuple[int, float, int], dict[int, float]] = {}
+
+
+def _lp_key(columns: _Columns, column: int) -> tuple[int, float, int]:
+    return int(columns.stages[column]), float(columns.fwd[column]), int(columns.chunks[column])
+
+
+def _count_step(columns: _Columns, column: int) -> int:
+    """Micro-batch counts a pipeline of this scheme can run are multiples of this: pp for an
+    interleaved scheme (groups of pp, the checker's rule), else 1."""
+    return int(columns.stages[column]) if columns.chunks[column] > 1 else 1
 
 
 def _relative(columns: _Columns, column: int, most: int, by_lp: bool) -> np.ndarray:
-    """r_m for m = 1..most: the path floor kappa / m, raised to the LP's rho_m where solved."""
+    """r_m for m = 1..most: the path floor kappa / m (none for an interleaved scheme), raised to
+    the LP's rho_m where solved."""
     counts = np.arange(1, most + 1, dtype=np.float64)
-    relative = _path_kappa(columns, column) / counts
+    relative = (_path_kappa(columns, column) if columns.chunks[column] == 1 else 0.0) / counts
     if by_lp:
-        key = (int(columns.stages[column]), float(columns.fwd[column]))
-        for count, rho in _LP_SOLVED.get(key, {}).items():
+        for count, rho in _LP_SOLVED.get(_lp_key(columns, column), {}).items():
             if count <= most:
                 relative[count - 1] = max(relative[count - 1], rho)
     return relative
 
 
 def _solve_counts(columns: _Columns, column: int, counts) -> bool:
-    """Solve rho_m for these counts (<= LP_MICRO_BATCHES) not solved yet; whether any was (never
-    for an interleaved scheme, which has no LP floor)."""
-    if columns.chunks[column] > 1:
-        return False
-    key = (int(columns.stages[column]), float(columns.fwd[column]))
-    solved = _LP_SOLVED.setdefault(key, {})
-    pending = [int(m) for m in counts if 1 <= m <= LP_MICRO_BATCHES and int(m) not in solved]
+    """Solve rho_m for these counts (<= LP_MICRO_BATCHES; for an interleaved scheme, multiples of
+    pp) not solved yet; whether any was."""
+    stages, fwd, chunks = _lp_key(columns, column)
+    step = _count_step(columns, column)
+    solved = _LP_SOLVED.setdefault((stages, fwd, chunks), {})
+    pending = [int(m) for m in counts if 1 <= m <= LP_MICRO_BATCHES and int(m) % step == 0 and int(m) not in solved]
     for count in pending:
-        solved[count] = least_bubble(key[0], count, key[1])
+        if chunks > 1:
+            solved[count] = least_bubble(stages, count, fwd, SCHEDULE_INTERLEAVED, chunks)
+        else:
+            solved[count] = least_bubble(stages, count, fwd)
     return bool(pending)
 
 
@@ -975,14 +1037,31 @@ def _floor_pieces(columns: _Columns, column: int, cap: int | None, by_lp: bool) 
     this scheme whose items carry work W over m micro-batches (at most `cap`) runs at least
     `(1 + r_m)(W + m c)` and `W + (m + pp - 1) c`; piece j < LP_MICRO_BATCHES is m = j + 1, counts
     above in ranges [a, b] priced at `(1 + kappa / b)(W + a c)`, every count past the last by
-    `W + (a + pp - 1) c`. A cap above LP_MICRO_BATCHES prices like none."""
+    `W + (a + pp - 1) c`. A cap above LP_MICRO_BATCHES prices like none.
+
+    An interleaved scheme (v > 1) runs m = pp, 2 pp, ...: piece j is m = (j + 1) pp up to
+    LP_MICRO_BATCHES, at least `(1 + rho_m)(W + m c)` and `W + m c + (pp-1) c / v`, and one piece
+    `W + (a + (pp-1)/v) c` for every count from a, the next multiple of pp; a cap below pp (no such
+    pipeline) keeps the fill-and-drain piece alone."""
     stages, c, kappa = int(columns.stages[column]), float(columns.c[column]), _path_kappa(columns, column)
     if stages <= 1:
         return np.array([1.0]), np.array([c]), np.array([c])
-    if columns.chunks[column] > 1:  # interleaved: one piece, W + (pp + (pp-1)/v) c
-        overhead = _interleaved_overhead_s(columns, column)
-        return np.array([1.0]), np.array([overhead]), np.array([overhead])
     capped = cap is not None and cap <= LP_MICRO_BATCHES
+    if columns.chunks[column] > 1:
+        fill_drain = float(_interleaved_floors(columns)[1][column])
+        if capped and cap < stages:
+            overhead = _interleaved_overhead_s(columns, column)
+            return np.array([1.0]), np.array([overhead]), np.array([overhead])
+        relative = _relative(columns, column, cap if capped else LP_MICRO_BATCHES, by_lp)
+        counts = np.arange(stages, len(relative) + 1, stages, dtype=np.float64)
+        relative = relative[stages - 1 :: stages]
+        alpha, beta, added = list(1.0 + relative), list((1.0 + relative) * counts * c), list(counts * c + fill_drain)
+        if not capped:
+            following = (LP_MICRO_BATCHES // stages + 1) * stages
+            alpha.append(1.0)
+            beta.append(following * c + fill_drain)
+            added.append(following * c + fill_drain)
+        return np.asarray(alpha), np.asarray(beta), np.asarray(added)
     relative = _relative(columns, column, max(1, cap) if capped else LP_MICRO_BATCHES, by_lp)
     counts = np.arange(1, len(relative) + 1, dtype=np.float64)
     alpha, beta, added = list(1.0 + relative), list((1.0 + relative) * counts * c), list((counts + stages - 1) * c)
@@ -1008,7 +1087,8 @@ def _pipeline_floor_of_work_s(columns: _Columns, column: int, work_s, cap: int |
     while True:
         alpha, beta, added = _floor_pieces(columns, column, cap, by_lp)
         values = np.maximum(alpha * work + beta, work + added)
-        if not by_lp or not _solve_counts(columns, column, np.unique(values.argmin(axis=-1)) + 1):
+        least = (np.unique(values.argmin(axis=-1)) + 1) * _count_step(columns, column)
+        if not by_lp or not _solve_counts(columns, column, least):
             return values.min(axis=-1)
 
 
@@ -1019,7 +1099,8 @@ def _room_s(columns: _Columns, column: int, time_s, cap: int | None = None, by_l
     while True:
         alpha, beta, added = _floor_pieces(columns, column, cap, by_lp)
         values = np.minimum((time - beta) / alpha, time - added)
-        if not by_lp or not _solve_counts(columns, column, np.unique(values.argmax(axis=-1)) + 1):
+        greatest = (np.unique(values.argmax(axis=-1)) + 1) * _count_step(columns, column)
+        if not by_lp or not _solve_counts(columns, column, greatest):
             return values.max(axis=-1)
 
 
