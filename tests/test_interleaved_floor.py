@@ -174,15 +174,7 @@ def test_the_pieces_lie_between_the_fill_and_drain_floor_and_a_real_run(stages: 
     assert beta.tolist() == pytest.approx([(1 + rho[stages]) * stages * c, (1 + rho[2 * stages]) * 2 * stages * c])
     capped = pipeline_time_floor_s(coef, works, 2 * stages + 1)
     assert (capped >= floors - 1e-12).all()  # fewer micro-batches allowed: no lower
-    untabulated = SchemeCoefficients(
-        ParallelScheme(1, stages, 1, 7),
-        a=1e-9,
-        b=1e-5,
-        c=c,
-        capacity_tokens=8192,
-        fwd_fraction=THIRD,
-        grad_bytes_per_gpu=1e8,
-    )
+    untabulated = _coefficients(stages, 7, c)  # v = 7 is in no table
     assert pipeline_time_floor_s(untabulated, works) == pytest.approx(works + interleaved_overhead_s(untabulated))
 
 
