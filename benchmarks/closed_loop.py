@@ -428,8 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     svg_path.parent.mkdir(parents=True, exist_ok=True)
     svg_path.write_text(plot_svg(wrong, right, slow))
     setup = (
-        f"2 gloo ranks, float32, tiny model, {args.steps} steps of {args.batch_sequences} log-uniform lengths up to "
-        f"{args.max_length} (data seed {args.data_seed}), bundled tiny-cpu profile on a pretend device of "
+        f"{runs_text(args)}, bundled tiny-cpu profile on a pretend device of "
         f"{args.memory_bytes / 1e6:.0f} MB per rank, local planner (plan budget {args.plan_time_limit_s} s) with the "
         f"in-process refit; wrong start: a x{WRONG_A:g}, b x{WRONG_B:g}; slowdown: rank 1 x{args.slow_factor:g} from "
         f"step {first_slow_step}. Times: thread CPU per op (`runtime.step_timing`, clock `cpu`), wall time is "
@@ -450,22 +449,33 @@ def main(argv: list[str] | None = None) -> int:
 def slowdown_only(args: argparse.Namespace, profile, first_slow_step: int) -> int:
     """The slowdown scenario alone, into its own section (the full run's numbers stay beside it)."""
     slow = online_run("slow", profile, args, ((1, first_slow_step, args.slow_factor),))
-    print(f"slow: {args.steps} steps in {slow.wall_s:.0f} s wall", file=sys.stderr, flush=True)
-    table = slow_table(slow, first_slow_step, args.slow_factor)
-    moved = slow_verdict(slow, first_slow_step)
-    print(table, "\n", moved, sep="")
-    if args.quick:
-        return 0
     setup = (
-        f"2 gloo ranks, float32, tiny model, {args.steps} steps of {args.batch_sequences} log-uniform lengths up to "
-        f"{args.max_length} (data seed {args.data_seed}), bundled tiny-cpu profile on a pretend device of "
+        f"{runs_text(args)}, bundled tiny-cpu profile on a pretend device of "
         f"{args.memory_bytes / 1e6:.0f} MB per rank, local planner (plan budget {args.plan_time_limit_s} s) with the "
         f"in-process refit and per-rank slowdown factors (`cost_models.rank_speed`); slowdown: rank 1 "
         f"x{args.slow_factor:g} from step {first_slow_step}. Times: thread CPU per op (`runtime.step_timing`, clock "
         f"`cpu`). The run took {slow.wall_s:.0f} s wall."
     )
-    body = f"{setup}\n\n{table}\n\n{moved}\n"
-    write_result(args.section, command_line(), body, f"{setup}\n\n{moved}\n", path=args.results)
+    table = slow_table(slow, first_slow_step, args.slow_factor)
+    return single_run_report(args, slow, table, slow_verdict(slow, first_slow_step), setup)
+
+
+def runs_text(args: argparse.Namespace) -> str:
+    """The ranks, model and batches every scenario runs, as its setup paragraph starts."""
+    return (
+        f"2 gloo ranks, float32, tiny model, {args.steps} steps of {args.batch_sequences} log-uniform lengths up to "
+        f"{args.max_length} (data seed {args.data_seed})"
+    )
+
+
+def single_run_report(args: argparse.Namespace, run: RunResult, table: str, verdict: str, setup: str) -> int:
+    """Print a one-run scenario's table and verdict; unless `--quick`, write its own section."""
+    print(f"{run.name}: {args.steps} steps in {run.wall_s:.0f} s wall", file=sys.stderr, flush=True)
+    print(table, "\n", verdict, sep="")
+    if args.quick:
+        return 0
+    body = f"{setup}\n\n{table}\n\n{verdict}\n"
+    write_result(args.section, command_line(), body, f"{setup}\n\n{verdict}\n", path=args.results)
     return 0
 
 
@@ -522,24 +532,15 @@ def memory_only(args: argparse.Namespace, profile) -> int:
     capacities promise micro-batches the ranks cannot hold; the measured peaks lower them (issue 31
     item 3)."""
     run = online_run("memory", wrong_memory_profile(profile), args)
-    print(f"memory: {args.steps} steps in {run.wall_s:.0f} s wall", file=sys.stderr, flush=True)
-    table = memory_table(run, args.memory_bytes)
-    verdict = memory_verdict(run, args.memory_bytes)
-    print(table, "\n", verdict, sep="")
-    if args.quick:
-        return 0
     setup = (
-        f"2 gloo ranks, float32, tiny model, {args.steps} steps of {args.batch_sequences} log-uniform lengths up to "
-        f"{args.max_length} (data seed {args.data_seed}), bundled tiny-cpu profile with every scheme's activation "
+        f"{runs_text(args)}, bundled tiny-cpu profile with every scheme's activation "
         f"bytes x{WRONG_MEMORY:g} on a pretend device of {args.memory_bytes / 1e6:.0f} MB per rank, local planner "
         f"(plan budget {args.plan_time_limit_s} s) with the in-process refit. Peaks: each CPU rank's step peak on "
         f"the pinned heap (static bytes plus resident growth net of its gradients, `runtime/worker.py`). "
         f"The run took {run.wall_s:.0f} s wall."
     )
-    write_result(
-        args.section, command_line(), f"{setup}\n\n{table}\n\n{verdict}\n", f"{setup}\n\n{verdict}\n", path=args.results
-    )
-    return 0
+    table = memory_table(run, args.memory_bytes)
+    return single_run_report(args, run, table, memory_verdict(run, args.memory_bytes), setup)
 
 
 if __name__ == "__main__":
