@@ -1,7 +1,8 @@
 """The bound certificate a plan carries (`schemas.BoundCertificate`), built once at the end of the
 search from what the search already holds: the schemes its bounds priced, the step time the set
-bounds priced bubbles under, and the scheme sets it expanded into their strategies, with the fluid
-dual's multipliers of the strategies whose bound lies near the global one.
+bounds priced bubbles under, and the scheme sets it expanded into their strategies, with the
+multipliers of the strategies whose bound lies near the global one (the packing bound's where it
+raised the strategy's bound, else the fluid dual's).
 
 The certificate lists only what a verifier cannot find itself: every other scheme set of the space
 is covered by its set bound, which the verifier recomputes (`planner.verify_bound`). A set the
@@ -46,6 +47,7 @@ def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bo
             if not huge:
                 least[columns] = min(least.get(columns, math.inf), least_s)
     close: list[tuple[float, tuple[int, ...], tuple[int, ...]]] = []
+    packing: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[float, ...]] = {}
     for entry in frontier.strategies:
         terms = entry.strategy.counts
         if space == "search" and len(terms) == 1:  # a single scheme has one strategy: it is expanded
@@ -56,6 +58,8 @@ def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bo
             columns = tuple(frontier.column_of[terms[k][0]] for k in positions)
             counts = tuple(terms[k][1] for k in positions)
             close.append((entry.bound_s, columns, counts))
+            if entry.witness is not None:
+                packing[columns, counts] = tuple(entry.witness[k] for k in positions)
             if space != "search":
                 least[columns] = min(least.get(columns, math.inf), entry.bound_s)
     chosen: dict[tuple[int, ...], list[tuple[tuple[int, ...], float]]] = {}
@@ -68,6 +72,9 @@ def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bo
         witnesses = []
         if members:
             weights = tables.fluid_multipliers(columns, np.array([counts for counts, _ in members]))
+            # a bound the packing bound raised is proved by its own multipliers (the fluid dual's
+            # lie on the verifier's own grid: it finds those itself)
+            weights = [packing.get((columns, counts), row) for (counts, _), row in zip(members, weights)]
             witnesses = [
                 StrategyWitness(
                     counts=list(counts),

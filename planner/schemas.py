@@ -682,15 +682,18 @@ BOUND_CERTIFICATE_SCHEMA = "hydraplan.bound-certificate/1"
 
 class StrategyWitness(Frozen):
     """One strategy of an expanded scheme set: its pipeline counts, the bound the solver claimed
-    for it and the fluid dual's multipliers that prove most of it (any nonnegative multipliers give
-    a valid bound, so a verifier only evaluates the dual at them)."""
+    for it and the multipliers that prove most of it: the packing bound's where that raised it,
+    else the fluid dual's (any nonnegative multipliers give a valid bound, so a verifier only
+    evaluates the duals at them)."""
 
     counts: list[Annotated[int, Field(ge=1)]] = Field(
         max_length=8, description="Pipelines per scheme, in the order of the set's schemes."
     )
     bound_s: FiniteFloat = Field(description="The solver's bound on this strategy's objective.")
     multipliers: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
-        max_length=8, description="Fluid dual multipliers, one per scheme of the set."
+        max_length=8,
+        description="Dual multipliers (the packing bound's where it raised the strategy's bound, else the "
+        "fluid dual's), one per scheme of the set.",
     )
 
 

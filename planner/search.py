@@ -402,6 +402,9 @@ class Bounded:
     fluid_estimate_s: float  # without the longest-item floor: breaks ties among floored estimates
     bound_s: float
     strategy: Strategy
+    # the packing bound's multipliers (one per scheme, in `strategy.counts` order) where it raised
+    # `bound_s`: the bound certificate carries them (`planner.certificate`)
+    witness: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -1025,6 +1028,7 @@ def _pack_bound_batch(
             break
         sync = {index: strategy_sync_s(frontier.cost, frontier.strategies[index].strategy) for index in indices}
         raised: dict[int, float] = {}
+        proofs: dict[int, tuple[float, ...]] = {}
         for index in indices if few else ():
             strategy = frontier.strategies[index].strategy
             pipelines = [tables.coefs[frontier.column_of[scheme]] for scheme in strategy.pipeline_schemes()]
@@ -1040,13 +1044,18 @@ def _pack_bound_batch(
             counts = np.array([[count for _, count in entry.strategy.counts] for entry in entries])
             syncs = np.array([sync[index] for index in rest])
             bounds = np.array([entry.bound_s for entry in entries])
-            packed = tables.packing_bounds(
+            packed, witnesses = tables.packing_witnesses(
                 columns, counts, bounds - syncs, incumbent_s - syncs, should_stop=should_stop
             )
-            raised.update(zip(rest, (packed + syncs).tolist()))
+            for index, value, witness in zip(rest, (packed + syncs).tolist(), witnesses):
+                raised[index] = value
+                if not np.isnan(witness).any():
+                    proofs[index] = tuple(float(weight) for weight in witness)
         for index, value in raised.items():
             entry = frontier.strategies[index]
-            frontier.strategies[index] = dataclasses.replace(entry, bound_s=max(entry.bound_s, value))
+            if value > entry.bound_s:
+                witness = proofs.get(index, entry.witness)
+                frontier.strategies[index] = dataclasses.replace(entry, bound_s=value, witness=witness)
     return promising
 
 

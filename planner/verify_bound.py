@@ -72,8 +72,9 @@ more than MAX_NAMED parts stay below, the claim fails and the rest are not raise
   Schepers 2001): at T*, an item of work w on scheme s has size `w / min(G_s(T*), T* - E_s(w))`
   and one pipeline's sizes sum to at most 1; a set whose items need more than N GPUs' worth
   (`sum_i min_s g_s f(x_is) > N`), or a strategy whose items need more than its pipelines
-  (`sum_i min_s lambda_s f(x_is) > sum_s lambda_s n_s` at some grid point lambda), cannot finish
-  by T*;
+  (`sum_i min_s lambda_s f(x_is) > sum_s lambda_s n_s` at some lambda of the verifier's grid or
+  the certificate's multipliers for its set: the solver's packing bound searches lambda off its
+  grid and puts the one that proved a strategy's bound in the certificate), cannot finish by T*;
 * *assignment* (batches of at most FEW_ITEMS items): the search over assignments, its branches cut
   at T*.
 

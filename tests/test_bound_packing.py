@@ -8,14 +8,22 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import types
 
 import numpy as np
 import pytest
 
-from hydraplan.planner.bounds import BoundTables, _ItemSizes
+import hydraplan.planner.bounds as bounds_module
+import hydraplan.planner.solve as solve_module
+from hydraplan.api.datasets import sample_batch
+from hydraplan.cost_models.analytic import build_profile
+from hydraplan.cost_models.catalog import get_gpu, get_model
+from hydraplan.planner.bounds import PACKING_PROOF_SLACK, BoundTables, _ItemSizes
 from hydraplan.planner.bubble_floor import largest_micro_batch_floor_s, most_work_s, pipeline_time_floor_s
 from hydraplan.planner.cost import SchemeCoefficients
+from hydraplan.planner.schemas import PlanRequest, SolverOptions
 from hydraplan.planner.scheme import ParallelScheme
+from hydraplan.planner.verify_bound import verify_bound
 
 
 def scheme(tp: int, pp: int, b: float, c: float) -> SchemeCoefficients:
@@ -34,7 +42,7 @@ DEEP4 = scheme(1, 4, b=1e-4, c=5e-3)
 def halvings(start: float, cutoff: float, threshold: float, steps: int = 12) -> float:
     """What `packing_bounds` returns for a row whose T is infeasible exactly below `threshold`:
     a probe 0.2% above the start (left alone if feasible), then `steps` halvings of [probe, cutoff],
-    keeping the lower end proved infeasible."""
+    keeping the lower end proved infeasible, claimed PACKING_PROOF_SLACK below it."""
     low, high = start, cutoff
     probe = min(low * 1.002, high)
     if probe >= threshold:
@@ -43,7 +51,7 @@ def halvings(start: float, cutoff: float, threshold: float, steps: int = 12) -> 
     for _ in range(steps):
         mid = (low + high) / 2
         low, high = (mid, high) if mid < threshold else (low, mid)
-    return low
+    return max(start, low * (1 - PACKING_PROOF_SLACK))
 
 
 def packed(coefs, lengths, counts, start, cutoff, **options) -> np.ndarray:
@@ -111,20 +119,29 @@ def test_a_scheme_without_pipelines_and_a_second_row_change_nothing():
     assert got[1] <= exhaustive_s([ONE, ONE_TWIN], [3_000] * 3, [1, 0])
 
 
-def test_the_default_grid_holds_the_even_split_of_two_twin_schemes():
+def test_the_even_split_of_two_twin_schemes_is_found_on_and_off_the_grid():
     # 13 equal items on 6 + 6 pipelines of twin schemes: some pipeline holds two, T >= 2w + c.
-    # Only lambda = (1/2, 1/2) sees it: 13 items of image 1 at weight 1/2 use 6.5 > 6; at any other
-    # weights (multiples of 1/12) the lighter weight prices each item, 13 * 5/12 < 6. A grid
-    # without 1/2 (multiples of 1/13) proves nothing: 13 * 6/13 = 6.
+    # Only lambda near (1/2, 1/2) sees it: 13 items of image 1 at weight 1/2 use 6.5 > 6; at weights
+    # (1/2 - d, 1/2 + d) the lighter weight prices each item, 13 (1/2 - d) <= 6 once d >= 1/26. The
+    # default grid (multiples of 1/12) holds 1/2; a grid of multiples of 1/13 holds no point that
+    # close (13 * 6/13 = 6 proves nothing), and the patches around its best point (spaced 1/24, ...)
+    # reach one. The witness is that point.
     w, c = 0.03, 1e-3
     start, cutoff = 1.2 * w + c, 0.0816
     got = packed([ONE, ONE_TWIN], [3_000] * 13, [[6, 6]], [start], [cutoff])
     assert got[0] == pytest.approx(halvings(start, cutoff, 2 * w + c), rel=1e-12, abs=0)
-    coarse = packed([ONE, ONE_TWIN], [3_000] * 13, [[6, 6]], [start], [cutoff], resolution=13)
-    assert coarse[0] == start
+    tables = BoundTables.build(np.full(13, 3_000), [ONE, ONE_TWIN])
+    rows, starts, cutoffs = np.array([[6, 6]]), np.array([start]), np.array([cutoff])
+    off_grid, witnesses = tables.packing_witnesses([0, 1], rows, starts, cutoffs, resolution=13)
+    assert off_grid[0] == got[0]
+    assert abs(witnesses[0][0] - 0.5) < 1 / 26 and witnesses[0].sum() == pytest.approx(1.0, abs=1e-12)
+    assert 13 * witnesses[0].min() > 6  # it proves the bound on its own
+    # a row the bound does not raise has no witness
+    none, unraised = tables.packing_witnesses([0, 1], np.array([[7, 7]]), np.array([start]), np.array([cutoff]))
+    assert none[0] == start and np.isnan(unraised[0]).all()
 
 
-def test_should_stop_ends_the_bisection_and_is_asked_only_while_bisecting():
+def test_should_stop_ends_the_bisection_and_one_scheme_asks_it_only_while_bisecting():
     w, c = 0.03, 1e-3
     optimum, start, cutoff = 2 * w + c, 1.5 * w + c, 0.0816
     calls = []
@@ -140,6 +157,30 @@ def test_should_stop_ends_the_bisection_and_is_asked_only_while_bisecting():
     calls.clear()
     got = packed([ONE], [3_000] * 3, [[2]], [optimum], [cutoff], should_stop=after_two_halvings)
     assert got[0] == optimum and not calls
+
+
+def test_each_patch_of_the_probe_asks_should_stop_first():
+    # the twins' instance at a start already at its optimum: no multipliers prove the probe, so the
+    # patches around the best one are searched, each after asking should_stop (a patch is a step);
+    # told to stop, none is searched, and the start stands either way
+    w, c = 0.03, 1e-3
+    optimum, cutoff = 2 * w + c, 0.0816
+    calls = []
+
+    def never() -> bool:
+        calls.append(1)
+        return False
+
+    got = packed([ONE, ONE_TWIN], [3_000] * 13, [[6, 6]], [optimum], [cutoff], should_stop=never)
+    assert got[0] == optimum and 1 <= len(calls) <= len(bounds_module.PATCH_RESOLUTIONS)
+    calls.clear()
+
+    def at_once() -> bool:
+        calls.append(1)
+        return True
+
+    got = packed([ONE, ONE_TWIN], [3_000] * 13, [[6, 6]], [optimum], [cutoff], should_stop=at_once)
+    assert got[0] == optimum and len(calls) == 1
 
 
 def test_one_item_that_fits_no_pipeline_below_its_own_time_is_priced_out():
@@ -181,7 +222,8 @@ def test_many_large_items_on_a_fine_grid_are_priced_a_row_at_a_time():
     # 160 distinct large lengths on three twin schemes, each on its own pipeline, over a grid of
     # 861 points: more than PACKING_CHUNK_ELEMENTS images per row of counts, so the rows go one per
     # chunk. The longest item fits no pipeline below its own w + c: the probe 0.2% above a start
-    # 0.2% below that is infeasible, and stopping there (one costly pass) leaves the probe
+    # 0.2% below that is infeasible, and stopping there (one costly pass) leaves the probe (claimed
+    # PACKING_PROOF_SLACK below it)
     lengths = np.arange(3_000, 3_160)
     third = scheme(4, 1, b=1e-5, c=1e-3)
     longest = 1e-5 * 3_159 + 1e-3
@@ -189,7 +231,8 @@ def test_many_large_items_on_a_fine_grid_are_priced_a_row_at_a_time():
     got = packed(
         [ONE, ONE_TWIN, third], lengths, [[54, 53, 53]], [start], [cutoff], resolution=40, should_stop=lambda: True
     )
-    assert got[0] == start * 1.002 < longest
+    assert got[0] == pytest.approx(start * 1.002 * (1 - PACKING_PROOF_SLACK), rel=1e-12, abs=0)
+    assert got[0] < longest
 
 
 def largest_floor_s(coef: SchemeCoefficients, w: float) -> float:
@@ -313,3 +356,37 @@ def test_packing_bounds_stay_below_every_assignment_of_the_items(coefs, lengths,
     got = packed(coefs, lengths, rows, 0.5 * optimum, 2.0 * optimum)
     assert (got >= 0.5 * optimum).all()
     assert (got <= optimum * (1 + 1e-9)).all(), (got, optimum)
+
+
+@pytest.fixture(scope="module")
+def deep_pipelines_batch():
+    """A 32B / 64 A100 lognormal batch (the quality benchmark's seed 0), whose bound strategies of
+    few deep pipelines held before their packing multipliers were searched off the grid."""
+    profile = build_profile(get_model("llama-32b"), get_gpu("a100-80gb"), 64, 8)
+    lengths = sample_batch("lognormal", 200_000, 0, 32 * 1024)
+    options = SolverOptions(time_limit_s=2.0, seed=0, oversize="split")
+    return profile, PlanRequest(lengths=lengths, num_gpus=64, gpus_per_node=8, options=options)
+
+
+def clockless_solve(monkeypatch, profile, request):
+    """`solve` with the clock standing still: the work limits alone end it, whatever the load."""
+    monkeypatch.setattr(solve_module, "time", types.SimpleNamespace(perf_counter=lambda: 0.0))
+    plan = solve_module.solve(request, profile)
+    monkeypatch.undo()
+    assert not plan.solver.cut_by_clock
+    return plan
+
+
+def test_off_grid_packing_multipliers_raise_a_plans_bound_and_the_certificate_carries_them(
+    monkeypatch, deep_pipelines_batch
+):
+    profile, request = deep_pipelines_batch
+    plan = clockless_solve(monkeypatch, profile, request)
+    monkeypatch.setattr(bounds_module, "PATCH_RESOLUTIONS", ())
+    on_grid = clockless_solve(monkeypatch, profile, request)
+    assert plan.objective_s == on_grid.objective_s  # the same plan, with a higher bound
+    assert plan.lower_bound_s > on_grid.lower_bound_s * 1.005
+    witnesses = [w.multipliers for e in plan.bound_certificate.expanded for w in e.strategies]
+    off_grid = [m for m in witnesses if not np.allclose(np.asarray(m) * 12, np.round(np.asarray(m) * 12), atol=1e-6)]
+    assert off_grid, witnesses
+    assert verify_bound(plan, profile, request).ok

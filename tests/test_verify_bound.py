@@ -114,8 +114,9 @@ def sets_left_out():
 @pytest.mark.parametrize("case", QUICK_INTERLEAVED_CASES)
 def test_interleaved_plans_verify_at_most_the_brute_forced_optimum(case: int) -> None:
     """Searches over profiles with `<tp,pp,cp,2>` entries (the exhaustive suite's interleaved
-    instances): the verifier prices them with its own interleaved floors, its bound is at most
-    the optimum, and it proves the claimed bound (these instances rest on no tabulated floor)."""
+    instances): the verifier prices them with its own interleaved floors (re-solving the LP of the
+    (pp, v) pairs the solver's table holds, (2, 2) and (3, 2)), its bound is at most the optimum,
+    and it proves the claimed bound."""
     profile, lengths, num_gpus = random_interleaved_instance(case)
     request = PlanRequest(
         lengths=lengths, num_gpus=num_gpus, gpus_per_node=8, options=SolverOptions(time_limit_s=5, max_schemes=2)
