@@ -305,18 +305,6 @@ class BoundTables:
         cutoff_s: np.ndarray,
         resolution: int = 12,
         should_stop: Callable[[], bool] = lambda: False,
-    ) -> np.ndarray:
-        """`packing_witnesses`' raised bounds alone."""
-        return self.packing_witnesses(columns, counts, start, cutoff_s, resolution, should_stop)[0]
-
-    def packing_witnesses(
-        self,
-        columns: Sequence[int],
-        counts: np.ndarray,
-        start: np.ndarray,
-        cutoff_s: np.ndarray,
-        resolution: int = 12,
-        should_stop: Callable[[], bool] = lambda: False,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Raise valid bounds `start` on the slowest pipeline (per row of `counts`, below a finite
         `cutoff_s`) where items are large against a pipeline: they cannot be split between

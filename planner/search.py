@@ -1044,7 +1044,7 @@ def _pack_bound_batch(
             counts = np.array([[count for _, count in entry.strategy.counts] for entry in entries])
             syncs = np.array([sync[index] for index in rest])
             bounds = np.array([entry.bound_s for entry in entries])
-            packed, witnesses = tables.packing_witnesses(
+            packed, witnesses = tables.packing_bounds(
                 columns, counts, bounds - syncs, incumbent_s - syncs, should_stop=should_stop
             )
             for index, value, witness in zip(rest, (packed + syncs).tolist(), witnesses):

@@ -62,7 +62,7 @@ def packed(coefs, lengths, counts, start, cutoff, **options) -> np.ndarray:
         np.asarray(start, dtype=np.float64),
         np.asarray(cutoff, dtype=np.float64),
         **options,
-    )
+    )[0]
 
 
 def pipeline_floor_s(coef: SchemeCoefficients, works: list[float]) -> float:
@@ -132,12 +132,12 @@ def test_the_even_split_of_two_twin_schemes_is_found_on_and_off_the_grid():
     assert got[0] == pytest.approx(halvings(start, cutoff, 2 * w + c), rel=1e-12, abs=0)
     tables = BoundTables.build(np.full(13, 3_000), [ONE, ONE_TWIN])
     rows, starts, cutoffs = np.array([[6, 6]]), np.array([start]), np.array([cutoff])
-    off_grid, witnesses = tables.packing_witnesses([0, 1], rows, starts, cutoffs, resolution=13)
+    off_grid, witnesses = tables.packing_bounds([0, 1], rows, starts, cutoffs, resolution=13)
     assert off_grid[0] == got[0]
     assert abs(witnesses[0][0] - 0.5) < 1 / 26 and witnesses[0].sum() == pytest.approx(1.0, abs=1e-12)
     assert 13 * witnesses[0].min() > 6  # it proves the bound on its own
     # a row the bound does not raise has no witness
-    none, unraised = tables.packing_witnesses([0, 1], np.array([[7, 7]]), np.array([start]), np.array([cutoff]))
+    none, unraised = tables.packing_bounds([0, 1], np.array([[7, 7]]), np.array([start]), np.array([cutoff]))
     assert none[0] == start and np.isnan(unraised[0]).all()
 
 
@@ -288,12 +288,12 @@ def test_the_identity_prices_every_item_up_to_400_lengths():
     assert sizes.identity and not sizes.big.any() and sizes.useful
     total = 1e-5 * lengths.sum()
     start, cutoff = 0.3, 0.8
-    got = tables.packing_bounds([0], np.array([[2]]), np.array([start]), np.array([cutoff]))
+    got = tables.packing_bounds([0], np.array([[2]]), np.array([start]), np.array([cutoff]))[0]
     assert got[0] == pytest.approx(halvings(start, cutoff, total / 2 + 1e-3), rel=1e-12, abs=0)
     # one more length: the identity is off, and with no large item nothing is left to price
     wider = BoundTables.build(np.arange(1, 402), [ONE])
     assert not _ItemSizes(wider, [0], 0.2).identity and not _ItemSizes(wider, [0], 0.2).useful
-    assert wider.packing_bounds([0], np.array([[2]]), np.array([start]), np.array([cutoff]))[0] == start
+    assert wider.packing_bounds([0], np.array([[2]]), np.array([start]), np.array([cutoff]))[0][0] == start
 
 
 def test_item_sizes_need_one_row_per_item():

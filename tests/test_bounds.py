@@ -233,7 +233,7 @@ def test_packing_bounds_stay_below_every_plan_and_raise_the_fluid_bound_where_it
             slowest = max(pipeline.time_s for pipeline in plan.pipelines)
             row = np.array([counts])
             _, start = tables.count_bounds(columns, row)
-            packed = tables.packing_bounds(columns, row, start, np.array([2 * slowest]))
+            packed = tables.packing_bounds(columns, row, start, np.array([2 * slowest]))[0]
             assert start[0] <= packed[0] <= slowest * (1 + 1e-9), (plan.strategy, start[0], packed[0], slowest)
             raised += packed[0] > start[0] * 1.001
             checked += 1

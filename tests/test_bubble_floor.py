@@ -261,7 +261,7 @@ def _packing_case(case: int) -> tuple[float, float, float]:
     tables = BoundTables.build(np.array(lengths), coefs)
     counts = np.array([[count for _, count in strategy.counts]])
     _, start = tables.count_bounds(list(range(len(coefs))), counts)
-    raised = tables.packing_bounds(list(range(len(coefs))), counts, start, np.array([optimum * 3]))
+    raised = tables.packing_bounds(list(range(len(coefs))), counts, start, np.array([optimum * 3]))[0]
     return float(start[0]), float(raised[0]), optimum
 
 
