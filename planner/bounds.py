@@ -305,6 +305,7 @@ class BoundTables:
         cutoff_s: np.ndarray,
         resolution: int = 12,
         should_stop: Callable[[], bool] = lambda: False,
+        closer_every_step: bool = False,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Raise valid bounds `start` on the slowest pipeline (per row of `counts`, below a finite
         `cutoff_s`) where items are large against a pipeline: they cannot be split between
@@ -330,14 +331,13 @@ class BoundTables:
         for every scheme map to 0 under every f but the identity and are left out.
 
         `lambda` is searched per row: the simplex grid of `resolution` and the row's best point so
-        far; at the probe, where those prove nothing, ever finer patches of points around the best
-        (`PATCH_RESOLUTIONS`), while each finds a better point. The proof is sharp in `lambda`: on a
-        32B / 64 A100 lognormal batch the grid of 12 raised none of the strategies of few deep
-        pipelines that held its bound, and the patches raised them 3-7%. Patches at every bisection
-        step too raised more at a 10 s budget, but took the steps that the set bounds needed at 2 s
-        (benchmarks/results/quality-10s-packing.md). `should_stop` is asked before each bisection
-        step and each patch (a patch costs about what the grid does) and ends the search early:
-        what it proved so far stands."""
+        far; at the probe (and with `closer_every_step` at every bisection step), where those prove
+        nothing, ever finer patches of points around the best (`PATCH_RESOLUTIONS`), while each
+        finds a better point. The proof is sharp in `lambda`: on a 32B / 64 A100 lognormal batch
+        the grid of 12 raised none of the strategies of few deep pipelines that held its bound, and
+        the patches raised them 3-7%. `should_stop` is asked before each bisection step and each
+        patch (a patch costs about what the grid does) and ends the search early: what it proved so
+        far stands."""
         columns = list(columns)
         grid = simplex_grid(len(columns), resolution)
         counts = counts.astype(np.float64)
@@ -410,7 +410,7 @@ class BoundTables:
             if should_stop():
                 break  # every step so far proved its lower end: stopping early stays valid
             mid = (lo[worth] + hi[worth]) / 2
-            above = infeasible(mid, worth)  # writes the proof of the rows it proves, keeps the others'
+            above = infeasible(mid, worth, closer_every_step)  # writes the proofs of the rows it proves
             lo[worth] = np.where(above, mid, lo[worth])
             hi[worth] = np.where(above, hi[worth], mid)
         result = start.copy()

@@ -967,7 +967,9 @@ def _tighten_bounds(
         batch = [index for _, index in heapq.nsmallest(PACKING_BOUNDED_PER_BATCH, waiting)]
         refined_strategies.update(frontier.strategies[index].strategy for index in batch)
         before = [frontier.strategies[index].bound_s for index in batch]
-        promising = _pack_bound_batch(frontier, batch, incumbent_s, lengths, should_stop)
+        # a budget above the default scales the steps up: enough for the costlier multiplier search too
+        closer = settings.work.bound_steps > MAX_BOUND_STEPS
+        promising = _pack_bound_batch(frontier, batch, incumbent_s, lengths, should_stop, closer)
         # the least bounds gained nothing: the next ones, alike but higher, will not matter either
         fruitless = all(frontier.strategies[i].bound_s <= b * (1 + 1e-9) for i, b in zip(batch, before))
         for strategy, assignment in promising:
@@ -1011,12 +1013,19 @@ def _refine_set_batch(
 
 
 def _pack_bound_batch(
-    frontier: Frontier, batch: list[int], incumbent_s: float, lengths: np.ndarray, should_stop: Callable[[], bool]
+    frontier: Frontier,
+    batch: list[int],
+    incumbent_s: float,
+    lengths: np.ndarray,
+    should_stop: Callable[[], bool],
+    closer_every_step: bool = False,
 ) -> list[tuple[Strategy, tuple[np.ndarray, ...]]]:
     """Raise the bounds of these enumerated strategies (indices): for batches of a few items by
     the assignment bound (`planner.few_items`, exact given the pipeline floors, so at least the
-    packing bound), else (or when it runs out of nodes) by the packing bound. Returns the
-    assignments that attain an assignment bound below the incumbent (plans worth building)."""
+    packing bound), else (or when it runs out of nodes) by the packing bound (its multipliers
+    searched off the grid at every bisection step with `closer_every_step`, else at the probe
+    only). Returns the assignments that attain an assignment bound below the incumbent (plans worth
+    building)."""
     promising: list[tuple[Strategy, tuple[np.ndarray, ...]]] = []
     tables = frontier.tables
     few = tables.num_items <= FEW_ITEMS
@@ -1045,7 +1054,12 @@ def _pack_bound_batch(
             syncs = np.array([sync[index] for index in rest])
             bounds = np.array([entry.bound_s for entry in entries])
             packed, witnesses = tables.packing_bounds(
-                columns, counts, bounds - syncs, incumbent_s - syncs, should_stop=should_stop
+                columns,
+                counts,
+                bounds - syncs,
+                incumbent_s - syncs,
+                should_stop=should_stop,
+                closer_every_step=closer_every_step,
             )
             for index, value, witness in zip(rest, (packed + syncs).tolist(), witnesses):
                 raised[index] = value
