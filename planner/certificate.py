@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from hydraplan.planner.search import Frontier
 
 # the strategies with the least bounds, up to MAX_WITNESSES of those within WITNESS_MARGIN above the
-# global bound, carry their multipliers; the verifier bounds the others with its own. Measured
+# global bound, carry their multipliers, and so does every strategy the packing bound raised; the
+# verifier bounds the others with its own. Measured
 # (benchmarks/verify_bound.py): at 8B / 1,024 H100 12,811 strategies lay within 5% (1.2 MB of
 # witnesses) and the verifier proved the same bound with none of them
 WITNESS_MARGIN = 0.01
@@ -47,24 +48,32 @@ def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bo
             if not huge:
                 least[columns] = min(least.get(columns, math.inf), least_s)
     close: list[tuple[float, tuple[int, ...], tuple[int, ...]]] = []
-    packing: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[float, ...]] = {}
+    # strategies the packing bound raised, with the multipliers that proved it (in column order)
+    packing: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[float, tuple[float, ...]]] = {}
     for entry in frontier.strategies:
         terms = entry.strategy.counts
         if space == "search" and len(terms) == 1:  # a single scheme has one strategy: it is expanded
             columns = (frontier.column_of[terms[0][0]],)
             least[columns] = min(least.get(columns, math.inf), entry.bound_s)
-        if entry.bound_s < near_s or space != "search":
+        listed = entry.bound_s < near_s or space != "search"
+        if listed or entry.witness is not None:
             positions = sorted(range(len(terms)), key=lambda k: frontier.column_of[terms[k][0]])
             columns = tuple(frontier.column_of[terms[k][0]] for k in positions)
             counts = tuple(terms[k][1] for k in positions)
-            close.append((entry.bound_s, columns, counts))
             if entry.witness is not None:
-                packing[columns, counts] = tuple(entry.witness[k] for k in positions)
+                packing[columns, counts] = (entry.bound_s, tuple(entry.witness[k] for k in positions))
+        if listed:
+            close.append((entry.bound_s, columns, counts))
             if space != "search":
                 least[columns] = min(least.get(columns, math.inf), entry.bound_s)
     chosen: dict[tuple[int, ...], list[tuple[tuple[int, ...], float]]] = {}
     for bound_s, columns, counts in heapq.nsmallest(MAX_WITNESSES, (c for c in close if c[0] < near_s)):
         if columns in least:
+            chosen.setdefault(columns, []).append((counts, bound_s))
+    # every strategy the packing bound raised carries its multipliers, however far above the global
+    # bound: they may lie off the verifier's grid, which alone may leave the strategy below the claim
+    for (columns, counts), (bound_s, _) in sorted(packing.items()):
+        if columns in least and all(counts != member for member, _ in chosen.get(columns, [])):
             chosen.setdefault(columns, []).append((counts, bound_s))
     expanded = []
     for columns in sorted(least):
@@ -74,7 +83,7 @@ def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bo
             weights = tables.fluid_multipliers(columns, np.array([counts for counts, _ in members]))
             # a bound the packing bound raised is proved by its own multipliers (the fluid dual's
             # lie on the verifier's own grid: it finds those itself)
-            weights = [packing.get((columns, counts), row) for (counts, _), row in zip(members, weights)]
+            weights = [packing.get((columns, counts), (0.0, row))[1] for (counts, _), row in zip(members, weights)]
             witnesses = [
                 StrategyWitness(
                     counts=list(counts),

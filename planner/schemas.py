@@ -710,8 +710,8 @@ class ExpandedSet(Frozen):
     strategies: list[StrategyWitness] = Field(
         default_factory=list,
         max_length=limits.MAX_CERTIFIED_STRATEGIES,
-        description="Witnesses of the strategies whose bound is near the global one (the others are bounded "
-        "with the verifier's own multipliers).",
+        description="Witnesses of the strategies whose bound is near the global one and of those the packing "
+        "bound raised (the others are bounded with the verifier's own multipliers).",
     )
 
 

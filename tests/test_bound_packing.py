@@ -20,9 +20,12 @@ from hydraplan.cost_models.analytic import build_profile
 from hydraplan.cost_models.catalog import get_gpu, get_model
 from hydraplan.planner.bounds import PACKING_PROOF_SLACK, BoundTables, _ItemSizes
 from hydraplan.planner.bubble_floor import largest_micro_batch_floor_s, most_work_s, pipeline_time_floor_s
+from hydraplan.planner.certificate import build_certificate
 from hydraplan.planner.cost import SchemeCoefficients
 from hydraplan.planner.schemas import PlanRequest, SolverOptions
 from hydraplan.planner.scheme import ParallelScheme
+from hydraplan.planner.search import Bounded
+from hydraplan.planner.strategies import Strategy
 from hydraplan.planner.verify_bound import verify_bound
 
 
@@ -391,3 +394,26 @@ def test_off_grid_packing_multipliers_raise_a_plans_bound_and_the_certificate_ca
     off_grid = [m for m in witnesses if not np.allclose(np.asarray(m) * 12, np.round(np.asarray(m) * 12), atol=1e-6)]
     assert off_grid, witnesses
     assert verify_bound(plan, profile, request).ok
+
+
+def test_every_strategy_the_packing_bound_raised_carries_its_multipliers_in_column_order():
+    # a set of the twin schemes, expanded: one strategy near the global bound (a fluid witness) and
+    # one far above it whose bound the packing raised (its multipliers, listed in the set's column
+    # order, whatever its own order); a third, far above and not raised, carries none
+    tables = BoundTables.build(np.full(13, 3_000), [ONE, ONE_TWIN])
+    near = Bounded(1.0, 1.0, 1.0, Strategy.of({ONE.scheme: 6, ONE_TWIN.scheme: 6}))
+    strategy = Strategy.of({ONE.scheme: 1, ONE_TWIN.scheme: 11})
+    weights = tuple(0.3 if scheme == ONE.scheme else 0.7 for scheme, _ in strategy.counts)  # its own order
+    raised = Bounded(2.0, 2.0, 2.0, strategy, witness=weights)
+    plain = Bounded(2.0, 2.0, 2.0, Strategy.of({ONE.scheme: 2, ONE_TWIN.scheme: 10}))
+    frontier = types.SimpleNamespace(
+        tables=tables,
+        expanded=[((0, 1), False, 1.0)],
+        strategies=[near, raised, plain],
+        column_of={ONE.scheme: 0, ONE_TWIN.scheme: 1},
+        set_pricing=None,
+    )
+    certificate = build_certificate(frontier, "search", 2, lower_bound_s=1.0)
+    witnesses = {tuple(w.counts): w.multipliers for w in certificate.expanded[0].strategies}
+    assert set(witnesses) == {(6, 6), (1, 11)}
+    assert witnesses[1, 11] == [0.3, 0.7]
