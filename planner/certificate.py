@@ -1,8 +1,8 @@
 """The bound certificate a plan carries (`schemas.BoundCertificate`), built once at the end of the
 search from what the search already holds: the schemes its bounds priced, the step time the set
 bounds priced bubbles under, and the scheme sets it expanded into their strategies, with the
-multipliers of the strategies whose bound lies near the global one (the packing bound's where it
-raised the strategy's bound, else the fluid dual's).
+multipliers of the strategies whose bound lies near the global one (the fluid dual's) and of every
+strategy the packing bound raised (the packing bound's).
 
 The certificate lists only what a verifier cannot find itself: every other scheme set of the space
 is covered by its set bound, which the verifier recomputes (`planner.verify_bound`). A set the
