@@ -1038,7 +1038,8 @@ def _floor_pieces(columns: _Columns, column: int, cap: int | None, by_lp: bool) 
     this scheme whose items carry work W over m micro-batches (at most `cap`) runs at least
     `(1 + r_m)(W + m c)` and `W + (m + pp - 1) c`; piece j < LP_MICRO_BATCHES is m = j + 1, counts
     above in ranges [a, b] priced at `(1 + kappa / b)(W + a c)`, every count past the last by
-    `W + (a + pp - 1) c`. A cap above LP_MICRO_BATCHES prices like none.
+    `W + (a + pp - 1) c`. A cap above LP_MICRO_BATCHES ends the ranges at it, with no piece past
+    it (no count above the cap is run).
 
     An interleaved scheme (v > 1) runs m = pp, 2 pp, ...: piece j is m = (j + 1) pp up to
     LP_MICRO_BATCHES, at least `(1 + rho_m)(W + m c)` and `W + m c + (pp-1) c / v`, and one piece
@@ -1067,16 +1068,18 @@ def _floor_pieces(columns: _Columns, column: int, cap: int | None, by_lp: bool) 
     counts = np.arange(1, len(relative) + 1, dtype=np.float64)
     alpha, beta, added = list(1.0 + relative), list((1.0 + relative) * counts * c), list((counts + stages - 1) * c)
     if not capped:
+        most = MOST_MICRO_BATCHES if cap is None else min(cap, MOST_MICRO_BATCHES)
         first = LP_MICRO_BATCHES + 1
-        while first <= MOST_MICRO_BATCHES:
-            last = max(first, math.floor(first * TAIL_RATIO))
+        while first <= most:
+            last = min(most, max(first, math.floor(first * TAIL_RATIO)))
             alpha.append(1.0 + kappa / last)
             beta.append((1.0 + kappa / last) * first * c)
             added.append((first + stages - 1) * c)
             first = last + 1
-        alpha.append(1.0)
-        beta.append((first + stages - 1) * c)
-        added.append((first + stages - 1) * c)
+        if cap is None or cap > MOST_MICRO_BATCHES:
+            alpha.append(1.0)
+            beta.append((first + stages - 1) * c)
+            added.append((first + stages - 1) * c)
     return np.asarray(alpha), np.asarray(beta), np.asarray(added)
 
 

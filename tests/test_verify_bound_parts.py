@@ -199,3 +199,34 @@ def test_an_interleaved_pipeline_of_few_items_is_timed_by_the_interleaved_schedu
     plain = min(reference.pipeline_time_s(list(order), 2, 1 / 3) for order in itertools.permutations(times))
     assert interleaved < plain
     assert vb._least_pipeline_s(deep, column, lengths) == pytest.approx(interleaved, rel=1e-12)
+
+
+def test_a_cap_past_the_lp_counts_ends_the_path_floor_ranges_there() -> None:
+    """A pipeline of at most `cap` micro-batches (cap past LP_MICRO_BATCHES): its floor prices only
+    the counts up to the cap, each at least as high as it was, so it lies between the uncapped floor
+    and the path floor at the cap itself; its room never exceeds the uncapped room. A cap past
+    MOST_MICRO_BATCHES prices like none."""
+    profile, _, _ = random_instance(0)
+    columns = columns_of(profile)
+    deep = next(k for k in range(len(columns.schemes)) if columns.stages[k] > 1)
+    pp, c, kappa = int(columns.stages[deep]), float(columns.c[deep]), vb._path_kappa(columns, deep)
+    for cap in (vb.LP_MICRO_BATCHES + 1, 100, 1000):
+        for work in (1e-3, 0.05, 2.0):
+            free = float(vb._pipeline_floor_of_work_s(columns, deep, work))
+            capped = float(vb._pipeline_floor_of_work_s(columns, deep, work, cap))
+            at_cap = max((1 + kappa / cap) * (work + cap * c), work + (cap + pp - 1) * c)
+            assert free <= capped * (1 + 1e-12) and capped <= at_cap * (1 + 1e-12)
+        time_s = 0.3
+        assert vb._room_s(columns, deep, time_s, cap) <= vb._room_s(columns, deep, time_s) * (1 + 1e-12)
+    # where the least floor is at more micro-batches than the cap, the cap raises it
+    raised = [
+        work
+        for work in (0.05, 2.0, 50.0, 1e3)
+        if float(vb._pipeline_floor_of_work_s(columns, deep, work, vb.LP_MICRO_BATCHES + 1))
+        > float(vb._pipeline_floor_of_work_s(columns, deep, work)) * (1 + 1e-9)
+    ]
+    assert raised
+    huge = vb.MOST_MICRO_BATCHES + 1
+    assert float(vb._pipeline_floor_of_work_s(columns, deep, 0.05, huge)) == float(
+        vb._pipeline_floor_of_work_s(columns, deep, 0.05)
+    )
