@@ -2,7 +2,7 @@
 search from what the search already holds: the schemes its bounds priced, the step time the set
 bounds priced bubbles under, and the scheme sets it expanded into their strategies, with the
 multipliers of the strategies whose bound lies near the global one (the fluid dual's) and of every
-strategy the packing bound raised (the packing bound's).
+strategy the tightening raised (the packing bound's or the refined duals').
 
 The certificate lists only what a verifier cannot find itself: every other scheme set of the space
 is covered by its set bound, which the verifier recomputes (`planner.verify_bound`). A set the
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from hydraplan.planner.search import Frontier
 
 # the strategies with the least bounds, up to MAX_WITNESSES of those within WITNESS_MARGIN above the
-# global bound, carry their multipliers, and so does every strategy the packing bound raised; the
-# verifier bounds the others with its own. Measured
+# global bound, carry their multipliers, and so does every strategy the tightening raised (packing
+# bound or refined duals); the verifier bounds the others with its own. Measured
 # (benchmarks/verify_bound.py): at 8B / 1,024 H100 12,811 strategies lay within 5% (1.2 MB of
 # witnesses) and the verifier proved the same bound with none of them
 WITNESS_MARGIN = 0.01
@@ -48,7 +48,7 @@ def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bo
             if not huge:
                 least[columns] = min(least.get(columns, math.inf), least_s)
     close: list[tuple[float, tuple[int, ...], tuple[int, ...]]] = []
-    # strategies the packing bound raised, with the multipliers that proved it (in column order)
+    # strategies the tightening raised, with the multipliers that proved it (in column order)
     packing: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[float, tuple[float, ...]]] = {}
     for entry in frontier.strategies:
         terms = entry.strategy.counts
@@ -70,7 +70,7 @@ def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bo
     for bound_s, columns, counts in heapq.nsmallest(MAX_WITNESSES, (c for c in close if c[0] < near_s)):
         if columns in least:
             chosen.setdefault(columns, []).append((counts, bound_s))
-    # every strategy the packing bound raised carries its multipliers, however far above the global
+    # every strategy the tightening raised carries its multipliers, however far above the global
     # bound: they may lie off the verifier's grid, which alone may leave the strategy below the claim
     for (columns, counts), (bound_s, _) in sorted(packing.items()):
         if columns in least and all(counts != member for member, _ in chosen.get(columns, [])):
@@ -81,8 +81,8 @@ def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bo
         witnesses = []
         if members:
             weights = tables.fluid_multipliers(columns, np.array([counts for counts, _ in members]))
-            # a bound the packing bound raised is proved by its own multipliers (the fluid dual's
-            # lie on the verifier's own grid: it finds those itself)
+            # a bound the tightening raised is proved by its own multipliers (the others' fluid
+            # dual multipliers lie on the verifier's own grid: it finds those itself)
             weights = [packing.get((columns, counts), (0.0, row))[1] for (counts, _), row in zip(members, weights)]
             witnesses = [
                 StrategyWitness(

@@ -402,8 +402,9 @@ class Bounded:
     fluid_estimate_s: float  # without the longest-item floor: breaks ties among floored estimates
     bound_s: float
     strategy: Strategy
-    # the packing bound's multipliers (one per scheme, in `strategy.counts` order) where it raised
-    # `bound_s`: the bound certificate carries them (`planner.certificate`)
+    # the multipliers (one per scheme, in `strategy.counts` order) of the packing bound or of the
+    # refined duals, where one raised `bound_s`: the bound certificate carries them
+    # (`planner.certificate`)
     witness: tuple[float, ...] | None = None
 
 
@@ -1024,10 +1025,11 @@ def _pack_bound_batch(
 ) -> list[tuple[Strategy, tuple[np.ndarray, ...]]]:
     """Raise the bounds of these enumerated strategies (indices): for batches of a few items by
     the assignment bound (`planner.few_items`, exact given the pipeline floors, so at least the
-    packing bound), else (or when it runs out of nodes) by the packing bound (its multipliers
-    searched off the grid at every bisection step with `closer_every_step`, else at the probe
-    only). Returns the assignments that attain an assignment bound below the incumbent (plans worth
-    building)."""
+    packing bound), else (or when it runs out of nodes) by the fluid and bubble-floor duals at
+    multipliers searched off their grid (`BoundTables.refined_dual_bounds`), then the packing
+    bound (its multipliers searched off the grid at every bisection step with
+    `closer_every_step`, else at the probe only). Returns the assignments that attain an
+    assignment bound below the incumbent (plans worth building)."""
     promising: list[tuple[Strategy, tuple[np.ndarray, ...]]] = []
     tables = frontier.tables
     few = tables.num_items <= FEW_ITEMS
@@ -1055,17 +1057,20 @@ def _pack_bound_batch(
             counts = np.array([[count for _, count in entry.strategy.counts] for entry in entries])
             syncs = np.array([sync[index] for index in rest])
             bounds = np.array([entry.bound_s for entry in entries])
+            duals, dual_witnesses = tables.refined_dual_bounds(columns, counts, bounds - syncs)
             packed, witnesses = tables.packing_bounds(
                 columns,
                 counts,
-                bounds - syncs,
+                duals,
                 incumbent_s - syncs,
                 should_stop=should_stop,
                 closer_every_step=closer_every_step,
             )
-            for index, value, witness in zip(rest, (packed + syncs).tolist(), witnesses):
+            for index, value, *proved in zip(rest, (packed + syncs).tolist(), witnesses, dual_witnesses):
                 raised[index] = value
-                if not np.isnan(witness).any():
+                # the multipliers of the last bound that raised it: the packing's, else the duals'
+                witness = next((weights for weights in proved if not np.isnan(weights).any()), None)
+                if witness is not None:
                     proofs[index] = tuple(float(weight) for weight in witness)
         for index, value in raised.items():
             entry = frontier.strategies[index]

@@ -21,10 +21,11 @@ from hydraplan.cost_models.catalog import get_gpu, get_model
 from hydraplan.planner.bounds import PACKING_PROOF_SLACK, BoundTables, _ItemSizes
 from hydraplan.planner.bubble_floor import largest_micro_batch_floor_s, most_work_s, pipeline_time_floor_s
 from hydraplan.planner.certificate import build_certificate
-from hydraplan.planner.cost import SchemeCoefficients
+from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
 from hydraplan.planner.schemas import PlanRequest, SolverOptions
 from hydraplan.planner.scheme import ParallelScheme
-from hydraplan.planner.search import Bounded
+from hydraplan.planner.search import Bounded, runnable_schemes
+from hydraplan.planner.solve import placeable_profile
 from hydraplan.planner.strategies import Strategy
 from hydraplan.planner.verify_bound import verify_bound
 
@@ -417,3 +418,38 @@ def test_every_strategy_the_packing_bound_raised_carries_its_multipliers_in_colu
     witnesses = {tuple(w.counts): w.multipliers for w in certificate.expanded[0].strategies}
     assert set(witnesses) == {(6, 6), (1, 11)}
     assert witnesses[1, 11] == [0.3, 0.7]
+
+
+def test_the_refined_duals_stay_under_every_assignment_and_their_witness_proves_them():
+    # tiny instances of one deep and one shallow scheme: the refined duals never pass the least
+    # slowest-pipeline floor over every assignment, and the witness, joined to the grid of 12,
+    # gives the same bound
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        lengths = rng.integers(500, 4_000, size=int(rng.integers(3, 6))).tolist()
+        coefs = [DEEP4, ONE] if rng.random() < 0.5 else [DEEP2, ONE]
+        counts = np.array([[1, int(rng.integers(1, 3))]])
+        tables = BoundTables.build(np.asarray(lengths), coefs)
+        _, start = tables.count_bounds([0, 1], counts)
+        refined, witnesses = tables.refined_dual_bounds([0, 1], counts, start)
+        assert start[0] <= refined[0] <= exhaustive_s(coefs, lengths, counts[0]) * (1 + 1e-9)
+        if refined[0] > start[0]:
+            assert tables.count_bounds([0, 1], counts, extra=witnesses)[1][0] == pytest.approx(refined[0], rel=1e-12)
+        else:
+            assert np.isnan(witnesses).all()
+
+
+def test_the_refined_duals_raise_a_deep_pipelines_strategy_off_the_grid(deep_pipelines_batch):
+    # `1x<4,5,2> + 1x<2,12,1>` of the 32B lognormal batch: the fluid dual's best multipliers lie off
+    # the grid of 12, and the bubble-floor dual at them is 2.6% higher
+    profile, request = deep_pipelines_batch
+    cost = ProfileCostModel(placeable_profile(profile, 64, 8))
+    coefs = runnable_schemes(cost, 64, set())
+    column = {(c.scheme.tp, c.scheme.pp, c.scheme.cp, c.scheme.v): k for k, c in enumerate(coefs)}
+    columns = [column[4, 5, 2, 1], column[2, 12, 1, 1]]
+    tables = BoundTables.build(np.asarray(request.lengths), coefs)
+    counts = np.array([[1, 1]])
+    _, on_grid = tables.count_bounds(columns, counts)
+    refined, witnesses = tables.refined_dual_bounds(columns, counts, on_grid)
+    assert refined[0] > on_grid[0] * 1.02
+    assert not np.allclose(witnesses[0] * 12, np.round(witnesses[0] * 12))
