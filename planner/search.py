@@ -968,11 +968,12 @@ def _tighten_bounds(
         batch = [index for _, index in heapq.nsmallest(PACKING_BOUNDED_PER_BATCH, waiting)]
         refined_strategies.update(frontier.strategies[index].strategy for index in batch)
         before = [frontier.strategies[index].bound_s for index in batch]
-        # at the default's steps, patches at every bisection step took the steps the sets' bounds
-        # needed (3 of 12 32B Wikipedia bounds fell at 2 s; none at 10 s, with 5x the steps): only
-        # from twice the default's work on (a budget of 4 s and more)
-        closer = settings.work.bound_steps >= 2 * MAX_BOUND_STEPS
-        promising = _pack_bound_batch(frontier, batch, incumbent_s, lengths, should_stop, closer)
+        # only from twice the default's work on (a budget of 4 s and more): at the default's steps,
+        # patches at every bisection step took the steps the sets' bounds needed (3 of 12 32B
+        # Wikipedia bounds fell at 2 s; none at 10 s, with 5x the steps), and the refined duals
+        # took 10% more CPU on the 32B batches that already need most of the 2 s
+        deeper = settings.work.bound_steps >= 2 * MAX_BOUND_STEPS
+        promising = _pack_bound_batch(frontier, batch, incumbent_s, lengths, should_stop, deeper)
         # the least bounds gained nothing: the next ones, alike but higher, will not matter either
         fruitless = all(frontier.strategies[i].bound_s <= b * (1 + 1e-9) for i, b in zip(batch, before))
         for strategy, assignment in promising:
@@ -1021,15 +1022,15 @@ def _pack_bound_batch(
     incumbent_s: float,
     lengths: np.ndarray,
     should_stop: Callable[[], bool],
-    closer_every_step: bool = False,
+    deeper: bool = False,
 ) -> list[tuple[Strategy, tuple[np.ndarray, ...]]]:
     """Raise the bounds of these enumerated strategies (indices): for batches of a few items by
     the assignment bound (`planner.few_items`, exact given the pipeline floors, so at least the
-    packing bound), else (or when it runs out of nodes) by the fluid and bubble-floor duals at
-    multipliers searched off their grid (`BoundTables.refined_dual_bounds`), then the packing
-    bound (its multipliers searched off the grid at every bisection step with
-    `closer_every_step`, else at the probe only). Returns the assignments that attain an
-    assignment bound below the incumbent (plans worth building)."""
+    packing bound), else (or when it runs out of nodes) by the packing bound, its multipliers
+    searched off the grid at the probe. `deeper` (longer budgets) also searches them at every
+    bisection step and first raises the strategies by the fluid and bubble-floor duals at
+    multipliers searched off their grid (`BoundTables.refined_dual_bounds`). Returns the
+    assignments that attain an assignment bound below the incumbent (plans worth building)."""
     promising: list[tuple[Strategy, tuple[np.ndarray, ...]]] = []
     tables = frontier.tables
     few = tables.num_items <= FEW_ITEMS
@@ -1051,20 +1052,18 @@ def _pack_bound_batch(
                 if exact.assignment is not None:
                     promising.append((strategy, exact.assignment))
         rest = [index for index in indices if index not in raised]
-        if rest:
+        # the refined duals cost about a bisection step of the packing bound: a step of their own
+        if rest and not (deeper and should_stop()):
             entries = [frontier.strategies[index] for index in rest]
             columns = [frontier.column_of[scheme] for scheme in schemes]
             counts = np.array([[count for _, count in entry.strategy.counts] for entry in entries])
             syncs = np.array([sync[index] for index in rest])
             bounds = np.array([entry.bound_s for entry in entries])
-            duals, dual_witnesses = tables.refined_dual_bounds(columns, counts, bounds - syncs)
+            duals, dual_witnesses = bounds - syncs, np.full((len(rest), len(columns)), np.nan)
+            if deeper:
+                duals, dual_witnesses = tables.refined_dual_bounds(columns, counts, duals)
             packed, witnesses = tables.packing_bounds(
-                columns,
-                counts,
-                duals,
-                incumbent_s - syncs,
-                should_stop=should_stop,
-                closer_every_step=closer_every_step,
+                columns, counts, duals, incumbent_s - syncs, should_stop=should_stop, closer_every_step=deeper
             )
             for index, value, *proved in zip(rest, (packed + syncs).tolist(), witnesses, dual_witnesses):
                 raised[index] = value
