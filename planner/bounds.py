@@ -286,7 +286,11 @@ class BoundTables:
         return grid[ratios.argmax(axis=1)]
 
     def refined_dual_bounds(
-        self, columns: Sequence[int], counts: np.ndarray, start: np.ndarray
+        self,
+        columns: Sequence[int],
+        counts: np.ndarray,
+        start: np.ndarray,
+        should_stop: Callable[[], bool] = lambda: False,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Raise valid bounds `start` (per row of `counts`) with `count_bounds` at multipliers off
         its grid: per row, the fluid dual's best point, searched in ever finer patches around the
@@ -296,7 +300,9 @@ class BoundTables:
         The duals are concave in the multipliers' direction and sharp: on 32B / 64 A100 lognormal
         batches, for strategies of two or three deep pipelines, the fluid dual's best point on a
         grid of 192 raised the bubble-floor dual 2.6-5.2% over the grid of 12, and that one point
-        added to the grid of 12 gave all of it."""
+        added to the grid of 12 gave all of it. `should_stop` is asked before each row's duals (a
+        step each: about what a bisection step of `packing_bounds` costs); the rows after a stop keep
+        their start."""
         columns = list(columns)
         counts = np.asarray(counts)
         witnesses = np.full((len(counts), len(columns)), np.nan)
@@ -317,6 +323,8 @@ class BoundTables:
             value[gain] = tried[here, pick][gain]
         result = start.copy()
         for row in here:
+            if should_stop():
+                break
             _, raised = self.count_bounds(columns, counts[row : row + 1], extra=point[row : row + 1])
             if raised[0] > result[row]:
                 result[row], witnesses[row] = raised[0], point[row]

@@ -1052,8 +1052,7 @@ def _pack_bound_batch(
                 if exact.assignment is not None:
                     promising.append((strategy, exact.assignment))
         rest = [index for index in indices if index not in raised]
-        # the refined duals cost about a bisection step of the packing bound: a step of their own
-        if rest and not (deeper and should_stop()):
+        if rest:
             entries = [frontier.strategies[index] for index in rest]
             columns = [frontier.column_of[scheme] for scheme in schemes]
             counts = np.array([[count for _, count in entry.strategy.counts] for entry in entries])
@@ -1061,7 +1060,7 @@ def _pack_bound_batch(
             bounds = np.array([entry.bound_s for entry in entries])
             duals, dual_witnesses = bounds - syncs, np.full((len(rest), len(columns)), np.nan)
             if deeper:
-                duals, dual_witnesses = tables.refined_dual_bounds(columns, counts, duals)
+                duals, dual_witnesses = tables.refined_dual_bounds(columns, counts, duals, should_stop)
             packed, witnesses = tables.packing_bounds(
                 columns, counts, duals, incumbent_s - syncs, should_stop=should_stop, closer_every_step=deeper
             )

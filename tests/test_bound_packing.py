@@ -437,6 +437,8 @@ def test_the_refined_duals_stay_under_every_assignment_and_their_witness_proves_
             assert tables.count_bounds([0, 1], counts, extra=witnesses)[1][0] == pytest.approx(refined[0], rel=1e-12)
         else:
             assert np.isnan(witnesses).all()
+        stopped, none = tables.refined_dual_bounds([0, 1], counts, start, should_stop=lambda: True)
+        assert stopped[0] == start[0] and np.isnan(none).all()  # a step per row: told to stop, none
 
 
 def test_the_refined_duals_raise_a_deep_pipelines_strategy_off_the_grid(deep_pipelines_batch):
