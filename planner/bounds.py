@@ -297,12 +297,12 @@ class BoundTables:
         grid's best (`PATCH_RESOLUTIONS`), joins the grid. Returns the bounds and per row that point
         where it raised the row's bound (NaN elsewhere): with it, the duals' grid proves the bound.
 
-        The duals are concave in the multipliers' direction and sharp: on 32B / 64 A100 lognormal
-        batches, for strategies of two or three deep pipelines, the fluid dual's best point on a
-        grid of 192 raised the bubble-floor dual 2.6-5.2% over the grid of 12, and that one point
-        added to the grid of 12 gave all of it. `should_stop` is asked before each row's duals (a
-        step each: about what a bisection step of `packing_bounds` costs); the rows after a stop keep
-        their start."""
+        The fluid dual is a ratio of a concave function of the multipliers to a linear one, so
+        quasi-concave, and its maximum is sharp: on 32B / 64 A100 lognormal batches, for strategies
+        of two or three deep pipelines, the fluid dual's best point on a grid of 192 raised the
+        bubble-floor dual 2.6-5.2% over the grid of 12, and that one point added to the grid of 12
+        gave all of it. `should_stop` is asked before each row's duals (a step each: about what a
+        bisection step of `packing_bounds` costs); the rows after a stop keep their start."""
         columns = list(columns)
         counts = np.asarray(counts)
         witnesses = np.full((len(counts), len(columns)), np.nan)
