@@ -455,3 +455,23 @@ def test_the_refined_duals_raise_a_deep_pipelines_strategy_off_the_grid(deep_pip
     refined, witnesses = tables.refined_dual_bounds(columns, counts, on_grid)
     assert refined[0] > on_grid[0] * 1.02
     assert not np.allclose(witnesses[0] * 12, np.round(witnesses[0] * 12))
+
+
+@pytest.mark.parametrize(("budget_s", "refined"), [(2.0, False), (4.0, True)])
+def test_the_search_refines_the_duals_from_a_4_s_budget_on(monkeypatch, deep_pipelines_batch, budget_s, refined):
+    # the tightening's refined duals and every-step patches need twice the default's steps: a 4 s
+    # budget has them, the 2 s default does not
+    profile, request = deep_pipelines_batch
+    calls = []
+    real = bounds_module.BoundTables.refined_dual_bounds
+
+    def spy(self, *args, **kwargs):
+        calls.append(1)
+        return real(self, *args, **kwargs)
+
+    request = request.model_copy(update={"options": request.options.model_copy(update={"time_limit_s": budget_s})})
+    monkeypatch.setattr(bounds_module.BoundTables, "refined_dual_bounds", spy)
+    monkeypatch.setattr(solve_module, "time", types.SimpleNamespace(perf_counter=lambda: 0.0))
+    plan = solve_module.solve(request, profile)
+    assert bool(calls) == refined
+    assert verify_bound(plan, profile, request).ok
