@@ -84,11 +84,9 @@ class RunResult:
 def wrong_memory_profile(profile):
     """The profile with every scheme's activation bytes x WRONG_MEMORY (its capacities then derived
     from that under-predicting model; the static bytes kept)."""
-    terms = ("activation_bytes_per_token", "activation_bytes_per_token_sq", "activation_bytes_per_longest_sq")
-    schemes = [
-        entry.model_copy(update={term: getattr(entry, term) * WRONG_MEMORY for term in terms if getattr(entry, term)})
-        for entry in profile.schemes
-    ]
+    from hydraplan.cost_models.online_fit import scaled_activations
+
+    schemes = [scaled_activations(entry, WRONG_MEMORY) for entry in profile.schemes]
     return profile.model_copy(update={"schemes": schemes})
 
 

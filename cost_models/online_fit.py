@@ -87,6 +87,7 @@ __all__ = [
     "lowered_capacity",
     "profile_at",
     "refit_coefficients",
+    "scaled_activations",
     "shared_activation_scale",
     "shared_term_scales",
 ]
@@ -453,10 +454,18 @@ def corrected_capacity(profile: CostProfile, entry: SchemeCost, scale: float, ex
     where the profile derives no capacity (no device memory or no memory model)."""
     if profile.gpu_memory_bytes is None or entry.static_bytes is None or entry.activation_bytes_per_token is None:
         return None
+    corrected = scaled_activations(entry, scale).model_copy(
+        update={"capacity_tokens": None, "static_bytes": entry.static_bytes + extra}
+    )
+    return derive_capacity_tokens(profile, corrected)
+
+
+def scaled_activations(entry: SchemeCost, scale: float) -> SchemeCost:
+    """The scheme's memory model with its activation bytes (every term the profile gives) x `scale`."""
     terms = ("activation_bytes_per_token", "activation_bytes_per_token_sq", "activation_bytes_per_longest_sq")
-    update = {term: getattr(entry, term) * scale for term in terms}
-    update.update(capacity_tokens=None, static_bytes=entry.static_bytes + extra)
-    return derive_capacity_tokens(profile, entry.model_copy(update=update))
+    return entry.model_copy(
+        update={term: value * scale for term in terms if (value := getattr(entry, term)) is not None}
+    )
 
 
 def is_error_jump(error: float, history: Sequence[float]) -> tuple[bool, float]:
@@ -665,6 +674,9 @@ def _lower_capacities(
         kept = corrections[pipeline.scheme][0] if pipeline.scheme in corrections else (window.peaks if window else [])
         kept = [*kept, (step, model - entry.static_bytes, pipeline.peak_bytes - entry.static_bytes)][-MEMORY_PEAKS:]
         corrections[pipeline.scheme] = (kept, *corrected_memory(kept))
+    corrected_tokens = {  # the capacity each corrected scheme's model derives, once per scheme
+        key: corrected_capacity(profile, entries[key], scale, extra) for key, (_, scale, extra) in corrections.items()
+    }
     for pipeline in pipelines:
         if pipeline.peak_bytes is None:
             continue
@@ -672,16 +684,12 @@ def _lower_capacities(
         window = windows.get(pipeline.scheme)
         scale, extra = (window.activation_scale, window.extra_static_bytes) if window else (1.0, 0.0)
         capacity = (window.capacity_tokens if window else None) or derive_capacity_tokens(profile, entry)
-        corrected = None
-        if pipeline.scheme in corrections:
-            _, new_scale, new_extra = corrections[pipeline.scheme]
-            corrected = corrected_capacity(profile, entry, new_scale, new_extra)
         lowered = lowered_capacity(
             capacity,
             pipeline.peak_bytes,
             usable,
             predicted_peak_bytes(entry, pipeline.micro_batches, scale, extra),
-            corrected,
+            corrected_tokens.get(pipeline.scheme),
         )
         if lowered is None or lowered[0] >= capacity:
             continue
@@ -745,7 +753,6 @@ def profile_at(state: OnlineFitState, profile: CostProfile) -> CostProfile:
     schemes = []
     for entry in profile.schemes:
         window = windows.get(entry.key)
-        unmeasured_memory = window is None or not window.peaks
         if window is None and state.shared == (1.0, 1.0, 1.0) and memory_scale == 1.0:
             schemes.append(entry)
             continue
@@ -758,8 +765,10 @@ def profile_at(state: OnlineFitState, profile: CostProfile) -> CostProfile:
         }
         if window is not None and window.capacity_tokens is not None:
             update["capacity_tokens"] = window.capacity_tokens
-        corrected = corrected_capacity(profile, entry, memory_scale, 0.0) if unmeasured_memory else None
-        if corrected is not None and memory_scale > 1.0:
+        # a scheme whose peaks were never measured borrows the under-predicting schemes' correction
+        borrowed = (window is None or not window.peaks) and memory_scale > 1.0
+        corrected = corrected_capacity(profile, entry, memory_scale, 0.0) if borrowed else None
+        if corrected is not None:
             current_tokens = update.get("capacity_tokens") or derive_capacity_tokens(profile, entry)
             update["capacity_tokens"] = max(1, min(current_tokens, corrected))
         schemes.append(entry.model_copy(update=update))

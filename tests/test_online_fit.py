@@ -321,11 +321,18 @@ def test_a_peak_above_the_prediction_lowers_the_capacity(true_profile) -> None:
     # the excess is the activations' (they are most of this prediction): the model's activation
     # bytes x measured / predicted activations x 1.05, and the capacity the corrected model derives
     scale = (1.25 * predicted - entry.static_bytes) / (predicted - entry.static_bytes) * 1.05
-    terms = ("activation_bytes_per_token", "activation_bytes_per_token_sq", "activation_bytes_per_longest_sq")
-    update = {term: getattr(entry, term) * scale for term in terms}
-    expected = derive_capacity_tokens(true_profile, entry.model_copy(update={**update, "capacity_tokens": None}))
+    expected = derive_capacity_tokens(true_profile, corrected_entry(entry, scale))
     assert change.to_tokens == expected < entry.capacity_tokens
     assert state.window(SCHEME).activation_scale == pytest.approx(scale)
+
+
+def corrected_entry(entry, scale: float, extra_static_bytes: float = 0.0):
+    """The entry's memory model as a correction should leave it, worked out here: every activation
+    term x `scale`, `extra_static_bytes` on the static ones, the capacity left to be derived."""
+    terms = ("activation_bytes_per_token", "activation_bytes_per_token_sq", "activation_bytes_per_longest_sq")
+    update = {term: getattr(entry, term) * scale for term in terms}
+    update.update(static_bytes=entry.static_bytes + extra_static_bytes, capacity_tokens=None)
+    return entry.model_copy(update=update)
 
 
 def one_sequence(tokens: int) -> MeasuredMicroBatch:
@@ -379,10 +386,7 @@ def test_a_peak_over_a_small_micro_batch_moves_the_static_bytes_not_the_activati
     window = state.window(SCHEME)
     assert window.activation_scale == pytest.approx(1.05) and window.extra_static_bytes == pytest.approx(1e8)
     (change,) = state.capacity_changes
-    terms = ("activation_bytes_per_token", "activation_bytes_per_token_sq", "activation_bytes_per_longest_sq")
-    update = {term: getattr(entry, term) * 1.05 for term in terms}
-    corrected = entry.model_copy(update={**update, "static_bytes": entry.static_bytes + 1e8, "capacity_tokens": None})
-    assert change.to_tokens == derive_capacity_tokens(true_profile, corrected)
+    assert change.to_tokens == derive_capacity_tokens(true_profile, corrected_entry(entry, 1.05, 1e8))
     assert change.to_tokens > 0.8 * entry.capacity_tokens
 
 
@@ -397,9 +401,7 @@ def test_a_scheme_whose_peaks_were_never_measured_gets_the_under_predicting_sche
     state = apply_step(OnlineFitState(), true_profile, [MeasuredPipeline(SCHEME, large, peak_bytes=peak)], 0)
     scale = online_fit.shared_activation_scale(state)
     assert scale == pytest.approx(2.0 * 1.05) == state.window(SCHEME).activation_scale
-    terms = ("activation_bytes_per_token", "activation_bytes_per_token_sq", "activation_bytes_per_longest_sq")
-    update = {term: getattr(other, term) * scale for term in terms}
-    expected = derive_capacity_tokens(true_profile, other.model_copy(update={**update, "capacity_tokens": None}))
+    expected = derive_capacity_tokens(true_profile, corrected_entry(other, scale))
     by_key = {entry.key: entry for entry in profile_at(state, true_profile).schemes}
     assert by_key[(1, 1, 2)].capacity_tokens == min(other.capacity_tokens, expected) < other.capacity_tokens
     # its own peak, as its model predicts: its own correction (none needed) replaces the borrowed one
