@@ -318,9 +318,10 @@ class BoundTables:
             _, tried = self._fluid_ratios(columns, counts, 12, near.reshape(-1, len(columns)))
             tried = tried[:, len(grid) :].reshape(len(counts), len(counts), len(offsets))[here, here]  # its own
             pick = tried.argmax(axis=1)
-            gain = tried[here, pick] > value
+            best_tried = tried[here, pick]
+            gain = best_tried > value
             point[gain] = near[here, pick][gain]
-            value[gain] = tried[here, pick][gain]
+            value[gain] = best_tried[gain]
         result = start.copy()
         for row in here:
             if should_stop():
@@ -440,10 +441,11 @@ class BoundTables:
                 near = point[which, None, :] + offsets[None] / level
                 near = np.where((near >= 0).all(axis=2, keepdims=True), near, point[which, None, :])
                 tried = violations(time_s[which], subset[which], near)
-                pick = tried.argmax(axis=1)
-                gain = tried[here[: len(which)], pick] > value[which]
-                point[which[gain]] = near[np.flatnonzero(gain), pick[gain]]
-                value[which[gain]] = tried[np.flatnonzero(gain), pick[gain]]
+                rows, pick = np.arange(len(which)), tried.argmax(axis=1)
+                best_tried = tried[rows, pick]
+                gain = best_tried > value[which]
+                point[which[gain]] = near[rows[gain], pick[gain]]
+                value[which[gain]] = best_tried[gain]
                 looking[which[~gain]] = False  # nothing better this close: finer patches of it neither
                 looking &= value <= 0
             best[subset] = point

@@ -49,7 +49,7 @@ def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bo
                 least[columns] = min(least.get(columns, math.inf), least_s)
     close: list[tuple[float, tuple[int, ...], tuple[int, ...]]] = []
     # strategies the tightening raised, with the multipliers that proved it (in column order)
-    packing: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[float, tuple[float, ...]]] = {}
+    raised: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[float, tuple[float, ...]]] = {}
     for entry in frontier.strategies:
         terms = entry.strategy.counts
         if space == "search" and len(terms) == 1:  # a single scheme has one strategy: it is expanded
@@ -61,7 +61,7 @@ def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bo
             columns = tuple(frontier.column_of[terms[k][0]] for k in positions)
             counts = tuple(terms[k][1] for k in positions)
             if entry.witness is not None:
-                packing[columns, counts] = (entry.bound_s, tuple(entry.witness[k] for k in positions))
+                raised[columns, counts] = (entry.bound_s, tuple(entry.witness[k] for k in positions))
         if listed:
             close.append((entry.bound_s, columns, counts))
             if space != "search":
@@ -72,7 +72,7 @@ def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bo
             chosen.setdefault(columns, []).append((counts, bound_s))
     # every strategy the tightening raised carries its multipliers, however far above the global
     # bound: they may lie off the verifier's grid, which alone may leave the strategy below the claim
-    for (columns, counts), (bound_s, _) in sorted(packing.items()):
+    for (columns, counts), (bound_s, _) in sorted(raised.items()):
         if columns in least and all(counts != member for member, _ in chosen.get(columns, [])):
             chosen.setdefault(columns, []).append((counts, bound_s))
     expanded = []
@@ -83,7 +83,7 @@ def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bo
             weights = tables.fluid_multipliers(columns, np.array([counts for counts, _ in members]))
             # a bound the tightening raised is proved by its own multipliers (the others' fluid
             # dual multipliers lie on the verifier's own grid: it finds those itself)
-            weights = [packing.get((columns, counts), (0.0, row))[1] for (counts, _), row in zip(members, weights)]
+            weights = [raised.get((columns, counts), (0.0, row))[1] for (counts, _), row in zip(members, weights)]
             witnesses = [
                 StrategyWitness(
                     counts=list(counts),

@@ -682,9 +682,10 @@ BOUND_CERTIFICATE_SCHEMA = "hydraplan.bound-certificate/1"
 
 class StrategyWitness(Frozen):
     """One strategy of an expanded scheme set: its pipeline counts, the bound the solver claimed
-    for it and the multipliers that prove most of it: the packing bound's where that raised it,
-    else the fluid dual's (any nonnegative multipliers give a valid bound, so a verifier only
-    evaluates the duals at them)."""
+    for it and the multipliers that prove most of it: those of the bound the search's tightening
+    raised it by (the packing bound or the duals at multipliers off the grid), else the fluid
+    dual's (any nonnegative multipliers give a valid bound, so a verifier only evaluates the duals
+    at them)."""
 
     counts: list[Annotated[int, Field(ge=1)]] = Field(
         max_length=8, description="Pipelines per scheme, in the order of the set's schemes."
@@ -692,8 +693,8 @@ class StrategyWitness(Frozen):
     bound_s: FiniteFloat = Field(description="The solver's bound on this strategy's objective.")
     multipliers: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
         max_length=8,
-        description="Dual multipliers (the packing bound's where it raised the strategy's bound, else the "
-        "fluid dual's), one per scheme of the set.",
+        description="Dual multipliers (those of the bound the search's tightening raised the strategy by, else "
+        "the fluid dual's), one per scheme of the set.",
     )
 
 
@@ -710,8 +711,8 @@ class ExpandedSet(Frozen):
     strategies: list[StrategyWitness] = Field(
         default_factory=list,
         max_length=limits.MAX_CERTIFIED_STRATEGIES,
-        description="Witnesses of the strategies whose bound is near the global one and of those the packing "
-        "bound raised (the others are bounded with the verifier's own multipliers).",
+        description="Witnesses of the strategies whose bound is near the global one and of those the search's "
+        "tightening raised (the others are bounded with the verifier's own multipliers).",
     )
 
 
