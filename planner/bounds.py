@@ -50,6 +50,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
@@ -71,6 +72,17 @@ DFF_THRESHOLDS = (0.2, 0.25, 0.3, 1 / 3, 0.4, 0.45, 0.5)  # eps of f_eps
 DFF_STEPS = (2, 3, 4)  # k of u_k
 BIG_ITEM_SHARE = min(*DFF_THRESHOLDS, *(1 / (k + 1) for k in DFF_STEPS))  # every function maps smaller sizes to 0
 NUM_DFFS = len(DFF_THRESHOLDS) + len(DFF_STEPS)
+# the functions by name, in the order of `dual_feasible_images` (a certificate names them)
+DFF_NAMES = tuple(f"f_eps({Fraction(eps).limit_denominator(20)})" for eps in DFF_THRESHOLDS) + tuple(
+    f"u_k({k})" for k in DFF_STEPS
+)
+# functions a packing bound may mix, one per scheme (each pipeline's images sum to at most 1 under
+# its own scheme's function): "at most k large items per pipeline" for k = 1 (f_eps(1/2)) to 4
+# (u_k(4)). A strategy of one <2,1,4> and 13 <2,1,2> pipelines for 17 items of 32K tokens (8B / 64
+# H100 LongAlign): each <2,1,2> holds one (size 0.51), the <2,1,4> three (0.26); no function alike
+# on both sees that 17 > 13 + 3, f_eps(1/2) on the one and u_k(3) on the other does
+MIXED_DFFS = tuple(DFF_NAMES.index(name) for name in ("f_eps(1/2)", "u_k(2)", "u_k(3)", "u_k(4)"))
+MAX_MIXED_SCHEMES = 3  # 4^3 - 4 mixes for three schemes; sets of more schemes use functions alike
 ITEM_CAP_ROUNDS = 3  # rounds of the item-count cap per scheme (each can only lower the room)
 PACKING_PROBE_STEP = 0.002  # rows not infeasible this far above their start are left as they are
 PACKING_BISECTIONS = 12
@@ -89,6 +101,16 @@ SET_PACKING_POINTS = 64  # ... and its most points, tried in chunks of
 SET_PACKING_CHUNK_POINTS = 8
 IDENTITY_MAX_ROWS = 400  # the identity function prices every item: only over this many lengths
 FLOAT_SLACK = 1e-9
+# the packing bound's mixed functions price with every multiplier at least this: an item that cannot
+# go to a scheme (size 1e30) then never goes to it free when its multiplier is 0 (1e30 * 0 = 0 lets
+# it, and no plan can put it there), so a scheme that holds none of the large items can drop out of
+# the proof. Valid: those multipliers prove `sum_i min_s lambda_s f_s(x_is) <= lambda . n`, which
+# exceeds the one checked, with the original lambda, by at most PACKING_LEAST_WEIGHT per pipeline,
+# far inside its 1e-12 slack. Not for the functions alike: there the many points that then tie at
+# 0 on the simplex's corners led the search for multipliers away from the proof (a 32B / 64 A100
+# SFT-mix strategy of three deep pipelines lost its packing bound, 4.63 -> 4.53 s), as the mixed
+# functions do where they do not prove the time outright (`packing_bounds`)
+PACKING_LEAST_WEIGHT = 1e-20
 
 
 @dataclass(frozen=True)
@@ -356,12 +378,15 @@ class BoundTables:
         resolution: int = 12,
         should_stop: Callable[[], bool] = lambda: False,
         closer_every_step: bool = False,
-    ) -> tuple[np.ndarray, np.ndarray]:
+        mixed_functions: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Raise valid bounds `start` on the slowest pipeline (per row of `counts`, below a finite
         `cutoff_s`) where items are large against a pipeline: they cannot be split between
         pipelines. Costlier than `count_bounds`; for the strategies that hold a bound down.
         Returns the bounds and, per row, the multipliers `lambda` that prove its raised bound
-        (NaN where the bound was not raised): a verifier needs only those to re-prove it.
+        (NaN where the bound was not raised) and the functions they price each scheme with
+        (indices of DFF_NAMES; -1 where the functions alike prove it): a verifier needs only those
+        to re-prove it.
 
         A pipeline of scheme s that finishes by T carries work at most `G_s(T)`: the bubble floor
         over at most k micro-batches, k the most items it can hold (at most `items - pipelines +
@@ -378,7 +403,12 @@ class BoundTables:
         and `lambda` (or leaves an item no scheme) is infeasible, and infeasibility is monotone in
         T (sizes only shrink as T grows, and every f is non-decreasing: the same f and `lambda`
         prove every shorter T), so bisection gives the bound. Items with `x_is < BIG_ITEM_SHARE`
-        for every scheme map to 0 under every f but the identity and are left out.
+        for every scheme map to 0 under every f but the identity and are left out. Each scheme
+        may also price its items by its own function f_s, since each pipeline's images sum to at
+        most 1 under its scheme's: `sum_i min_s lambda_s f_s(x_is) <= sum_s lambda_s n_s`. With
+        `mixed_functions`, the rows the functions alike leave unproved at the probe try every mix
+        of MIXED_DFFS on the grid (a step), and a mix that proves the probe stays tried beside
+        the functions alike through the bisection.
 
         `lambda` is searched per row: the simplex grid of `resolution` and the row's best point so
         far; at the probe (and with `closer_every_step` at every bisection step), where those prove
@@ -392,47 +422,120 @@ class BoundTables:
         grid = simplex_grid(len(columns), resolution)
         counts = counts.astype(np.float64)
         witnesses = np.full((len(counts), len(columns)), np.nan)
+        functions = np.full((len(counts), len(columns)), -1, dtype=np.int64)
         finite = np.isfinite(start) & np.isfinite(cutoff_s) & (start < cutoff_s)
         if not finite.any():
-            return start, witnesses
+            return start, witnesses, functions
         lo, hi, rows = start[finite], cutoff_s[finite].astype(np.float64), counts[finite]
         sizes = _ItemSizes(self, columns, float(lo.min()))
         if not sizes.useful:
-            return start, witnesses
+            return start, witnesses, functions
         caps = self._most_micro_batches(rows)
         per_point = max(sizes.work.size * NUM_DFFS, sizes.all_work.size)
         offsets = _simplex_patch(len(columns))
+        mixes = _function_mixes(len(columns) if mixed_functions and sizes.work.size else 1)
         best = np.repeat(grid[:1], len(lo), axis=0)  # per row: the multipliers that came closest so far
+        # ... and the functions they price each scheme's items with (-1: every function, alike)
+        chosen = np.full((len(lo), len(columns)), -1, dtype=np.int64)
         proof = np.full((len(lo), len(columns)), np.nan)  # per row: those that proved its `lo`
+        proof_functions = np.full((len(lo), len(columns)), -1, dtype=np.int64)
+
+        def available(subset: np.ndarray, points: np.ndarray) -> np.ndarray:
+            """Rows x points: the weighted pipeline count, with slack for float noise."""
+            return np.einsum("rs,rps->rp", rows[subset], points) * (1 + FLOAT_SLACK) + 1e-12
 
         def violations(time_s: np.ndarray, subset: np.ndarray, points: np.ndarray) -> np.ndarray:
             """Rows (of `subset`) x points: how far the items' images at `time_s` exceed the pipelines
-            at each row's `points` (rows x points x schemes), the most over the functions; > 0 proves
-            the row's time infeasible."""
+            at each row's `points` (rows x points x schemes), the most over the functions (alike on
+            every scheme); > 0 proves the row's time infeasible."""
             room = sizes.rooms(time_s, caps[subset])
             result = np.full(points.shape[:2], -np.inf)
             chunk = max(1, PACKING_CHUNK_ELEMENTS // (per_point * points.shape[1]))
             for first in range(0, len(time_s), chunk):
                 part = slice(first, first + chunk)
                 weights = points[part, None]  # rows x 1 x points x schemes
-                available = np.einsum("rs,rps->rp", rows[subset][part], points[part]) * (1 + FLOAT_SLACK) + 1e-12
-                # 0 * 1e30 = 0 below: an item may go free to a scheme of zero weight
+                free = available(subset[part], points[part])
+                # 0 * 1e30 = 0 below: an item may go free to a scheme of zero weight (valid, weaker;
+                # the mixed functions' search prices it there with PACKING_LEAST_WEIGHT instead)
                 if sizes.work.size:
                     priced = weighted_min(sizes.images(time_s[part], room[part]), weights)  # f x rows x items x points
                     used = np.tensordot(priced, sizes.multiplicity, axes=([2], [0])).max(axis=0)
-                    result[part] = np.maximum(result[part], used - available)
+                    result[part] = np.maximum(result[part], used - free)
                 if sizes.identity:
                     every = sizes.sizes(time_s[part], room[part], every=True)  # rows x items x schemes
                     used = np.einsum("rip,i->rp", weighted_min(every, weights), sizes.all_multiplicity)
-                    result[part] = np.maximum(result[part], used - available)
+                    result[part] = np.maximum(result[part], used - free)
             return result
 
-        def infeasible(time_s: np.ndarray, subset: np.ndarray, closer: bool = False) -> np.ndarray:
+        def mixed_violations(time_s: np.ndarray, subset: np.ndarray, points: np.ndarray) -> np.ndarray:
+            """As `violations`, each row's items priced per scheme by its own function (`chosen`)."""
+            room = sizes.rooms(time_s, caps[subset])
+            images = sizes.images(time_s, room)  # f x rows x items x schemes
+            picked = images[
+                chosen[subset][:, None, :],
+                np.arange(len(subset))[:, None, None],
+                np.arange(images.shape[2])[None, :, None],
+                np.arange(len(columns))[None, None, :],
+            ]  # rows x items x schemes
+            priced = weighted_min(picked, np.maximum(points[:, None], PACKING_LEAST_WEIGHT))  # rows x items x points
+            return np.einsum("rip,i->rp", priced, sizes.multiplicity) - available(subset, points)
+
+        def evaluate(time_s: np.ndarray, subset: np.ndarray, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """Rows x points: the most violation by functions alike (`violations`) and, for the rows
+            that have mixed functions, by those; and where the mixed ones gave it."""
+            result = violations(time_s, subset, points)
+            mixed = np.zeros(result.shape, dtype=bool)
+            which = np.flatnonzero(chosen[subset, 0] >= 0)
+            if which.size:
+                tried = mixed_violations(time_s[which], subset[which], points[which])
+                mixed[which] = tried > result[which]
+                result[which] = np.maximum(result[which], tried)
+            return result, mixed
+
+        def best_mix(time_s: np.ndarray, subset: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            """Per row: the most violation over the grid and every mix of functions (`_function_mixes`),
+            its point and its functions."""
+            value = np.full(len(subset), -np.inf)
+            point = np.zeros(len(subset), dtype=np.int64)
+            mix = np.zeros(len(subset), dtype=np.int64)
+            weights = np.maximum(grid, PACKING_LEAST_WEIGHT)
+            chunk = max(1, PACKING_CHUNK_ELEMENTS // (len(MIXED_DFFS) * len(columns) * sizes.work.size * len(grid)))
+            for first in range(0, len(subset), chunk):
+                part = slice(first, first + chunk)
+                here = np.arange(len(subset))[part]
+                room = sizes.rooms(time_s[part], caps[subset[part]])
+                images = sizes.images(time_s[part], room)[list(MIXED_DFFS)]  # mixed f x rows x items x schemes
+                # per scheme: each function's weighted images, mixed f x rows x items x points
+                weighted = [images[..., place, None] * weights[:, place] for place in range(len(columns))]
+                free = available(subset[part], np.broadcast_to(grid, (len(here), *grid.shape)))
+                for index, row in enumerate(mixes):
+                    priced = weighted[0][row[0]]
+                    for place in range(1, len(columns)):
+                        priced = np.minimum(priced, weighted[place][row[place]])
+                    excess = np.einsum("rip,i->rp", priced, sizes.multiplicity) - free
+                    top = excess.argmax(axis=1)
+                    most = excess[np.arange(len(here)), top]
+                    gain = most > value[here]
+                    value[here[gain]], point[here[gain]], mix[here[gain]] = most[gain], top[gain], index
+            return value, grid[point], np.asarray(MIXED_DFFS)[mixes[mix]]
+
+        def infeasible(time_s: np.ndarray, subset: np.ndarray, closer: bool = False, mixing: bool = False):
             here = np.arange(len(subset))
-            on_grid = violations(time_s, subset, np.broadcast_to(grid, (len(subset), *grid.shape)))
+            on_grid, _ = evaluate(time_s, subset, np.broadcast_to(grid, (len(subset), *grid.shape)))
             starts = np.stack([grid[on_grid.argmax(axis=1)], best[subset]], axis=1)
-            found = violations(time_s, subset, starts)
-            point, value = starts[here, found.argmax(axis=1)], found.max(axis=1)
+            found, by_mix = evaluate(time_s, subset, starts)
+            pick = found.argmax(axis=1)
+            point, value, mixed = starts[here, pick], found[here, pick], by_mix[here, pick]
+            which = np.flatnonzero(value <= 0)
+            # rows not proved yet: each scheme's items by its own function (a step: ~the grid's cost).
+            # A row keeps a mix that proves it, and its functions alike stay tried beside it; one that
+            # only comes closer is not taken: many points tie at 0 on the simplex's corners, where the
+            # patches found nothing (a 32B SFT-mix strategy lost its packing bound, 4.63 -> 4.53 s)
+            if mixing and len(mixes) and which.size and not should_stop():
+                tried, tried_point, tried_functions = best_mix(time_s[which], subset[which])
+                gain = tried > np.maximum(value[which], 0.0)
+                value[which[gain]], point[which[gain]], mixed[which[gain]] = tried[gain], tried_point[gain], True
+                chosen[subset[which[gain]]] = tried_functions[gain]
             looking = value <= 0  # rows not proved yet: look closer around their best point
             for level in PATCH_RESOLUTIONS if closer and len(offsets) else ():
                 which = np.flatnonzero(looking)
@@ -440,22 +543,24 @@ class BoundTables:
                     break
                 near = point[which, None, :] + offsets[None] / level
                 near = np.where((near >= 0).all(axis=2, keepdims=True), near, point[which, None, :])
-                tried = violations(time_s[which], subset[which], near)
-                rows, pick = np.arange(len(which)), tried.argmax(axis=1)
-                best_tried = tried[rows, pick]
+                tried, by_mix = evaluate(time_s[which], subset[which], near)
+                picks, pick = np.arange(len(which)), tried.argmax(axis=1)
+                best_tried = tried[picks, pick]
                 gain = best_tried > value[which]
-                point[which[gain]] = near[rows[gain], pick[gain]]
+                point[which[gain]] = near[picks[gain], pick[gain]]
                 value[which[gain]] = best_tried[gain]
+                mixed[which[gain]] = by_mix[picks[gain], pick[gain]]
                 looking[which[~gain]] = False  # nothing better this close: finer patches of it neither
                 looking &= value <= 0
             best[subset] = point
             proved = value > 0
             proof[subset[proved]] = point[proved]
+            proof_functions[subset[proved]] = np.where(mixed[proved, None], chosen[subset[proved]], -1)
             return proved
 
         # most rows gain nothing: one probe just above the start keeps the bisection to the others
         probe = np.minimum(lo * (1 + PACKING_PROBE_STEP), hi)
-        worth = np.flatnonzero(infeasible(probe, np.arange(len(lo)), closer=True))
+        worth = np.flatnonzero(infeasible(probe, np.arange(len(lo)), closer=True, mixing=True))
         lo[worth] = probe[worth]
         for _ in range(PACKING_BISECTIONS if worth.size else 0):
             if should_stop():
@@ -467,9 +572,10 @@ class BoundTables:
         result = start.copy()
         raised = np.maximum(start[finite], np.where(np.isnan(proof[:, 0]), lo, lo * (1 - PACKING_PROOF_SLACK)))
         result[finite] = raised
-        kept = np.where((raised > start[finite])[:, None], proof, np.nan)
-        witnesses[finite] = kept
-        return result, witnesses
+        gained = raised > start[finite]
+        witnesses[finite] = np.where(gained[:, None], proof, np.nan)
+        functions[finite] = np.where(gained[:, None], proof_functions, -1)
+        return result, witnesses, functions
 
     def set_packing_bounds_s(
         self,
@@ -838,6 +944,18 @@ def _simplex_patch(dimension: int) -> np.ndarray:
     offsets = np.hstack([free, -free.sum(axis=1, keepdims=True)])
     offsets.flags.writeable = False
     return offsets
+
+
+@lru_cache(maxsize=8)
+def _function_mixes(dimension: int) -> np.ndarray:
+    """Positions in MIXED_DFFS, one per scheme, for every mix of them that is not one function
+    alike on every scheme (`packing_bounds` tries those with all its functions): mixes x schemes."""
+    if dimension == 1 or dimension > MAX_MIXED_SCHEMES:
+        return np.zeros((0, dimension), dtype=np.int64)
+    mixes = [mix for mix in itertools.product(range(len(MIXED_DFFS)), repeat=dimension) if len(set(mix)) > 1]
+    result = np.array(mixes, dtype=np.int64)
+    result.flags.writeable = False
+    return result
 
 
 @lru_cache(maxsize=64)

@@ -2,7 +2,8 @@
 search from what the search already holds: the schemes its bounds priced, the step time the set
 bounds priced bubbles under, and the scheme sets it expanded into their strategies, with the
 multipliers of the strategies whose bound lies near the global one (the fluid dual's) and of every
-strategy the tightening raised (the packing bound's or the refined duals').
+strategy the tightening raised (the packing bound's, with its functions where it mixed them, or the
+refined duals').
 
 The certificate lists only what a verifier cannot find itself: every other scheme set of the space
 is covered by its set bound, which the verifier recomputes (`planner.verify_bound`). A set the
@@ -49,7 +50,8 @@ def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bo
                 least[columns] = min(least.get(columns, math.inf), least_s)
     close: list[tuple[float, tuple[int, ...], tuple[int, ...]]] = []
     # strategies the tightening raised, with the multipliers that proved it (in column order)
-    raised: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[float, tuple[float, ...]]] = {}
+    # and the functions of its packing bound where it priced each scheme by its own
+    raised: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[float, tuple[float, ...], tuple[str, ...] | None]] = {}
     for entry in frontier.strategies:
         terms = entry.strategy.counts
         if space == "search" and len(terms) == 1:  # a single scheme has one strategy: it is expanded
@@ -61,7 +63,8 @@ def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bo
             columns = tuple(frontier.column_of[terms[k][0]] for k in positions)
             counts = tuple(terms[k][1] for k in positions)
             if entry.witness is not None:
-                raised[columns, counts] = (entry.bound_s, tuple(entry.witness[k] for k in positions))
+                functions = None if entry.functions is None else tuple(entry.functions[k] for k in positions)
+                raised[columns, counts] = (entry.bound_s, tuple(entry.witness[k] for k in positions), functions)
         if listed:
             close.append((entry.bound_s, columns, counts))
             if space != "search":
@@ -72,7 +75,7 @@ def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bo
             chosen.setdefault(columns, []).append((counts, bound_s))
     # every strategy the tightening raised carries its multipliers, however far above the global
     # bound: they may lie off the verifier's grid, which alone may leave the strategy below the claim
-    for (columns, counts), (bound_s, _) in sorted(raised.items()):
+    for (columns, counts), (bound_s, *_) in sorted(raised.items()):
         if columns in least and all(counts != member for member, _ in chosen.get(columns, [])):
             chosen.setdefault(columns, []).append((counts, bound_s))
     expanded = []
@@ -80,17 +83,18 @@ def build_certificate(frontier: Frontier, space: str, max_schemes: int, lower_bo
         members = chosen.get(columns, [])
         witnesses = []
         if members:
-            weights = tables.fluid_multipliers(columns, np.array([counts for counts, _ in members]))
-            # a bound the tightening raised is proved by its own multipliers (the others' fluid
-            # dual multipliers lie on the verifier's own grid: it finds those itself)
-            weights = [raised.get((columns, counts), (0.0, row))[1] for (counts, _), row in zip(members, weights)]
+            fluid = tables.fluid_multipliers(columns, np.array([counts for counts, _ in members]))
+            # a bound the tightening raised is proved by its own multipliers (and functions); the
+            # others' fluid dual multipliers lie on the verifier's own grid: it finds those itself
+            proofs = [raised.get((columns, counts), (0.0, row, None))[1:] for (counts, _), row in zip(members, fluid)]
             witnesses = [
                 StrategyWitness(
                     counts=list(counts),
                     bound_s=bound,
-                    multipliers=[round(float(weight), MULTIPLIER_DIGITS) for weight in row],
+                    multipliers=[round(float(weight), MULTIPLIER_DIGITS) for weight in weights],
+                    functions=None if functions is None else list(functions),
                 )
-                for (counts, bound), row in zip(members, weights)
+                for (counts, bound), (weights, functions) in zip(members, proofs)
             ]
         least_s = least[columns] if math.isfinite(least[columns]) else None  # None: no strategy has a plan
         expanded.append(ExpandedSet(schemes=list(columns), bound_s=least_s, strategies=witnesses))

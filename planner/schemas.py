@@ -678,6 +678,19 @@ class BaselineResult(Frozen):
 
 
 BOUND_CERTIFICATE_SCHEMA = "hydraplan.bound-certificate/1"
+# the dual feasible functions of the packing bound (Fekete & Schepers 2001) a witness may name
+DualFeasibleFunction = Literal[
+    "f_eps(1/5)",
+    "f_eps(1/4)",
+    "f_eps(3/10)",
+    "f_eps(1/3)",
+    "f_eps(2/5)",
+    "f_eps(9/20)",
+    "f_eps(1/2)",
+    "u_k(2)",
+    "u_k(3)",
+    "u_k(4)",
+]
 
 
 class StrategyWitness(Frozen):
@@ -696,6 +709,24 @@ class StrategyWitness(Frozen):
         description="Dual multipliers (those of the bound the search's tightening raised the strategy by, else "
         "the fluid dual's), one per scheme of the set.",
     )
+    functions: list[DualFeasibleFunction] | None = Field(
+        None,
+        max_length=8,
+        description="Where the packing bound priced each scheme's items by its own dual feasible function, those "
+        "functions, one per scheme of the set (each pipeline's item sizes, at most 1 in all, map to images of at "
+        "most 1 in all): f_eps(e) maps a size above 1 - e to 1, one below e to 0 and keeps the others; u_k(k) keeps "
+        "x where (k+1) x is an integer, else maps it to floor((k+1) x) / k. Absent: every function alike on "
+        "every scheme.",
+    )
+
+    @model_validator(mode="after")
+    def _one_function_per_multiplier(self) -> StrategyWitness:
+        if self.functions is not None and len(self.functions) != len(self.multipliers):
+            raise ValueError(
+                f"a witness has {len(self.functions)} functions for {len(self.multipliers)} multipliers: "
+                "give one per scheme"
+            )
+        return self
 
 
 class ExpandedSet(Frozen):

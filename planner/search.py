@@ -67,7 +67,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hydraplan.planner.bounds import BoundTables, SyncFloors
+from hydraplan.planner.bounds import DFF_NAMES, BoundTables, SyncFloors
 from hydraplan.planner.candidate import Candidate
 from hydraplan.planner.certificate import build_certificate
 from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
@@ -118,7 +118,11 @@ MAX_REFINED_SETS = 1200  # unexpanded sets re-bounded with the replica-coupled b
 REFINED_SETS_PER_BATCH = 200
 MAX_PACKING_BOUNDED = 600  # enumerated strategies re-bounded with the packing bound after the search
 PACKING_BOUNDED_PER_BATCH = 30
-MAX_FEW_ITEMS_EXPANSIONS = 100  # sets expanded after the search to bound their strategies (few items)
+# sets expanded after the search to bound their strategies, each a step of MAX_BOUND_STEPS: for a
+# few items always, else while the strategies enumerated stay under `max_enumerated_rows` (8B / 64
+# H100 LongAlign, ~44 items of 8K-32K tokens: a set held its bound at 10 s, 2.6473 s, until
+# expanded; its strategies' packing bounds then raised it to 2.6556 s)
+MAX_BOUND_EXPANSIONS = 100
 # steps (bisection steps of a packing bound, node blocks of the assignment bound) the bounds are
 # tightened with after the search: 190-330 were taken at 8-32 GPUs when only the clock ended them
 MAX_BOUND_STEPS = 400
@@ -221,7 +225,7 @@ class WorkLimits:
     packing_evaluations: int = PACKING_SEARCH_EVALUATIONS
     max_refined_sets: int = MAX_REFINED_SETS
     max_packing_bounded: int = MAX_PACKING_BOUNDED
-    max_few_items_expansions: int = MAX_FEW_ITEMS_EXPANSIONS
+    max_bound_expansions: int = MAX_BOUND_EXPANSIONS
     bound_steps: int = MAX_BOUND_STEPS
 
     @classmethod
@@ -404,8 +408,11 @@ class Bounded:
     strategy: Strategy
     # the multipliers (one per scheme, in `strategy.counts` order) of the packing bound or of the
     # refined duals, where one raised `bound_s`: the bound certificate carries them
-    # (`planner.certificate`)
+    # (`planner.certificate`) ...
     witness: tuple[float, ...] | None = None
+    # ... and, where the packing bound priced each scheme's items by its own dual feasible function,
+    # their names (`bounds.DFF_NAMES`, in the same order)
+    functions: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -923,8 +930,10 @@ def _tighten_bounds(
     """Raise the bounds that hold the global bound down, least first, in batches up to work
     limits: unexpanded sets with the replica-coupled and packing set bounds, enumerated strategies
     with the packing bound (`BoundTables.packing_bounds`) and, for batches of a few items, the
-    assignment bound (`planner.few_items`), whichever holds the least bound. With a few items, a
-    set that still holds it after its own refinement is expanded so that its strategies can be.
+    assignment bound (`planner.few_items`), whichever holds the least bound. A set that still
+    holds it after its own refinement is expanded so that its strategies can be: with a few items
+    always, else with budgets of 4 s and more while the strategies enumerated stay under the
+    search's own limit (`max_enumerated_rows`).
     The assignment bound's best assignments are plans too: returns the best candidate."""
     incumbent_s = best.objective_s
     refined_sets: set[tuple[int, ...]] = set()
@@ -937,6 +946,13 @@ def _tighten_bounds(
         nonlocal steps_left
         steps_left -= 1
         return steps_left < 0 or clock.stop()
+
+    # only from twice the default's work on (a budget of 4 s and more): at the default's steps,
+    # patches at every bisection step took the steps the sets' bounds needed (3 of 12 32B Wikipedia
+    # bounds fell at 2 s; none at 10 s, with 5x the steps), and the refined duals took 10% more CPU
+    # on the 32B batches that already need most of the 2 s; the mixed functions and the expansions
+    # of many items' sets took 8B / 64 H100 LongAlign batches from 1.1-1.2 s to 1.4-2.3 s of CPU
+    deeper = settings.work.bound_steps >= 2 * MAX_BOUND_STEPS
 
     while steps_left >= 0 and not clock.stop():
         waiting = [
@@ -953,8 +969,17 @@ def _tighten_bounds(
             if frontier.sets[0][2] not in refined_sets and len(refined_sets) < settings.work.max_refined_sets:
                 _refine_set_batch(frontier, incumbent_s, refined_sets, should_stop)
                 continue
-            if frontier.tables.num_items <= FEW_ITEMS and expansions < settings.work.max_few_items_expansions:
-                # a set bound cannot see which few items share a pipeline: its strategies can
+            few = frontier.tables.num_items <= FEW_ITEMS
+            many = (
+                deeper
+                and frontier.floor_s > least_set_s  # a huge set's expansion left its bound standing
+                and frontier.enumerated_rows() < settings.work.max_enumerated_rows
+            )
+            if (few or many) and expansions < settings.work.max_bound_expansions:
+                # a set bound cannot see which items share a pipeline: its strategies' bounds can,
+                # for a few items the assignment bound, else the packing bound (a step each)
+                if not few and should_stop():
+                    break
                 frontier.expand_next()
                 expansions += 1
                 continue
@@ -968,11 +993,6 @@ def _tighten_bounds(
         batch = [index for _, index in heapq.nsmallest(PACKING_BOUNDED_PER_BATCH, waiting)]
         refined_strategies.update(frontier.strategies[index].strategy for index in batch)
         before = [frontier.strategies[index].bound_s for index in batch]
-        # only from twice the default's work on (a budget of 4 s and more): at the default's steps,
-        # patches at every bisection step took the steps the sets' bounds needed (3 of 12 32B
-        # Wikipedia bounds fell at 2 s; none at 10 s, with 5x the steps), and the refined duals
-        # took 10% more CPU on the 32B batches that already need most of the 2 s
-        deeper = settings.work.bound_steps >= 2 * MAX_BOUND_STEPS
         promising = _pack_bound_batch(frontier, batch, incumbent_s, lengths, should_stop, deeper)
         # the least bounds gained nothing: the next ones, alike but higher, will not matter either
         fruitless = all(frontier.strategies[i].bound_s <= b * (1 + 1e-9) for i, b in zip(batch, before))
@@ -1042,7 +1062,7 @@ def _pack_bound_batch(
             break
         sync = {index: strategy_sync_s(frontier.cost, frontier.strategies[index].strategy) for index in indices}
         raised: dict[int, float] = {}
-        proofs: dict[int, tuple[float, ...]] = {}
+        proofs: dict[int, tuple[tuple[float, ...], tuple[str, ...] | None]] = {}
         for index in indices if few else ():
             strategy = frontier.strategies[index].strategy
             pipelines = [tables.coefs[frontier.column_of[scheme]] for scheme in strategy.pipeline_schemes()]
@@ -1061,20 +1081,31 @@ def _pack_bound_batch(
             duals, dual_witnesses = bounds - syncs, np.full((len(rest), len(columns)), np.nan)
             if deeper:
                 duals, dual_witnesses = tables.refined_dual_bounds(columns, counts, duals, should_stop)
-            packed, witnesses = tables.packing_bounds(
-                columns, counts, duals, incumbent_s - syncs, should_stop=should_stop, closer_every_step=deeper
+            packed, witnesses, functions = tables.packing_bounds(
+                columns,
+                counts,
+                duals,
+                incumbent_s - syncs,
+                should_stop=should_stop,
+                closer_every_step=deeper,
+                mixed_functions=deeper,
             )
-            for index, value, *proved in zip(rest, (packed + syncs).tolist(), witnesses, dual_witnesses):
+            for index, value, packing, mixed, dual in zip(
+                rest, (packed + syncs).tolist(), witnesses, functions, dual_witnesses
+            ):
                 raised[index] = value
-                # the multipliers of the last bound that raised it: the packing's, else the duals'
-                witness = next((weights for weights in proved if not np.isnan(weights).any()), None)
-                if witness is not None:
-                    proofs[index] = tuple(float(weight) for weight in witness)
+                # the multipliers of the last bound that raised it: the packing's (with its functions
+                # where it mixed them), else the duals'
+                if not np.isnan(packing).any():
+                    names = tuple(DFF_NAMES[f] for f in mixed.tolist()) if mixed[0] >= 0 else None
+                    proofs[index] = (tuple(packing.tolist()), names)
+                elif not np.isnan(dual).any():
+                    proofs[index] = (tuple(dual.tolist()), None)
         for index, value in raised.items():
             entry = frontier.strategies[index]
             if value > entry.bound_s:
-                witness = proofs.get(index, entry.witness)
-                frontier.strategies[index] = dataclasses.replace(entry, bound_s=value, witness=witness)
+                witness, names = proofs.get(index, (entry.witness, entry.functions))
+                frontier.strategies[index] = dataclasses.replace(entry, bound_s=value, witness=witness, functions=names)
     return promising
 
 

@@ -75,6 +75,9 @@ more than MAX_NAMED parts stay below, the claim fails and the rest are not raise
   (`sum_i min_s lambda_s f(x_is) > sum_s lambda_s n_s` at some lambda of the verifier's grid or
   the certificate's multipliers for its set: the solver's packing bound searches lambda off its
   grid and puts the one that proved a strategy's bound in the certificate), cannot finish by T*;
+  so can a strategy whose witness names a function f_s per scheme, at its multipliers
+  (`sum_i min_s lambda_s f_s(x_is) > sum_s lambda_s n_s`: each pipeline's images under its own
+  scheme's function sum to at most 1 as well);
 * *assignment* (batches of at most FEW_ITEMS items): the search over assignments, its branches cut
   at T*.
 
@@ -90,6 +93,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import cache
 
 import numpy as np
@@ -549,16 +553,25 @@ def _expanded_bound_s(
             0,
             [f"set {_set_text(columns, combo)}: more than {MAX_ENUMERATED_STRATEGIES} strategies to verify one by one"],
         )
-    witnesses = {tuple(witness.counts): witness.multipliers for witness in entry.strategies}
+    witnesses = {tuple(witness.counts): witness for witness in entry.strategies}
     messages = []
     for counts in witnesses:
         if len(counts) != len(combo) or sum(n * g for n, g in zip(counts, sizes)) != num_gpus:
             messages.append(f"set {_set_text(columns, combo)}: witness counts {list(counts)} are not a strategy of it")
-    extra = [weights for weights in witnesses.values() if len(weights) == len(combo)]
-    if len(extra) != len(witnesses):
+    fitting = [witness for witness in witnesses.values() if len(witness.multipliers) == len(combo)]
+    if len(fitting) != len(witnesses):
         messages.append(f"set {_set_text(columns, combo)}: a witness has not one multiplier per scheme")
     bounds = _strategy_bounds_s(
-        profile, columns, tables, combo, np.array(vectors), num_gpus, extra, target_s=aim, tally=tally
+        profile,
+        columns,
+        tables,
+        combo,
+        np.array(vectors),
+        num_gpus,
+        [witness.multipliers for witness in fitting],
+        target_s=aim,
+        tally=tally,
+        mixed=_mixed_functions(fitting),
     )
     for counts, bound in zip(vectors, bounds.tolist()):
         if bound < floor and len(messages) < MAX_NAMED:
@@ -567,6 +580,17 @@ def _expanded_bound_s(
                 f"< claimed {floor / (1 - RELATIVE_TOLERANCE):.6g} s"
             )
     return float(bounds.min()), len(vectors), messages
+
+
+def _mixed_functions(witnesses) -> list[tuple[Sequence[float], list[int]]]:
+    """The witnesses' multipliers that come with a dual feasible function per scheme, with those
+    functions as indices into `_dual_feasible_images` (tried at every strategy of the set: each is
+    a valid proof for any of them)."""
+    return [
+        (witness.multipliers, [DFF_NAMES.index(name) for name in witness.functions])
+        for witness in witnesses
+        if witness.functions is not None
+    ]
 
 
 def _strategy_text(columns: _Columns, combo: Sequence[int], counts: Sequence[int]) -> str:
@@ -585,11 +609,13 @@ def _strategy_bounds_s(
     extra_switch_s: float = 0.0,
     target_s: float = -math.inf,
     tally: dict[str, int] | None = None,
+    mixed: Sequence[tuple[Sequence[float], Sequence[int]]] = (),
 ) -> np.ndarray:
     """Per row of `counts` (pipelines per scheme of `combo`): the fluid dual at the verifier's own
     grid of multipliers and the given ones, the area, longest item and bubble-floor duals (pipeline
     time) and, for a few items, the assignment bound; plus the strategy's exact sync (and a known
-    switch cost)."""
+    switch cost). `mixed`: multipliers with a dual feasible function per scheme (indices into
+    `_dual_feasible_images`) the packing tries beside its functions alike."""
     combo = list(combo)
     counts = np.asarray(counts, dtype=np.float64).reshape(-1, len(combo))
     cost, work = tables.unit_cost[:, combo], tables.work[:, combo]
@@ -614,7 +640,7 @@ def _strategy_bounds_s(
     sync = np.array([_sync_s(profile, columns, combo, int(count)) for count in replicas.tolist()])
     if math.isfinite(target_s):  # the rows below the target: the costlier bounds, at the target
         bound = _raised_strategy_bounds_s(
-            columns, tables, combo, counts, bound, grid, target_s - sync - extra_switch_s, tally
+            columns, tables, combo, counts, bound, grid, target_s - sync - extra_switch_s, tally, mixed
         )
     return bound + sync + extra_switch_s
 
@@ -829,7 +855,7 @@ def _verify_listed(certificate, plan, profile, request, columns, tables) -> Boun
     witnesses = {}
     for entry in certificate.expanded:
         for witness in entry.strategies:
-            witnesses[(tuple(entry.schemes), tuple(witness.counts))] = witness.multipliers
+            witnesses[(tuple(entry.schemes), tuple(witness.counts))] = witness
     violations = []
     verified = math.inf
     for terms in space:
@@ -845,7 +871,7 @@ def _verify_listed(certificate, plan, profile, request, columns, tables) -> Boun
         counts = [merged[column] for column in combo]
         switch = plan.switch_cost_s if certificate.space == "fixed" else 0.0
         given = witnesses.get((tuple(combo), tuple(counts)))
-        extra = [given] if given is not None and len(given) == len(combo) else []
+        fitting = [given] if given is not None and len(given.multipliers) == len(combo) else []
         bound = float(
             _strategy_bounds_s(
                 profile,
@@ -854,10 +880,11 @@ def _verify_listed(certificate, plan, profile, request, columns, tables) -> Boun
                 combo,
                 np.array([counts]),
                 plan.num_gpus,
-                extra,
+                [witness.multipliers for witness in fitting],
                 switch,
                 target_s=aim,
                 tally=tally,
+                mixed=_mixed_functions(fitting),
             )[0]
         )
         if bound < floor:
@@ -1133,6 +1160,12 @@ def _largest_item_extra_s(columns: _Columns, column: int, work_s: np.ndarray) ->
 
 DFF_THRESHOLDS = (0.2, 0.25, 0.3, 1 / 3, 0.4, 0.45, 0.5)  # eps of f_eps (Fekete & Schepers 2001)
 DFF_STEPS = (2, 3, 4)  # k of u_k
+# names of the functions after the identity, in `_dual_feasible_images`' order (a witness names them)
+DFF_NAMES = (
+    "identity",
+    *(f"f_eps({Fraction(eps).limit_denominator(20)})" for eps in DFF_THRESHOLDS),
+    *(f"u_k({k})" for k in DFF_STEPS),
+)
 SIZE_SHRINK = 1e-9  # sizes are shrunk this much before the functions (all non-decreasing): float noise
 ROOM_CAP_ROUNDS = 3  # rounds of the item-count cap on a pipeline's room (each only lowers it)
 
@@ -1190,11 +1223,15 @@ def _packing_infeasible(
     time_s: float,
     caps: Sequence[int],
     by_lp: bool,
+    functions: np.ndarray | None = None,
 ) -> bool:
     """Whether no assignment of the items to pipelines finishing by `time_s` exists, shown by some
     dual feasible function f and row of `weights` (points x schemes, >= 0): every pipeline's images
     sum to at most 1, so `sum_i min_s weight_s f(x_is) <= capacity` (per point: the weighted
-    pipeline count, or the GPUs with weights g_s) for any assignment."""
+    pipeline count, or the GPUs with weights g_s) for any assignment. With `functions` (points x
+    schemes, indices into `_dual_feasible_images`) each point prices each scheme's items by its
+    own function f_s instead (each pipeline's images under its scheme's sum to at most 1, so
+    `sum_i min_s weight_s f_s(x_is) <= capacity` as well)."""
     if time_s <= 0:
         return True
     sizes = _item_sizes(columns, tables, combo, time_s, caps, by_lp)
@@ -1202,8 +1239,12 @@ def _packing_infeasible(
         return True  # some item fits no pipeline by then
     images = _dual_feasible_images(np.where(np.isfinite(sizes), sizes, 0.0))  # functions x rows x schemes
     misfit = ~np.isfinite(sizes)
-    for point, limit in zip(weights, capacity):
-        priced = np.where(misfit[None], np.inf, images * point[None, None, :])
+    for index, (point, limit) in enumerate(zip(weights, capacity)):
+        if functions is not None:  # one function per scheme: a single function of the rows x schemes
+            picked = images[functions[index], :, np.arange(len(combo))].T  # rows x schemes
+            priced = np.where(misfit, np.inf, picked * point[None, :])[None]
+        else:
+            priced = np.where(misfit[None], np.inf, images * point[None, None, :])
         used = priced.min(axis=2) @ tables.multiplicity
         if (used > limit * (1 + 1e-9) + 1e-12).any():
             return True
@@ -1299,10 +1340,11 @@ def _raised_set_bound_s(profile, columns, tables, combo, num_gpus, cap_s, aim, t
     return best
 
 
-def _raised_strategy_bounds_s(columns, tables, combo, counts, bound, grid, target, tally=None) -> np.ndarray:
+def _raised_strategy_bounds_s(columns, tables, combo, counts, bound, grid, target, tally=None, mixed=()) -> np.ndarray:
     """Raise the pipeline-time bounds `bound` (per row of `counts`) below `target` (per row): the
     bubble dual with the LP floors over at most `items - pipelines + 1` micro-batches and the
-    pipeline holding the longest item, then the packing at the target, then (a few items) the
+    pipeline holding the longest item, then the packing at the target (each function alike on
+    every scheme, and the `mixed` functions at their multipliers), then (a few items) the
     assignment search at the target. `tally` (when given) counts the kind that lifted each row."""
     combo = list(combo)
     bound = bound.copy()
@@ -1346,8 +1388,16 @@ def _raised_strategy_bounds_s(columns, tables, combo, counts, bound, grid, targe
         if bound[place] >= target[place]:
             continue
         row_caps = [int(len(tables.items) - row.sum() + 1)] * len(combo)
+        given = np.array([weights for weights, _ in mixed], dtype=np.float64).reshape(-1, len(combo))
+        functions = np.array([names for _, names in mixed], dtype=np.int64).reshape(-1, len(combo))
         if any(
             _packing_infeasible(columns, tables, combo, grid, row @ grid.T, float(target[place]), row_caps, by_lp)
+            or (
+                len(given) > 0
+                and _packing_infeasible(
+                    columns, tables, combo, given, row @ given.T, float(target[place]), row_caps, by_lp, functions
+                )
+            )
             for by_lp in (False, True)
         ):
             bound[place] = target[place]

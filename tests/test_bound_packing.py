@@ -136,12 +136,13 @@ def test_the_even_split_of_two_twin_schemes_is_found_on_and_off_the_grid():
     assert got[0] == pytest.approx(halvings(start, cutoff, 2 * w + c), rel=1e-12, abs=0)
     tables = BoundTables.build(np.full(13, 3_000), [ONE, ONE_TWIN])
     rows, starts, cutoffs = np.array([[6, 6]]), np.array([start]), np.array([cutoff])
-    off_grid, witnesses = tables.packing_bounds([0, 1], rows, starts, cutoffs, resolution=13)
+    off_grid, witnesses, functions = tables.packing_bounds([0, 1], rows, starts, cutoffs, resolution=13)
     assert off_grid[0] == got[0]
     assert abs(witnesses[0][0] - 0.5) < 1 / 26 and witnesses[0].sum() == pytest.approx(1.0, abs=1e-12)
     assert 13 * witnesses[0].min() > 6  # it proves the bound on its own
+    assert (functions[0] == -1).all()  # with every function alike
     # a row the bound does not raise has no witness
-    none, unraised = tables.packing_bounds([0, 1], np.array([[7, 7]]), np.array([start]), np.array([cutoff]))
+    none, unraised, _ = tables.packing_bounds([0, 1], np.array([[7, 7]]), np.array([start]), np.array([cutoff]))
     assert none[0] == start and np.isnan(unraised[0]).all()
 
 
