@@ -123,6 +123,22 @@ PACKING_BOUNDED_PER_BATCH = 30
 # H100 LongAlign, ~44 items of 8K-32K tokens: a set held its bound at 10 s, 2.6473 s, until
 # expanded; its strategies' packing bounds then raised it to 2.6556 s)
 MAX_BOUND_EXPANSIONS = 100
+# At scale, where a scheme runs many pipelines (MANY_PIPELINES or more), the search's solves go to
+# strategies near the fluid optimum, and the long sequences' granularity wants more of the schemes
+# that hold them: at 8B / 1,024 H100 (Wikipedia seed 0) the best strategy solved was `91x<2,1,2> +
+# 71x<1,1,2> + 518x<1,1,1>` and the plan flexsp's (1.908 s). After the search proper, the best
+# solved strategy with such a scheme moves GPUs between its schemes (`_count_moves`), reaching
+# `107x<2,1,2> + 55x<1,1,2> + 486x<1,1,1>` there (1.852 s). Moves of COUNT_MOVE_STEPS lcm groups of
+# GPUs, largest first; at most `WorkLimits.count_moves` solves: 2 per 2 s of budget, 10 at the 10 s
+# that 1,024 GPUs get by default, which keeps that solve's wall time where it was (9.9-10.0 s with
+# the imports, 10.2 s before); 20 reached 1.7789 s instead of 1.7814 s on seed 4 for 4 s more, 40
+# another 0.05-0.1%. From COUNT_MOVED_SETS strategies: two, sharing the solves, left the descent
+# short. Skipping queued strategies within 4% of a solved one (to spread the solves) changed no
+# plan of the six seeds and was dropped
+MANY_PIPELINES = 50
+COUNT_MOVE_STEPS = (16, 8, 4, 2, 1)
+MAX_COUNT_MOVES = 2
+COUNT_MOVED_SETS = 1  # the best solved strategies (of distinct scheme sets) moved from
 # steps (bisection steps of a packing bound, node blocks of the assignment bound) the bounds are
 # tightened with after the search: 190-330 were taken at 8-32 GPUs when only the clock ended them
 MAX_BOUND_STEPS = 400
@@ -226,6 +242,7 @@ class WorkLimits:
     max_refined_sets: int = MAX_REFINED_SETS
     max_packing_bounded: int = MAX_PACKING_BOUNDED
     max_bound_expansions: int = MAX_BOUND_EXPANSIONS
+    count_moves: int = MAX_COUNT_MOVES
     bound_steps: int = MAX_BOUND_STEPS
 
     @classmethod
@@ -714,6 +731,8 @@ def search(
             solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
     if clock.cut:  # the clock, not the work limits, ended the search: what the probes found counts
         solved.extend(candidate for candidate in probes.kept.values() if candidate is not None)
+    if settings.pool is None and not clock.cut:  # screened against screened: before the peers join
+        solved = _count_moves(solved, first_solution, settings.work.count_moves, search_time_up)
     solved = sorted([*solved, *peers()], key=lambda c: (c.objective_s, str(c.strategy)))
     if not solved:
         return None
@@ -771,6 +790,71 @@ def _initial_incumbents(
         solved += [candidate] if candidate is not None else []
     solved.sort(key=lambda c: (c.objective_s, str(c.strategy)))
     return solved, tried
+
+
+def _count_moves(
+    solved: list[Candidate],
+    first_solution: Callable[[Strategy], Candidate | None],
+    most: int,
+    time_up: Callable[[], bool],
+) -> list[Candidate]:
+    """Descend from the best solved strategies of COUNT_MOVED_SETS scheme sets with a scheme of
+    MANY_PIPELINES pipelines or more: move GPUs from one scheme to another, a step of
+    COUNT_MOVE_STEPS groups of `lcm` GPUs at a time (largest first, each kept while it pays), solving
+    each move, up to `most` solves (shared evenly) or `time_up()`. `solved` are screened candidates
+    (`first_solution`), as the moves are. Returns `solved` with the moves' candidates."""
+    starts: list[Candidate] = []
+    for candidate in solved:
+        counts = dict(candidate.strategy.counts)
+        if len(counts) > 1 and max(counts.values()) >= MANY_PIPELINES:
+            if all(dict(start.strategy.counts).keys() != counts.keys() for start in starts):
+                starts.append(candidate)
+        if len(starts) == COUNT_MOVED_SETS:
+            break
+    tried = {candidate.strategy for candidate in solved}
+    found: list[Candidate] = []
+    for place, best in enumerate(starts):
+        left = most // len(starts) + (place < most % len(starts))  # an even share each
+        for step in COUNT_MOVE_STEPS:
+            improved = True
+            while improved and left > 0:
+                improved = False
+                for move in _moves(best.strategy, step):
+                    if left <= 0 or time_up():
+                        left = 0
+                        break
+                    if move in tried:
+                        continue
+                    tried.add(move)
+                    left -= 1
+                    candidate = first_solution(move)
+                    if candidate is None:
+                        continue
+                    found.append(candidate)
+                    if candidate.objective_s < best.objective_s:
+                        best, improved = candidate, True
+                        break
+    return sorted([*solved, *found], key=lambda c: (c.objective_s, str(c.strategy)))
+
+
+def _moves(strategy: Strategy, step: int) -> list[Strategy]:
+    """The strategies `step` groups of lcm(g_a, g_b) GPUs away: from scheme b to scheme a, for each
+    ordered pair (in the strategy's order), keeping at least one pipeline of each."""
+    counts = list(strategy.counts)
+    moves = []
+    for a, (scheme_a, count_a) in enumerate(counts):
+        for b, (scheme_b, count_b) in enumerate(counts):
+            if a == b:
+                continue
+            group = math.lcm(scheme_a.num_gpus, scheme_b.num_gpus) * step
+            removed = group // scheme_b.num_gpus
+            if removed >= count_b:
+                continue
+            moved = dict(counts)
+            moved[scheme_a] = count_a + group // scheme_a.num_gpus
+            moved[scheme_b] = count_b - removed
+            moves.append(Strategy.of(moved))
+    return moves
 
 
 def _queue_key(entry: Bounded, index: int) -> tuple[float, float, str, int]:
