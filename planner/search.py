@@ -132,13 +132,12 @@ MAX_BOUND_EXPANSIONS = 100
 # GPUs, largest first; at most `WorkLimits.count_moves` solves: 2 per 2 s of budget, 10 at the 10 s
 # that 1,024 GPUs get by default, which keeps that solve's wall time where it was (9.9-10.0 s with
 # the imports, 10.2 s before); 20 reached 1.7789 s instead of 1.7814 s on seed 4 for 4 s more, 40
-# another 0.05-0.1%. From COUNT_MOVED_SETS strategies: two, sharing the solves, left the descent
-# short. Skipping queued strategies within 4% of a solved one (to spread the solves) changed no
-# plan of the six seeds and was dropped
+# another 0.05-0.1%. From the best such strategy alone: moving from the best two scheme sets, sharing
+# the solves, left the descent short. Skipping queued strategies within 4% of a solved one (to spread
+# the solves) changed no plan of the six seeds and was dropped
 MANY_PIPELINES = 50
 COUNT_MOVE_STEPS = (16, 8, 4, 2, 1)
 MAX_COUNT_MOVES = 2
-COUNT_MOVED_SETS = 1  # the best solved strategies (of distinct scheme sets) moved from
 # steps (bisection steps of a packing bound, node blocks of the assignment bound) the bounds are
 # tightened with after the search: 190-330 were taken at 8-32 GPUs when only the clock ended them
 MAX_BOUND_STEPS = 400
@@ -798,42 +797,37 @@ def _count_moves(
     most: int,
     time_up: Callable[[], bool],
 ) -> list[Candidate]:
-    """Descend from the best solved strategies of COUNT_MOVED_SETS scheme sets with a scheme of
+    """Descend from the best solved strategy (`solved` is best first) with several schemes, one of
     MANY_PIPELINES pipelines or more: move GPUs from one scheme to another, a step of
     COUNT_MOVE_STEPS groups of `lcm` GPUs at a time (largest first, each kept while it pays), solving
-    each move, up to `most` solves (shared evenly) or `time_up()`. `solved` are screened candidates
+    each move, up to `most` solves or `time_up()`. `solved` are screened candidates
     (`first_solution`), as the moves are. Returns `solved` with the moves' candidates."""
-    starts: list[Candidate] = []
-    for candidate in solved:
-        counts = dict(candidate.strategy.counts)
-        if len(counts) > 1 and max(counts.values()) >= MANY_PIPELINES:
-            if all(dict(start.strategy.counts).keys() != counts.keys() for start in starts):
-                starts.append(candidate)
-        if len(starts) == COUNT_MOVED_SETS:
-            break
+    best = next(
+        (c for c in solved if len(c.strategy.counts) > 1 and max(n for _, n in c.strategy.counts) >= MANY_PIPELINES),
+        None,
+    )
     tried = {candidate.strategy for candidate in solved}
     found: list[Candidate] = []
-    for place, best in enumerate(starts):
-        left = most // len(starts) + (place < most % len(starts))  # an even share each
-        for step in COUNT_MOVE_STEPS:
-            improved = True
-            while improved and left > 0:
-                improved = False
-                for move in _moves(best.strategy, step):
-                    if left <= 0 or time_up():
-                        left = 0
-                        break
-                    if move in tried:
-                        continue
-                    tried.add(move)
-                    left -= 1
-                    candidate = first_solution(move)
-                    if candidate is None:
-                        continue
-                    found.append(candidate)
-                    if candidate.objective_s < best.objective_s:
-                        best, improved = candidate, True
-                        break
+    left = most if best is not None else 0
+    for step in COUNT_MOVE_STEPS:
+        improved = True
+        while improved and left > 0:
+            improved = False
+            for move in _moves(best.strategy, step):
+                if left <= 0 or time_up():
+                    left = 0
+                    break
+                if move in tried:
+                    continue
+                tried.add(move)
+                left -= 1
+                candidate = first_solution(move)
+                if candidate is None:
+                    continue
+                found.append(candidate)
+                if candidate.objective_s < best.objective_s:
+                    best, improved = candidate, True
+                    break
     return sorted([*solved, *found], key=lambda c: (c.objective_s, str(c.strategy)))
 
 

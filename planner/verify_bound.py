@@ -1228,10 +1228,11 @@ def _packing_infeasible(
     """Whether no assignment of the items to pipelines finishing by `time_s` exists, shown by some
     dual feasible function f and row of `weights` (points x schemes, >= 0): every pipeline's images
     sum to at most 1, so `sum_i min_s weight_s f(x_is) <= capacity` (per point: the weighted
-    pipeline count, or the GPUs with weights g_s) for any assignment. With `functions` (points x
-    schemes, indices into `_dual_feasible_images`) each point prices each scheme's items by its
-    own function f_s instead (each pipeline's images under its scheme's sum to at most 1, so
-    `sum_i min_s weight_s f_s(x_is) <= capacity` as well)."""
+    pipeline count, or the GPUs with weights g_s) for any assignment. A point whose row of
+    `functions` (points x schemes, indices into `_dual_feasible_images`, -1 for every function
+    alike) names one function per scheme prices each scheme's items by its own function f_s instead
+    (each pipeline's images under its scheme's sum to at most 1, so `sum_i min_s weight_s f_s(x_is)
+    <= capacity` as well)."""
     if time_s <= 0:
         return True
     sizes = _item_sizes(columns, tables, combo, time_s, caps, by_lp)
@@ -1240,7 +1241,7 @@ def _packing_infeasible(
     images = _dual_feasible_images(np.where(np.isfinite(sizes), sizes, 0.0))  # functions x rows x schemes
     misfit = ~np.isfinite(sizes)
     for index, (point, limit) in enumerate(zip(weights, capacity)):
-        if functions is not None:  # one function per scheme: a single function of the rows x schemes
+        if functions is not None and functions[index][0] >= 0:  # one function per scheme: one image row
             picked = images[functions[index], :, np.arange(len(combo))].T  # rows x schemes
             priced = np.where(misfit, np.inf, picked * point[None, :])[None]
         else:
@@ -1384,19 +1385,16 @@ def _raised_strategy_bounds_s(columns, tables, combo, counts, bound, grid, targe
     bound[low] = current
     for reached in (current >= target[low]).tolist():
         _count(tally, "strategy: bubble dual (LP floors)", reached)
+    # the packing's points: the grid with every function alike (-1), then the mixed witnesses'
+    points = np.vstack([grid, *(np.asarray(weights, dtype=np.float64)[None] for weights, _ in mixed)])
+    functions = np.vstack([np.full(grid.shape, -1), *(np.asarray(names)[None] for _, names in mixed)])
     for place, row in zip(low.tolist(), rows):
         if bound[place] >= target[place]:
             continue
         row_caps = [int(len(tables.items) - row.sum() + 1)] * len(combo)
-        given = np.array([weights for weights, _ in mixed], dtype=np.float64).reshape(-1, len(combo))
-        functions = np.array([names for _, names in mixed], dtype=np.int64).reshape(-1, len(combo))
         if any(
-            _packing_infeasible(columns, tables, combo, grid, row @ grid.T, float(target[place]), row_caps, by_lp)
-            or (
-                len(given) > 0
-                and _packing_infeasible(
-                    columns, tables, combo, given, row @ given.T, float(target[place]), row_caps, by_lp, functions
-                )
+            _packing_infeasible(
+                columns, tables, combo, points, row @ points.T, float(target[place]), row_caps, by_lp, functions
             )
             for by_lp in (False, True)
         ):

@@ -68,20 +68,18 @@ def test_count_moves_descend_to_a_better_strategy_within_their_budget():
     assert not calls
 
 
-def test_count_moves_start_only_where_a_scheme_runs_many_pipelines_and_share_the_budget(monkeypatch):
-    monkeypatch.setattr(search, "COUNT_MOVED_SETS", 2)
+def test_count_moves_start_only_where_a_scheme_runs_many_pipelines_from_the_best_such_strategy():
     calls = []
 
     def first_solution(plan: Strategy):
         calls.append(plan)
-        return candidate(plan, 5.0)  # never better: each start spends its share
+        return candidate(plan, 5.0)  # never better: the start spends the whole budget
 
     few = [candidate(strategy(4, 10, 4), 1.0)]  # 20 GPUs in all: no scheme of 50 pipelines
     assert search._count_moves(few, first_solution, 10, lambda: False) == few and not calls
     two_sets = [candidate(strategy(92, 68, 520), 1.0), candidate(Strategy.of({A: 100, C: 624}), 1.1)]
     search._count_moves(two_sets, first_solution, 7, lambda: False)
-    from_first = [p for p in calls if B in dict(p.counts)]
-    assert len(from_first) == 4 and len(calls) == 7  # 4 + 3: an even share, the first set first
+    assert len(calls) == 7 and all(B in dict(p.counts) for p in calls)  # every move from the best set
 
 
 def test_a_search_with_moves_plans_no_worse_and_solves_the_moves(monkeypatch):
