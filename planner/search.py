@@ -145,6 +145,14 @@ MAX_COUNT_MOVES = 3
 # steps (bisection steps of a packing bound, node blocks of the assignment bound) the bounds are
 # tightened with after the search: 190-330 were taken at 8-32 GPUs when only the clock ended them
 MAX_BOUND_STEPS = 400
+# ... times this factor more from twice the default budget on (4 s and more), beyond the budget's
+# scale: at 10 s the search proper and the polish of 32B / 64 A100 took 2-4 s of CPU and the
+# tightening ended by its 2,000 steps with the sets and strategies of deep pipelines below 3% of
+# the plan still waiting (lognormal seed 0: 993 strategies, 1,671 sets). With 3x, 32B gap p50 at
+# 10 s fell from 4.27% to 3.59% on the same plans, CPU p50 5.7 s, at most 6.4 s; 6x raised no
+# further bound on lognormal seed 0 (strategies of deep pipelines then hold it, at the bound
+# their own packing bound reaches alone) for 3.4 s more
+DEEPER_BOUND_STEPS_FACTOR = 3
 REFINE_ROUNDS = 20  # for the best candidate
 REFINE_ROUNDS_EACH = 4  # for every polished candidate
 PACKING_SEARCH_EVALUATIONS = 1500  # exact simulations per pipeline in the packing local search
@@ -253,11 +261,15 @@ class WorkLimits:
         """The default limits scaled in proportion to the budget over `WORK_REFERENCE_BUDGET_S`
         (never below one unit of each, at most MAX_WORK_SCALE times the defaults): a short budget
         then ends the search by its work limits too, where the machine's pace allows, instead of
-        by the clock, and a long one searches further."""
+        by the clock, and a long one searches further. From twice the reference on, the bounds'
+        steps are DEEPER_BOUND_STEPS_FACTOR times more again."""
         scale = min(MAX_WORK_SCALE, time_limit_s / WORK_REFERENCE_BUDGET_S)
         if scale == 1.0:
             return cls()
-        return cls(**{f.name: max(1, int(getattr(cls, f.name) * scale)) for f in dataclasses.fields(cls)})
+        limits = {f.name: max(1, int(getattr(cls, f.name) * scale)) for f in dataclasses.fields(cls)}
+        if scale >= 2:
+            limits["bound_steps"] *= DEEPER_BOUND_STEPS_FACTOR
+        return cls(**limits)
 
 
 @dataclass(frozen=True)
@@ -1036,6 +1048,7 @@ def _tighten_bounds(
     # of many items' sets took 8B / 64 H100 LongAlign batches from 1.1-1.2 s to 1.4-2.3 s of CPU
     deeper = settings.work.bound_steps >= 2 * MAX_BOUND_STEPS
 
+    few = frontier.tables.num_items <= FEW_ITEMS
     while steps_left >= 0 and not clock.stop():
         waiting = [
             (entry.bound_s, index)
@@ -1043,6 +1056,8 @@ def _tighten_bounds(
             if entry.bound_s < incumbent_s and entry.strategy not in refined_strategies
         ]
         least_set_s = frontier.next_set_bound_s()
+        if not few and _held_beyond_reach(frontier, refined_strategies, least_set_s, waiting):
+            break  # with a few items the assignment bounds may still find better plans
         if (
             frontier.set_pricing is not None
             and least_set_s < incumbent_s
@@ -1051,7 +1066,6 @@ def _tighten_bounds(
             if frontier.sets[0][2] not in refined_sets and len(refined_sets) < settings.work.max_refined_sets:
                 _refine_set_batch(frontier, incumbent_s, refined_sets, should_stop)
                 continue
-            few = frontier.tables.num_items <= FEW_ITEMS
             many = (
                 deeper
                 and frontier.floor_s > least_set_s  # a huge set's expansion left its bound standing
@@ -1087,6 +1101,17 @@ def _tighten_bounds(
                 best = refine(candidate, lengths, settings.work.refine_rounds, clock.stop)
                 incumbent_s = best.objective_s
     return best
+
+
+def _held_beyond_reach(
+    frontier: Frontier, refined: set[Strategy], least_set_s: float, waiting: list[tuple[float, int]]
+) -> bool:
+    """Whether a strategy the packing bound already raised (or the floor of huge sets) holds the
+    global bound at or below every bound the tightening could still raise (the least set's,
+    `least_set_s`, and the `waiting` strategies'): the rest of its steps would raise only bounds
+    above it (32B / 64 A100 SFT mix at 10 s: 2 s of CPU for the same global bound)."""
+    held_s = min([frontier.floor_s, *(entry.bound_s for entry in frontier.strategies if entry.strategy in refined)])
+    return held_s <= least_set_s and (not waiting or held_s <= min(waiting)[0])
 
 
 def _refine_set_batch(

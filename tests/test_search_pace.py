@@ -60,6 +60,11 @@ def test_the_work_limits_follow_the_budget_up_to_a_cap() -> None:
     assert scaled.refine_rounds == defaults.refine_rounds * search.MAX_WORK_SCALE
     assert scaled.polished == defaults.polished * search.MAX_WORK_SCALE  # more strategies polished too
     assert search.WorkLimits.for_budget(600.0) == scaled  # no further
+    # the bounds' steps grow faster from twice the reference budget on, never at the default
+    assert scaled.bound_steps == defaults.bound_steps * search.MAX_WORK_SCALE * search.DEEPER_BOUND_STEPS_FACTOR
+    assert search.WorkLimits.for_budget(search.WORK_REFERENCE_BUDGET_S * 1.5).bound_steps == int(
+        defaults.bound_steps * 1.5
+    )
     assert (
         search.WorkLimits.for_budget(search.WORK_REFERENCE_BUDGET_S / 2).max_expansions == defaults.max_expansions // 2
     )
