@@ -276,11 +276,15 @@ def test_bodies_in_flight_are_bounded_before_they_are_read(two_workers: Server) 
     budget = 16 * 2**20  # HYDRAPLAN_MAX_BODY_BYTES, the budget's default
     holders = []
     try:
-        for _ in range(40):  # the kernel hands connections to either worker
+        for _ in range(80):  # the kernel hands connections to either worker
             connection, answer = hold_body(two_workers, budget)
             if answer:
                 assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
                 connection.close()
+                # the worker that just answered is back waiting first and tends to take the next
+                # connection too (a CI run saw 40 in a row, the other worker never got one): let
+                # the other's 0.1 s tick bring it back to waiting after it
+                time.sleep(0.25)
             else:
                 holders.append(connection)
             if len(holders) == 2:
