@@ -129,19 +129,21 @@ MAX_BOUND_EXPANSIONS = 100
 # 71x<1,1,2> + 518x<1,1,1>` and the plan flexsp's (1.908 s). After the search proper, the best
 # solved strategy with such a scheme moves GPUs between its schemes (`_count_moves`), reaching
 # `103x<2,1,2> + 54x<1,1,2> + 504x<1,1,1>`-like strategies (1.85 s). Moves of COUNT_MOVE_STEPS lcm
-# groups of GPUs, largest first; at most `WorkLimits.count_moves` solves: 3 per 2 s of budget, 15
+# groups of GPUs, largest first; at most `WorkLimits.count_moves` solves: 6 per 2 s of budget, 30
 # at the 10 s that 1,024 GPUs get by default (a screened solve there takes ~0.045 s). Measured on
 # the six seeds' screens with every descent replayed on the same solves (speed-up over flexsp,
 # geometric mean): steps (16, 8, 4, 2, 1) gave 1.0287x at 10, 15 and 1.0291x at 20 solves; (8, 4,
-# 2, 1) 1.0289x, 1.0297x, 1.0298x, no seed worse; (16, 4, 1) and (24, 8, 2) less; trying the last
-# improving direction first changed nothing. An exhaustive grid of every second count around the
-# optimum (625 solves) found 1.0232x on seed 4 and 1.0319x on seed 0 (the descent: 1.0227x and
-# 1.0314x), so the scheme set itself caps the six seeds near 1.030x. From the best such strategy
-# alone: moving from the best two scheme sets, sharing the solves, left the descent short.
+# 2, 1) 1.0289x, 1.0297x, 1.0298x, 1.0300x, 1.0303x at 10, 15, 20, 25, 30 solves and 1.0303x at 40
+# and 60 (the descents end by then), no seed worse for more; (4, 2, 1) 1.0297x at 30-60; (16, 4, 1)
+# and (24, 8, 2) less; trying the last improving direction first changed nothing. An exhaustive
+# grid of every second count around the optimum (625 solves) found 1.0232x on seed 4 and 1.0319x
+# on seed 0 (30 solves: 1.0232x and 1.0315x), so the scheme set itself caps the six seeds near
+# 1.030x. From the best such strategy alone: moving from the best two scheme sets, sharing the
+# solves, left the descent short.
 # Skipping queued strategies within 4% of a solved one (to spread the solves) changed no plan
 MANY_PIPELINES = 50
 COUNT_MOVE_STEPS = (8, 4, 2, 1)
-MAX_COUNT_MOVES = 3
+MAX_COUNT_MOVES = 6
 # steps (bisection steps of a packing bound, node blocks of the assignment bound) the bounds are
 # tightened with after the search: 190-330 were taken at 8-32 GPUs when only the clock ended them
 MAX_BOUND_STEPS = 400
