@@ -19,16 +19,26 @@ def _entry(bound_s: float, name: str) -> types.SimpleNamespace:
     return types.SimpleNamespace(bound_s=bound_s, strategy=name)
 
 
+def held(frontier, refined: set, least_set_s: float, incumbent_s: float = 10.0) -> bool:
+    waiting, held_s = search._waiting_and_held(frontier, refined, incumbent_s)
+    return search._held_beyond_reach(held_s, least_set_s, waiting)
+
+
+def test_waiting_and_held_split_the_strategies_in_one_pass():
+    frontier = types.SimpleNamespace(floor_s=9.0, strategies=[_entry(4.0, "a"), _entry(5.0, "b"), _entry(12.0, "c")])
+    assert search._waiting_and_held(frontier, {"a"}, 10.0) == ([(5.0, 1)], 4.0)  # "c" is above the incumbent
+    assert search._waiting_and_held(frontier, set(), 10.0) == ([(4.0, 0), (5.0, 1)], 9.0)  # the floor holds
+
+
 def test_held_only_when_the_least_bound_is_out_of_the_tightening_s_reach():
     frontier = types.SimpleNamespace(floor_s=9.0, strategies=[_entry(4.0, "a"), _entry(5.0, "b"), _entry(6.0, "c")])
-    waiting = [(5.0, 1), (6.0, 2)]
-    assert search._held_beyond_reach(frontier, {"a"}, 7.0, waiting)  # "a" was raised already and holds 4.0
-    assert not search._held_beyond_reach(frontier, {"b"}, 7.0, [(4.0, 0), (6.0, 2)])  # "a" may still rise
-    assert not search._held_beyond_reach(frontier, {"a"}, 3.5, waiting)  # a set below it may still rise
-    assert search._held_beyond_reach(frontier, {"a"}, 4.0, waiting)  # ties: raising the set cannot help
-    assert not search._held_beyond_reach(frontier, set(), 7.0, [(4.0, 0)])  # nothing raised yet
+    assert held(frontier, {"a"}, 7.0)  # "a" was raised already and holds 4.0
+    assert not held(frontier, {"b"}, 7.0)  # "a" may still rise
+    assert not held(frontier, {"a"}, 3.5)  # a set below it may still rise
+    assert held(frontier, {"a"}, 4.0)  # ties: raising the set cannot help
+    assert not held(frontier, set(), 7.0)  # nothing raised yet
     floor_held = types.SimpleNamespace(floor_s=3.0, strategies=[_entry(4.0, "a")])
-    assert search._held_beyond_reach(floor_held, set(), 7.0, [(4.0, 0)])  # the huge sets' floor holds it
+    assert held(floor_held, set(), 7.0)  # the huge sets' floor holds it
 
 
 @pytest.fixture(scope="module")
