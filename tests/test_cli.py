@@ -501,6 +501,22 @@ def test_serve_passes_host_port_and_workers(
     assert calls == [("0.0.0.0", 9001, 3, ""), ("127.0.0.1", 8000, 1, "/api")]
 
 
+@pytest.mark.parametrize("command", [["plan", *TINY], ["serve"]])
+def test_more_worker_processes_than_the_cores_allow_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    # 100,000 asked of `plan --workers` once forked until the machine hung: above 4 per usable core
+    # the flag is refused before any process starts, naming the value and the limit
+    import hydraplan.api.cli.args as args_module
+
+    monkeypatch.setattr(args_module, "usable_cores", lambda: 2)
+    monkeypatch.setitem(sys.modules, "hydraplan.api.service.server", types.SimpleNamespace(run=lambda *a: None))
+    message = assert_one_line_error(*run(capsys, *command, "--workers", "100000")[::2])
+    assert message == "argument --workers: '100000' processes: at most 8 here (4 per core, 2 usable)"
+    message = assert_one_line_error(*run(capsys, *command, "--workers", "9")[::2])
+    assert "'9' processes: at most 8 here" in message
+
+
 def test_the_cli_does_not_import_fastapi() -> None:
     probe = "import sys, hydraplan.api.cli; print('fastapi' in sys.modules, 'uvicorn' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

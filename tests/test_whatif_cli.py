@@ -241,3 +241,18 @@ def test_yes_runs_a_sweep_over_the_limit(capsys: pytest.CaptureFixture[str], tmp
     code, out, err = run(capsys, *argv, "--out", str(tmp_path / "study"), "--json")
     assert code == 0, err
     assert [row["num_gpus"] for row in json.loads(out)["rows"]] == [8, 16]
+
+
+def test_more_local_worker_processes_than_the_cores_allow_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # above 4 per usable core the local pool is refused before the sweep starts (nothing written);
+    # a Ray cluster's workers are its own
+    import hydraplan.api.cli.args as args_module
+
+    monkeypatch.setattr(args_module, "usable_cores", lambda: 2)
+    out_dir = tmp_path / "sweep"
+    code, _, err = run(capsys, *TINY_FLAGS, "--workers", "9", "--no-plots", "--out", str(out_dir))
+    assert code == 2 and "Traceback" not in err, err
+    assert "--workers 9: at most 8 local processes here (4 per core, 2 usable)" in err
+    assert not out_dir.exists()

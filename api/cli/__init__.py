@@ -146,13 +146,17 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `hydraplan serve`."""
-    from hydraplan.api.cli.args import positive_int
+    from hydraplan.api.cli.args import PROCESSES_PER_CORE, positive_int, process_count
 
     parser.description = "Run the REST service (pip install 'hydraplan[service]')."
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
     parser.add_argument("--port", type=positive_int, default=8000, help="port (default: %(default)s)")
     parser.add_argument(
-        "--workers", type=positive_int, metavar="N", default=1, help="worker processes (default: %(default)s)"
+        "--workers",
+        type=process_count,
+        metavar="N",
+        default=1,
+        help=f"worker processes (default: %(default)s; at most {PROCESSES_PER_CORE} per core)",
     )
     parser.add_argument(
         "--root-path",

@@ -7,6 +7,7 @@ planner's schema module for choices and defaults; the solver libraries stay unim
 from __future__ import annotations
 
 import argparse
+import os
 
 from hydraplan.planner.schemas import OversizePolicy, SolverBackend, SolverOptions
 
@@ -26,6 +27,32 @@ def positive_int(text: str) -> int:
     value = integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return value
+
+
+# local worker processes a command may start, per core this process may use: more only fork copies
+# of the planner that wait for a core (100,000 asked of `plan --workers` forked until the machine hung)
+PROCESSES_PER_CORE = 4
+
+
+def usable_cores() -> int:
+    """The cores this process may use (its CPU affinity where the platform has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def local_process_limit() -> int:
+    """The most local worker processes a command starts: PROCESSES_PER_CORE per usable core."""
+    return PROCESSES_PER_CORE * usable_cores()
+
+
+def process_count(text: str) -> int:
+    """A count of local worker processes: an integer from 1 to `local_process_limit()`."""
+    value = positive_int(text)
+    most = local_process_limit()
+    if value > most:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} processes: at most {most} here ({PROCESSES_PER_CORE} per core, {usable_cores()} usable)"
+        )
     return value
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import gc
 import multiprocessing
-import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hydraplan.api.cli.args import (
+    PROCESSES_PER_CORE,
     add_cluster_options,
     add_json_option,
     add_profile_option,
@@ -27,6 +27,8 @@ from hydraplan.api.cli.args import (
     add_virtual_stages_option,
     positive_float,
     positive_int,
+    process_count,
+    usable_cores,
 )
 from hydraplan.api.cli.inputs import (
     batch_lengths,
@@ -150,9 +152,7 @@ def _workers(requested: int | None) -> int:
     worker inherits the loaded planner instead of importing it again)."""
     if "fork" not in multiprocessing.get_all_start_methods():
         return 1
-    if requested:
-        return requested
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return requested or usable_cores()
 
 
 def _hydraplan_plan(
@@ -294,10 +294,11 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     )
     solver.add_argument(
         "--workers",
-        type=positive_int,
+        type=process_count,
         metavar="N",
         help="processes that plan together (the others make the baselines' own plans and, from 3 on, compute "
-        "ahead of the search); the plan is the same for any N (default: the cores this process may use)",
+        "ahead of the search); the plan is the same for any N (default: the cores this process may use; at "
+        f"most {PROCESSES_PER_CORE} per core)",
     )
     output = parser.add_argument_group("output")
     output.add_argument("--out", metavar="FILE", help="also write the plan JSON to FILE")

@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from hydraplan.api.cli.args import add_catalog_file_option, add_json_option, add_progress_option, positive_int
+from hydraplan.api.cli.args import (
+    PROCESSES_PER_CORE,
+    add_catalog_file_option,
+    add_json_option,
+    add_progress_option,
+    local_process_limit,
+    positive_int,
+    usable_cores,
+)
 from hydraplan.api.cli.progress import PROG, stderr_is_terminal
 from hydraplan.api.files import InputError
 
@@ -127,7 +134,13 @@ def run_whatif(args: argparse.Namespace) -> int:
     file_values = read_spec_file(args.spec) if args.spec else {}
     spec, where = build_spec(file_values, flag_values(args), args.spec)
     configurations = expand(spec, where, args.max_configurations, args.yes)
-    executor = make_executor(args.executor, args.workers or os.cpu_count() or 1, args.ray_address)
+    workers = args.workers or usable_cores()
+    if args.executor == "local" and workers > local_process_limit():
+        raise InputError(
+            f"--workers {workers}: at most {local_process_limit()} local processes here "
+            f"({PROCESSES_PER_CORE} per core, {usable_cores()} usable); a Ray cluster takes more (--executor ray)"
+        )
+    executor = make_executor(args.executor, workers, args.ray_address)
     folder = Path(args.out)
     rows_file = RowsFile(folder, configurations, args.resume)
     finished = len(rows_file.finished)
@@ -267,7 +280,8 @@ def add_whatif_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=positive_int,
         metavar="N",
-        help="worker processes (default: the CPU count; 1 runs in this process)",
+        help=f"worker processes (default: the cores this process may use; 1 runs in this process; local: at "
+        f"most {PROCESSES_PER_CORE} per core)",
     )
     run.add_argument(
         "--ray-address",
