@@ -108,11 +108,13 @@ def read_document(path: str | Path, expected_kind: str) -> Any:
 
 def parse_document(path: str | Path, text: str, expected_kind: str) -> Any:
     """`read_document` of text already read from `path`."""
+    invalid = f"{path}: not {expected_kind.replace('a ', 'a valid ', 1)}: not valid JSON"
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        where = f"line {exc.lineno} column {exc.colno}: {exc.msg}"
-        raise InputError(f"{path}: not {expected_kind.replace('a ', 'a valid ', 1)}: not valid JSON: {where}") from None
+        raise InputError(f"{invalid}: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError as exc:  # arrays or objects nested deeper than Python's parser recurses
+        raise InputError(f"{invalid}: {exc}") from None
     kind = document_kind(data)
     if kind is not None and kind != expected_kind:
         raise InputError(f"{path} is {kind}, not {expected_kind}")

@@ -77,6 +77,8 @@ def read_json_object(path: Path, error_type: type[ValueError]) -> dict[str, Any]
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise error_type(f"{path}: not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError as exc:  # arrays or objects nested deeper than Python's parser recurses
+        raise error_type(f"{path}: not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise error_type(f"{path}: the top level must be a JSON object, got {type(data).__name__}")
     return data

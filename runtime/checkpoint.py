@@ -245,7 +245,7 @@ def read_checkpoint_meta(path: str) -> dict:
         raise CheckpointError(f"--load {path}: not a hydraplan checkpoint (no {META_FILE} or DCP .metadata)")
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise CheckpointError(f"--load {path}: {META_FILE} is not JSON ({exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"--load {path}: {META_FILE} is not {CHECKPOINT_FORMAT}")

@@ -128,7 +128,7 @@ def _read_meta(root: Path) -> dict:
         raise DataFormatError(f"{root}: no {META} (not a {FORMAT} token directory)")
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise DataFormatError(f"{meta_path}: not JSON ({exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise DataFormatError(f"{meta_path}: format must be {FORMAT!r}, got {_get(meta, 'format')!r}")

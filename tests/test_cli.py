@@ -501,6 +501,28 @@ def test_serve_passes_host_port_and_workers(
     assert calls == [("0.0.0.0", 9001, 3, ""), ("127.0.0.1", 8000, 1, "/api")]
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["check", "{file}"],
+        ["show", "{file}"],
+        ["plan", *TINY, "--previous-plan", "{file}"],
+        ["plan", "--model", "tiny", "--num-gpus", "8", "--lengths", "{file}"],
+        ["plan", *TINY, "--models-file", "{file}"],
+        ["plan", *TINY, "--gpus-file", "{file}"],
+        ["plan", "--profile", "{file}", "--num-gpus", "8", "--num-tokens", "2000"],
+    ],
+)
+def test_json_nested_deeper_than_the_parser_recurses_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: list[str]
+) -> None:
+    # json.loads raises RecursionError, not JSONDecodeError, on 100,000 nested arrays: it was a
+    # traceback (exit 1) from every file reader; now one line naming the file, exit 2
+    path = write(tmp_path, "deep.json", "[" * 100_000 + "]" * 100_000)
+    message = assert_one_line_error(*run(capsys, *[flag.format(file=path) for flag in flags])[::2])
+    assert message.startswith(f"{path}: not a valid") and "maximum recursion depth exceeded" in message
+
+
 @pytest.mark.parametrize("command", [["plan", *TINY], ["serve"]])
 def test_more_worker_processes_than_the_cores_allow_is_a_usage_error(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: list[str]

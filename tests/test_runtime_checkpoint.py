@@ -381,3 +381,13 @@ def test_the_worker_front_door_refuses_a_negative_data_start(workspace):
         resolve_run_io([first], _cfg(workspace), "float64", data=str(workspace / "tokens"), data_start=-1)
     fields = resolve_run_io([first], _cfg(workspace), "float64", data=str(workspace / "tokens"))
     assert (fields["data_start"], fields["first_step"], fields["load_dir"]) == (0, 0, None)
+
+
+def test_a_checkpoint_meta_nested_too_deeply_is_one_line(tmp_path):
+    # json.loads raises RecursionError on it (not JSONDecodeError): a traceback before
+    from hydraplan.runtime.checkpoint import META_FILE, CheckpointError, read_checkpoint_meta
+
+    (tmp_path / META_FILE).write_text("[" * 100_000, encoding="utf-8")
+    (tmp_path / ".metadata").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"is not JSON \(maximum recursion depth exceeded"):
+        read_checkpoint_meta(str(tmp_path))

@@ -92,6 +92,7 @@ def test_lengths_prints_the_next_batch_for_hydraplan_plan(corpus, capsys):
     [
         (lambda d: (d / "meta.json").unlink(), "no meta.json"),
         (lambda d: (d / "meta.json").write_text("{nope"), "meta.json: not JSON"),
+        (lambda d: (d / "meta.json").write_text("[" * 100_000), "meta.json: not JSON (maximum recursion depth"),
         (lambda d: _edit_meta(d, format="other/1"), "format must be 'hydraplan.tokens/1', got 'other/1'"),
         (lambda d: _edit_meta(d, dtype="int8"), "dtype must be one of ['uint16', 'uint32'], got 'int8'"),
         (lambda d: _edit_meta(d, vocab_size=0), "vocab_size must be a positive integer, got 0"),
@@ -142,6 +143,9 @@ def test_convert_refuses_bad_input_with_one_line(corpus, capsys):
     (corpus / "bad.jsonl").write_text('{"text": "ok"}\n[1, 2]\n', encoding="utf-8")
     assert main(["data", "convert", str(corpus / "bad.jsonl"), "--out", str(corpus / "o")]) == 2
     assert "bad.jsonl:2: not an object with a string 'text' (--text-key)" in capsys.readouterr().err
+    (corpus / "deep.jsonl").write_text('{"text": "ok"}\n' + "[" * 100_000 + "\n", encoding="utf-8")
+    assert main(["data", "convert", str(corpus / "deep.jsonl"), "--out", str(corpus / "o")]) == 2
+    assert "deep.jsonl:2: not JSON (maximum recursion depth exceeded" in capsys.readouterr().err
     (corpus / "bin.txt").write_bytes(b"\xff\xfe\x00")
     assert main(["data", "convert", str(corpus / "bin.txt"), "--out", str(corpus / "o")]) == 2
     assert "bin.txt: not UTF-8 text" in capsys.readouterr().err

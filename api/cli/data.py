@@ -82,6 +82,8 @@ def _texts(path: Path, text_key: str) -> Iterator[str]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        except RecursionError as exc:  # arrays or objects nested deeper than Python's parser recurses
+            raise ValueError(f"{path}:{number}: not JSON ({exc})") from None
         if not isinstance(record, dict) or not isinstance(record.get(text_key), str):
             raise ValueError(f"{path}:{number}: not an object with a string {text_key!r} (--text-key)")
         yield record[text_key]

@@ -73,7 +73,7 @@ def _parse_text_lengths(name: str, text: str) -> list[int]:
 def _parse_json_lengths(name: str, text: str) -> list[int]:
     try:
         values = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise LengthsError(f"{name}: not a valid JSON list ({exc})") from None
     if not isinstance(values, list):
         raise LengthsError(f"{name}: expected a JSON list of integers")
