@@ -6,13 +6,16 @@ intervals; we instead evaluate candidate strategies on sampled batches of the da
 measures the true planner objective rather than a proxy:
 
 1. plan every sample batch with the full search and keep its best strategies as candidates;
-2. solve every candidate on every batch (greedy dispatch + packing): a matrix of step times;
+2. solve every candidate on every batch (greedy dispatch + packing): a matrix of step times, the
+   batches' best strategies first, row by row while the budget lasts (EVALUATION_SHARE of it is
+   kept for this);
 3. choose `pool_size` candidates minimising the mean over batches of the best pool member's step
    time (facility location): greedy additions, then single swaps while they help.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +29,18 @@ from hydraplan.planner.items import prepare_items
 from hydraplan.planner.schemas import CostProfile, PlanRequest
 from hydraplan.planner.search import Clock, SearchSettings, search, solve_strategy
 from hydraplan.planner.strategies import Strategy
+
+# the least search time a sample batch gets, and the most sample batches a proposal takes: each
+# batch is searched, then solved once per candidate (about nine per batch), so the work grows with
+# the square of the batches; 256 at the least time is 13 s of search
+MIN_BATCH_BUDGET_S = 0.05
+MAX_POOL_BATCHES = 256
+EVALUATION_SHARE = 0.25  # of the budget kept for solving the candidates on every batch
+
+
+def least_budget_s(num_batches: int) -> float:
+    """The smallest budget `propose_pool` can honour for this many sample batches."""
+    return num_batches * MIN_BATCH_BUDGET_S / (1 - EVALUATION_SHARE)
 
 
 @dataclass(frozen=True)
@@ -43,6 +58,7 @@ class StrategyPool:
     best_single_step_time_s: float  # mean with the best single strategy for every batch
     num_batches: int
     num_candidates: int
+    num_evaluated: int  # candidates solved on every batch before the budget ran out (the pool's choice)
 
 
 def propose_pool(
@@ -55,18 +71,29 @@ def propose_pool(
     """The pool of `pool_size` strategies with the least expected step time over `batches`.
 
     `template` gives the cluster and solver options (its lengths are ignored); `clock()` returns
-    the seconds left for the whole proposal (the caller's budget).
+    the seconds left for the whole proposal (the caller's budget): the searches share all of it
+    but EVALUATION_SHARE, the candidates are solved on the batches (the first always, the batches'
+    best strategies first) while time is left.
     """
     if pool_size < 1:
         raise PlanningError(f"pool_size must be >= 1, got {pool_size}")
     if not batches:
         raise PlanningError("no sample batches to build a pool from")
+    if len(batches) > MAX_POOL_BATCHES:
+        raise PlanningError(f"{len(batches)} sample batches: at most {MAX_POOL_BATCHES}")
     cost = ProfileCostModel(profile)
     largest = max(cost.capacity_tokens(s) for s in cost.schemes() if s.num_gpus <= template.num_gpus)
     item_lengths = [prepare_items(batch, largest, template.options.oversize).lengths for batch in batches]
-    candidates = _candidates(item_lengths, cost, template, clock)
-    times = np.array([[_step_time(strategy, lengths, cost) for lengths in item_lengths] for strategy in candidates])
-    chosen = _facility_location(times, min(pool_size, len(candidates)))
+    start_s = clock()
+    kept_s = EVALUATION_SHARE * start_s if math.isfinite(start_s) else 0.0
+    candidates = _candidates(item_lengths, cost, template, lambda: clock() - kept_s)
+    rows = []
+    for strategy in candidates:
+        if rows and clock() <= 0:
+            break
+        rows.append([_step_time(strategy, lengths, cost) for lengths in item_lengths])
+    times = np.array(rows)
+    chosen = _facility_location(times, min(pool_size, len(rows)))
     served = times[chosen].argmin(axis=0)
     members = tuple(
         PoolMember(
@@ -83,6 +110,7 @@ def propose_pool(
         best_single_step_time_s=float(times.mean(axis=1).min()),
         num_batches=len(batches),
         num_candidates=len(candidates),
+        num_evaluated=len(rows),
     )
 
 
@@ -94,17 +122,19 @@ def _candidates(item_lengths, cost: ProfileCostModel, template: PlanRequest, clo
         max_strategies_solved=options.max_strategies_solved,
         seed=options.seed,
     )
-    found: dict[Strategy, None] = {}
+    best: dict[Strategy, None] = {}
+    runners_up: dict[Strategy, None] = {}
     for index, lengths in enumerate(item_lengths):
         limit_s = resolved_budget_s(options.time_limit_s, lengths, cost, template.num_gpus)
-        budget_s = max(0.05, min(limit_s, clock() / (len(item_lengths) - index)))
+        budget_s = max(MIN_BATCH_BUDGET_S, min(limit_s, clock() / (len(item_lengths) - index)))
         batch_clock = _budget_clock(budget_s)
         result = search(lengths, cost, template.num_gpus, settings, batch_clock, budget_s)
         if result is None:
             raise PlanningError(f"sample batch {index} ({len(lengths)} sequences) cannot be planned")
-        for strategy in (result.best.strategy, *result.runners_up):
-            found.setdefault(strategy)
-    return list(found)
+        best.setdefault(result.best.strategy)
+        for strategy in result.runners_up:
+            runners_up.setdefault(strategy)
+    return [*best, *(strategy for strategy in runners_up if strategy not in best)]
 
 
 def _budget_clock(budget_s: float) -> Clock:

@@ -165,6 +165,19 @@ def test_previous_plan_file_sets_the_previous_strategy(capsys: pytest.CaptureFix
     assert "not a valid plan" in assert_one_line_error(code, err)
 
 
+def test_strategies_refuses_more_batches_than_its_limit_or_its_budget_can_take(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 100,000 sample batches under --budget-s 1 ran for hours (0.05 s of search per batch at least,
+    # and every candidate solved on every batch): both are refused before anything is sampled
+    base = ["strategies", "--model", "tiny", "--num-gpus", "8"]
+    code, _, err = run(capsys, *base, "--num-batches", "100000", "--budget-s", "1")
+    assert assert_one_line_error(code, err) == "--num-batches 100000: at most 256 sample batches"
+    code, _, err = run(capsys, *base, "--num-batches", "100", "--budget-s", "1")
+    message = assert_one_line_error(code, err)
+    assert message == "--budget-s 1 for 100 sample batches: at least 6.67 s (raise it, or lower --num-batches)"
+
+
 def test_strategies_pool_then_plan_within_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     pool_path = tmp_path / "pool.json"
     code, out, err = run(

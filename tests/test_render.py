@@ -12,6 +12,7 @@ from hydraplan.planner.schemas import (
     MicroBatch,
     PipelinePlan,
     Plan,
+    PoolMemberModel,
     SchemeModel,
     SolverStats,
     StrategyPoolFile,
@@ -258,3 +259,13 @@ def test_pool_summary_shows_missing_figures_as_a_dash() -> None:
     text = render_pool(pool, num_candidates=3)
     assert "expected step time with the pool: 12.3 ms" in text
     assert "with each batch's best candidate:  -" in text and "with the best single strategy:     -" in text
+
+
+def test_pool_summary_says_how_many_candidates_the_budget_solved_on_every_batch() -> None:
+    member = PoolMemberModel(strategy="2x<4,1,1>", share=1.0, mean_step_time_s=0.01)
+    pool = StrategyPoolFile(strategies=["2x<4,1,1>"], members=[member], num_batches=20, dataset="wikipedia")
+    first = render_pool(pool, num_candidates=9, num_evaluated=3).splitlines()[0]
+    assert first == (
+        "strategy pool of 1 from 9 candidates over 20 wikipedia batches (3 solved on every batch within the budget)"
+    )
+    assert "solved on every batch" not in render_pool(pool, num_candidates=9, num_evaluated=9)

@@ -41,6 +41,7 @@ from hydraplan.api.cli.progress import PROG, PROGRESS_MIN_S, Progress
 from hydraplan.api.cli.timeline import add_timeline_options, timeline_format, write_timeline
 from hydraplan.api.files import InputError, catalog_model, read_plan, read_pool
 from hydraplan.planner.baselines import BASELINES, recipe_counts_for, wants_interleaved
+from hydraplan.planner.pools import MAX_POOL_BATCHES, MIN_BATCH_BUDGET_S, least_budget_s
 from hydraplan.planner.strategies import named_chunk_counts
 
 if TYPE_CHECKING:
@@ -332,6 +333,13 @@ def run_strategies(args: argparse.Namespace) -> int:
     from hydraplan.api.render.plan_text import render_pool
     from hydraplan.planner.pools import propose_pool
 
+    if args.num_batches > MAX_POOL_BATCHES:
+        raise InputError(f"--num-batches {args.num_batches}: at most {MAX_POOL_BATCHES} sample batches")
+    if args.budget_s < least_budget_s(args.num_batches):
+        raise InputError(
+            f"--budget-s {args.budget_s:g} for {args.num_batches} sample batches: at least "
+            f"{least_budget_s(args.num_batches):.3g} s (raise it, or lower --num-batches)"
+        )
     template = plan_request(args, [1], solver_options(args))
     profile = cluster_profile(args)
     batches = [
@@ -352,7 +360,7 @@ def run_strategies(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).write_text(document.model_dump_json(indent=2) + "\n", encoding="utf-8")
         print(f"{PROG}: wrote a pool of {len(pool.members)} strategies to {args.out}", file=sys.stderr)
-    print(render_pool(document, pool.num_candidates), end="")
+    print(render_pool(document, pool.num_candidates, pool.num_evaluated), end="")
     return EXIT_OK
 
 
@@ -385,7 +393,11 @@ def add_strategies_arguments(parser: argparse.ArgumentParser) -> None:
     batch = parser.add_argument_group("sample batches")
     add_sampling_options(batch, batch)
     batch.add_argument(
-        "--num-batches", type=positive_int, metavar="N", default=8, help="sample batches (default: %(default)s)"
+        "--num-batches",
+        type=positive_int,
+        metavar="N",
+        default=8,
+        help=f"sample batches (default: %(default)s; at most {MAX_POOL_BATCHES})",
     )
     pool = parser.add_argument_group("pool")
     pool.add_argument(
@@ -396,7 +408,8 @@ def add_strategies_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_float,
         metavar="SECONDS",
         default=30.0,
-        help="planning time for all sample batches together (default: %(default)s)",
+        help="planning time for all sample batches together, a quarter of it kept for solving the candidates on "
+        f"every batch; at least {MIN_BATCH_BUDGET_S:g} s of search per batch (default: %(default)s)",
     )
     pool.add_argument("--out", metavar="FILE", help="write the pool JSON (for plan --strategy-pool) to FILE")
     add_progress_option(pool)

@@ -35,15 +35,21 @@ def render_plan(plan: Plan, pipelines: Literal["auto", "grouped", "all"] = "auto
     return "\n\n".join(sections) + "\n"
 
 
-def render_pool(pool: StrategyPoolFile, num_candidates: int) -> str:
-    """A strategy pool: one row per member, then the expected step time against the alternatives."""
+def render_pool(pool: StrategyPoolFile, num_candidates: int, num_evaluated: int | None = None) -> str:
+    """A strategy pool: one row per member, then the expected step time against the alternatives;
+    `num_evaluated` of the candidates were solved on every batch (all when None)."""
     rows = [
         [member.strategy, f"{member.share:.0%}", f"{member.mean_step_time_s * 1e3:,.1f}"] for member in pool.members
     ]
     table = table_text(["strategy", "batches served", "mean step (ms)"], rows, right_from=1)
     lines = [
         f"strategy pool of {len(pool.members)} from {num_candidates} candidates over {pool.num_batches} "
-        f"{pool.dataset or ''} batches".replace("  ", " "),
+        f"{pool.dataset or ''} batches".replace("  ", " ")
+        + (
+            f" ({num_evaluated} solved on every batch within the budget)"
+            if num_evaluated is not None and num_evaluated < num_candidates
+            else ""
+        ),
         "",
         table,
         "",
