@@ -90,11 +90,14 @@ def _file_label(path: str | Path) -> str:
 
 
 def read_text(path: str | Path) -> str:
-    """A UTF-8 text file (or standard input for `-`)."""
+    """A UTF-8 text file (or standard input for `-`), a regular file of at most
+    `limits.MAX_INPUT_FILE_BYTES` (`cost_models.profile_io.read_input_text`)."""
+    from hydraplan.cost_models.profile_io import read_capped, read_input_text
+
     with naming_file(path):
         if str(path) == "-":
-            return sys.stdin.read()
-        return Path(path).read_text(encoding="utf-8")
+            return read_capped(sys.stdin, "standard input", InputError)
+        return read_input_text(Path(path), InputError)
 
 
 def read_document(path: str | Path, expected_kind: str) -> Any:

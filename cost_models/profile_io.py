@@ -10,7 +10,8 @@ A scheme may give `static_bytes` and `activation_bytes_per_token` instead of `ca
 when the top level has `gpu_memory_bytes`; the capacity is then derived. `schema_version` may be
 omitted (it defaults to the current one); any other version is refused.
 
-The helpers `read_json_object` and `format_validation_error` are shared with `catalog`.
+The helpers `read_json_object` and `format_validation_error` are shared with `catalog`, and
+`read_input_text` (bounded, regular files only) with every reader of the command line.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ import os
 import tempfile
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from pydantic import ValidationError
 
+from hydraplan.planner.limits import MAX_INPUT_FILE_BYTES
 from hydraplan.planner.schemas import PROFILE_SCHEMA, CostProfile
 
 __all__ = ["BUNDLED_PROFILES", "ProfileError", "bundled_profile", "load_profile", "save_profile"]
@@ -65,10 +67,41 @@ def format_validation_error(error: ValidationError, location_prefix: tuple[int |
     return "; ".join(clauses)
 
 
+READ_CHUNK_CHARACTERS = 1 << 16
+
+
+def read_input_text(path: Path, error_type: type[ValueError] = ValueError) -> str:
+    """A UTF-8 text file a command reads, at most `limits.MAX_INPUT_FILE_BYTES` of it: a larger
+    regular file is refused (`error_type`, naming it) before it is read, a pipe or a device (`<(...)`,
+    /dev/stdin; /dev/zero has no end) once it has given more (`read_capped`). A missing or
+    unreadable file raises the `OSError`; undecodable bytes the `UnicodeDecodeError`."""
+    if path.is_dir():
+        raise error_type(f"{path}: a directory, not a file")
+    if not path.is_file():
+        with path.open(encoding="utf-8") as stream:
+            return read_capped(stream, str(path), error_type)
+    size = path.stat().st_size
+    if size > MAX_INPUT_FILE_BYTES:
+        raise error_type(f"{path}: {size:,} bytes, more than the limit of {MAX_INPUT_FILE_BYTES:,}")
+    return path.read_text(encoding="utf-8")
+
+
+def read_capped(stream: TextIO, label: str, error_type: type[ValueError] = ValueError) -> str:
+    """All of a text stream, refused (`error_type`, naming `label`) once it gives more than
+    `limits.MAX_INPUT_FILE_BYTES` characters: a stream without end is not read without end."""
+    parts, total = [], 0
+    while chunk := stream.read(READ_CHUNK_CHARACTERS):  # decoded as it comes: a binary stream fails at once
+        total += len(chunk)
+        if total > MAX_INPUT_FILE_BYTES:
+            raise error_type(f"{label}: more than the limit of {MAX_INPUT_FILE_BYTES:,} characters")
+        parts.append(chunk)
+    return "".join(parts)
+
+
 def read_json_object(path: Path, error_type: type[ValueError]) -> dict[str, Any]:
     """Parse a JSON file whose top level must be an object; failures raise `error_type`."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_input_text(path, error_type)
     except FileNotFoundError:
         raise error_type(f"{path}: no such file") from None
     except OSError as exc:
@@ -120,7 +153,10 @@ def save_profile(profile: CostProfile, path: str | Path) -> None:
     """
     target = Path(path)
     text = profile.model_dump_json(indent=2) + "\n"
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+    try:
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+    except OSError as exc:  # name the file asked for, not the temporary one beside it
+        raise OSError(exc.errno, exc.strerror, str(target)) from None
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as out:
             out.write(text)

@@ -64,6 +64,9 @@ MAX_RANK_SLOWDOWN = 1e3  # a rank's slowdown factor (planner/slowdowns.py): 1000
 MAX_TIME_S = 1e6  # fixed times (grad_sync_s): ~11 days
 MAX_BYTES = 1e15  # memory sizes: 1 PB per GPU
 MAX_RATE = 1e18  # FLOP/s and bytes/s: 1 EFLOP/s, 1 EB/s per GPU
+# Largest file (or standard input) a command reads: a plan of MAX_SEQUENCES sequences is ~210 MB as
+# `--out` writes it (indented JSON; 105 bytes per sequence measured at 8B / 1,024 H100, 15K sequences)
+MAX_INPUT_FILE_BYTES = 1 << 29
 
 
 def schedule_operations(num_stages: int, num_micro_batches: int) -> int:

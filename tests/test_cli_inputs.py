@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -257,6 +259,42 @@ def test_a_binary_file_is_named_wherever_it_is_read(
     path.write_bytes(BINARY)
     code, _, err = run(capsys, *READERS[reader](str(path), str(tiny_plan_path)))
     assert assert_one_line_error(code, err) == f"{path}: {BINARY_MESSAGE}"
+
+
+@pytest.mark.parametrize("reader", list(READERS))
+def test_every_reader_stops_at_the_input_size_limit_and_reads_no_device_without_end(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    tiny_plan_path: Path,
+    reader: str,
+) -> None:
+    # /dev/zero (or any stream without end) given as a file was read until memory ran out; a
+    # regular file over the limit is refused before it is read, a stream once it gives more
+    monkeypatch.setattr("hydraplan.cost_models.profile_io.MAX_INPUT_FILE_BYTES", 50_000)  # the plan is ~23 KB
+    big = write(tmp_path, "big.json", " " * 60_000)
+    code, _, err = run(capsys, *READERS[reader](big, str(tiny_plan_path)))
+    assert assert_one_line_error(code, err) == f"{big}: 60,000 bytes, more than the limit of 50,000"
+    code, _, err = run(capsys, *READERS[reader]("/dev/zero", str(tiny_plan_path)))
+    assert assert_one_line_error(code, err) == "/dev/zero: more than the limit of 50,000 characters"
+
+
+def test_a_pipe_is_read_like_a_file_and_standard_input_stops_at_the_limit(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # `--lengths <(cut ...)`: process substitution gives a pipe, not a regular file
+    fifo = tmp_path / "lengths.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text("100\n200\n", encoding="utf-8"))
+    writer.start()
+    code, out, err = run(capsys, "plan", *TINY, "--lengths", str(fifo), "--json")
+    writer.join()
+    assert code == 0, err
+    assert json.loads(out)["input_lengths"] == [100, 200]
+    monkeypatch.setattr("hydraplan.cost_models.profile_io.MAX_INPUT_FILE_BYTES", 64)
+    monkeypatch.setattr("sys.stdin", io.StringIO("5\n" * 40))
+    code, _, err = run(capsys, "plan", *TINY, "--lengths", "-")
+    assert assert_one_line_error(code, err) == "standard input: more than the limit of 64 characters"
 
 
 def test_non_utf8_bytes_in_a_lengths_file_say_where(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

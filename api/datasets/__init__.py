@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
@@ -44,10 +43,10 @@ def load_lengths_file(path_or_dash: str | Path) -> list[int]:
     `-` reads standard input. Raises `LengthsError` naming the line (text) or index (JSON) and
     the bad value, and `OSError` when the file cannot be read.
     """
-    if str(path_or_dash) == "-":
-        name, text = "<stdin>", sys.stdin.read()
-    else:
-        name, text = str(path_or_dash), Path(path_or_dash).read_text(encoding="utf-8")
+    from hydraplan.api.files import read_text  # bounded: a regular file, or a capped standard input
+
+    name = "<stdin>" if str(path_or_dash) == "-" else str(path_or_dash)
+    text = read_text(path_or_dash)
     if text.lstrip().startswith("["):
         lengths = _parse_json_lengths(name, text)
     else:
