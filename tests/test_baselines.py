@@ -192,13 +192,13 @@ def test_heterogeneous_baselines_consider_every_homogeneous_strategy(name, monke
     import hydraplan.planner.baselines as baselines
 
     seen: list = []
-    real = baselines._hydraulis_choice if name == "hydraulis" else baselines._greedy_candidate
+    real = baselines._hydraulis_choice if name == "hydraulis" else baselines._greedy_dispatch_of
 
     def recording(strategy, *args):
         seen.append(strategy)
         return real(strategy, *args)
 
-    monkeypatch.setattr(baselines, "_hydraulis_choice" if name == "hydraulis" else "_greedy_candidate", recording)
+    monkeypatch.setattr(baselines, "_hydraulis_choice" if name == "hydraulis" else "_greedy_dispatch_of", recording)
     lengths = wikipedia_like_batch(30_000, seed=3)
     run_baseline(name, request(lengths), PROFILE)
     pipelines = [strategy.counts for strategy in seen if len(strategy.counts) == 1]
@@ -278,3 +278,37 @@ def test_hydraulis_plans_plain_1f1b_beside_interleaved_entries():
     profile = _pipelined_8b(interleaved=True)
     plan = run_baseline("hydraulis", request(wikipedia_like_batch(120_000, seed=5, cap=8192)), profile)
     assert check_plan(plan, profile) == [] and {p.scheme.v for p in plan.pipelines} == {1}
+
+
+@pytest.mark.parametrize(("model", "seed"), [("llama3-8b", 0), ("llama3-8b", 1), ("llama-32b", 2)])
+def test_flexsp_packs_only_dispatches_whose_floor_can_win_and_chooses_as_packing_them_all(monkeypatch, model, seed):
+    # flexsp packs its pool's dispatches in the order of their floors and stops at the first floor
+    # above the fastest packed: the choice is the one packing every dispatch gives (least step time,
+    # first in pool order), with fewer packings
+    import hydraplan.planner.baselines as baselines
+    from hydraplan.api.datasets import sample_batch
+
+    num_gpus = 64
+    cost = ProfileCostModel(build_profile(get_model(model), get_gpu("h100-sxm-80gb"), num_gpus, 8))
+    lengths = np.array(sample_batch("wikipedia", 300_000, seed, 16_384))
+    coefs = baselines.flexsp_schemes(cost, num_gpus, int(lengths.max()))
+    packs = []
+    real_pack = baselines.pack_pipeline
+    monkeypatch.setattr(baselines, "pack_pipeline", lambda *args: packs.append(1) or real_pack(*args))
+    pruned = baselines.flexsp_choice(lengths, cost, coefs, num_gpus, 3)
+    pruned_packs = len(packs)
+    monkeypatch.setattr(baselines, "_packed_floor_s", lambda *args: -np.inf)
+    packs.clear()
+    every = baselines.flexsp_choice(lengths, cost, coefs, num_gpus, 3)
+    assert pruned.candidate.strategy == every.candidate.strategy
+    assert pruned.candidate.step_time_s == every.candidate.step_time_s
+    assert pruned_packs < len(packs)
+    monkeypatch.undo()
+    # the floor is below what packing gives, for every dispatch
+    pool = baselines.strategy_pool(lengths, coefs, cost, num_gpus, 3, baselines.FLEXSP_POOL_SIZE)
+    for strategy in baselines.with_homogeneous(pool, coefs, num_gpus):
+        found = baselines._greedy_dispatch_of(strategy, lengths, cost)
+        if found is not None:
+            pipeline_coefs, assignment = found
+            slowest = max(real_pack(items, lengths, coef).time_s for items, coef in zip(assignment, pipeline_coefs))
+            assert baselines._packed_floor_s(assignment, pipeline_coefs, lengths) <= slowest * (1 + 1e-12)

@@ -191,3 +191,29 @@ def test_a_fallback_packing_of_an_interleaved_pipeline_is_split_into_whole_group
     assert len(split) == 4 and sorted(item for members in split for item in members) == list(range(6))
     assert _whole_groups([[0], [1], [2]], scheme) == [[0], [1], [2]]  # 3 items cannot fill 4 bins
     assert _whole_groups([[0, 1], [2]], ParallelScheme(1, 4, 1)) == [[0, 1], [2]]  # plain 1F1B: any count
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("c", [0.0, 1e-12, 2e-3])
+def test_a_one_stage_pipeline_packed_into_fewer_micro_batches_skips_one_more_and_packs_the_same(
+    monkeypatch, seed, c
+) -> None:
+    # one more micro-batch only adds c to a one-stage pipeline: it is not balanced at all where c is
+    # far above the float noise of the work's sum (the packing is the same as with it tried); a c of 0
+    # or of noise size leaves both tried, as before
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(50, 3_000, size=int(rng.integers(3, 40)))
+    coef = SchemeCoefficients(ParallelScheme(1, 1, 1), 1e-9, 1e-5, c, 0.3, int(rng.integers(3_000, 9_000)), 0.0)
+    items = np.arange(len(lengths), dtype=np.int64)
+    counts_tried: list[int] = []
+    real_balance = packing.balance_lpt
+    monkeypatch.setattr(packing, "balance_lpt", lambda *args: counts_tried.append(args[1]) or real_balance(*args))
+    fast = packing.pack_pipeline(items, lengths, coef)
+    fast_counts = list(counts_tried)
+    monkeypatch.setattr(packing, "_fewer_wins", lambda *args: False)
+    counts_tried.clear()
+    both = packing.pack_pipeline(items, lengths, coef)
+    assert fast.time_s == both.time_s and fast.stage_times_s == both.stage_times_s
+    assert [b.tolist() for b in fast.micro_batches] == [b.tolist() for b in both.micro_batches]
+    assert len(counts_tried) == 2  # these batches always have two counts to try (minimum, minimum + 1)
+    assert fast_counts == (counts_tried[:1] if c == 2e-3 else counts_tried)
