@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
@@ -43,10 +44,12 @@ def load_lengths_file(path_or_dash: str | Path) -> list[int]:
     `-` reads standard input. Raises `LengthsError` naming the line (text) or index (JSON) and
     the bad value, and `OSError` when the file cannot be read.
     """
-    from hydraplan.api.files import read_text  # bounded: a regular file, or a capped standard input
+    from hydraplan.cost_models.profile_io import read_capped, read_input_text  # bounded, as every CLI input
 
-    name = "<stdin>" if str(path_or_dash) == "-" else str(path_or_dash)
-    text = read_text(path_or_dash)
+    if str(path_or_dash) == "-":
+        name, text = "<stdin>", read_capped(sys.stdin, "standard input", LengthsError)
+    else:
+        name, text = str(path_or_dash), read_input_text(Path(path_or_dash), LengthsError)
     if text.lstrip().startswith("["):
         lengths = _parse_json_lengths(name, text)
     else:
