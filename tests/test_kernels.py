@@ -196,6 +196,23 @@ def test_first_fit_shuffles_is_the_python_loop(trial: int) -> None:
         assert choices[shuffle].tolist() == expected and scores[shuffle] == expected_score
 
 
+@pytest.mark.parametrize("trial", range(12))
+def test_first_fit_shuffles_is_the_python_loop_on_many_pipelines(trial: int) -> None:
+    # the kernel's min trees over each kind's pipelines, several levels deep (up to 300 pipelines,
+    # kinds of 1 to ~300 leaves, powers of two and not), with ties of estimates on purpose
+    rng = np.random.default_rng(900 + trial)
+    num_items, num_kinds = int(rng.integers(50, 400)), int(rng.integers(1, 4))
+    work = rng.choice([0.25, 0.5, 1.0, 1.5], size=(num_items, num_kinds))
+    fits = rng.random((num_items, num_kinds)) < 0.7
+    fits[:, 0] = True
+    kind_of = [0, *rng.integers(0, num_kinds, size=int(rng.integers(1, 300))).tolist()]
+    shuffles = np.stack([rng.permutation(num_items) for _ in range(3)])
+    scores, choices = first_fit_shuffles(work, fits, np.array(kind_of, dtype=np.int64), shuffles)
+    for shuffle in range(3):
+        expected_score, expected = reference_first_fit(work, fits, kind_of, shuffles[shuffle].tolist())
+        assert choices[shuffle].tolist() == expected and scores[shuffle] == expected_score
+
+
 @pytest.mark.parametrize("num_stages", [1, 2, 3, 4, 7])
 @pytest.mark.parametrize("num_micro", [1, 2, 3, 5, 9])
 def test_order_and_end_times_are_the_python_recurrence(num_stages: int, num_micro: int) -> None:
