@@ -36,18 +36,30 @@ COMPILED = [  # the jitted kernels (tests check that `warm_up` covers each)
 _jit = numba.njit(cache=True, nogil=True)
 
 
+# bins `balance_bins` scans one by one for each item; more go in heaps (a wlb packing of 63K
+# sequences into ~4,000 micro-batches at 4,096 H100 scanned them all: 2.8 s of its 4.2 s)
+SCANNED_BINS = 32
+
+
 @_jit
 def balance_bins(
     lengths: np.ndarray, works: np.ndarray, targets: np.ndarray, capacity: float
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """Items (longest first) each to the bin furthest below its target work that has token room
     (the least `work so far - target`, the lowest bin on ties). Returns each item's bin, each
-    bin's work, and False when an item finds no bin with room (the rest is then unassigned)."""
+    bin's work, and False when an item finds no bin with room (the rest is then unassigned).
+
+    Up to SCANNED_BINS bins are scanned for each item; more are kept in a heap by (key, bin), the
+    bins without room for the current item parked in a second heap by their room, which returns
+    them once an item is short enough (items come longest first): the same choices."""
     num_bins = targets.shape[0]
     keys = -targets  # work still missing, negated
     tokens = np.zeros(num_bins)
     loads = np.zeros(num_bins)
     owner = np.full(lengths.shape[0], -1, dtype=np.int64)
+    if num_bins > SCANNED_BINS:
+        placed = _balance_bins_by_heap(lengths, works, keys, tokens, loads, owner, capacity)
+        return owner, loads, placed
     for item in range(lengths.shape[0]):
         length = lengths[item]
         chosen = -1
@@ -63,6 +75,82 @@ def balance_bins(
         loads[chosen] += works[item]
         keys[chosen] = chosen_key + works[item]
     return owner, loads, True
+
+
+@_jit
+def _balance_bins_by_heap(lengths, works, keys, tokens, loads, owner, capacity: float) -> bool:
+    """`balance_bins` for many bins: a min-heap of (key, bin) over the bins with room for the
+    current item and one of (tokens - capacity, bin) over the others."""
+    num_bins = keys.shape[0]
+    heap_keys, heap_bins = keys.copy(), np.arange(num_bins)
+    size = num_bins
+    for start in range(size // 2 - 1, -1, -1):
+        _sift_down(heap_keys, heap_bins, size, start)
+    parked_keys, parked_bins = np.empty(num_bins), np.empty(num_bins, dtype=np.int64)
+    parked = 0
+    for item in range(lengths.shape[0]):
+        length = lengths[item]
+        while parked > 0 and -parked_keys[0] >= length:
+            index = parked_bins[0]
+            parked = _pop(parked_keys, parked_bins, parked)
+            size = _push(heap_keys, heap_bins, size, keys[index], index)
+        while size > 0 and tokens[heap_bins[0]] + length > capacity:
+            index = heap_bins[0]
+            size = _pop(heap_keys, heap_bins, size)
+            parked = _push(parked_keys, parked_bins, parked, tokens[index] - capacity, index)
+        if size == 0:
+            return False
+        key, index = heap_keys[0], heap_bins[0]
+        owner[item] = index
+        tokens[index] += length
+        loads[index] += works[item]
+        keys[index] = key + works[item]
+        heap_keys[0] = keys[index]  # the top's key only grows: down from the root
+        _sift_down(heap_keys, heap_bins, size, 0)
+    return True
+
+
+@_jit
+def _before(key_a: float, bin_a: int, key_b: float, bin_b: int) -> bool:
+    return key_a < key_b or (key_a == key_b and bin_a < bin_b)
+
+
+@_jit
+def _sift_down(heap_keys: np.ndarray, heap_bins: np.ndarray, size: int, position: int) -> None:
+    while True:
+        least, left = position, 2 * position + 1
+        if left < size and _before(heap_keys[left], heap_bins[left], heap_keys[least], heap_bins[least]):
+            least = left
+        right = left + 1
+        if right < size and _before(heap_keys[right], heap_bins[right], heap_keys[least], heap_bins[least]):
+            least = right
+        if least == position:
+            return
+        heap_keys[position], heap_keys[least] = heap_keys[least], heap_keys[position]
+        heap_bins[position], heap_bins[least] = heap_bins[least], heap_bins[position]
+        position = least
+
+
+@_jit
+def _push(heap_keys: np.ndarray, heap_bins: np.ndarray, size: int, key: float, index: int) -> int:
+    position = size
+    heap_keys[position], heap_bins[position] = key, index
+    while position > 0:
+        parent = (position - 1) // 2
+        if not _before(heap_keys[position], heap_bins[position], heap_keys[parent], heap_bins[parent]):
+            break
+        heap_keys[position], heap_keys[parent] = heap_keys[parent], heap_keys[position]
+        heap_bins[position], heap_bins[parent] = heap_bins[parent], heap_bins[position]
+        position = parent
+    return size + 1
+
+
+@_jit
+def _pop(heap_keys: np.ndarray, heap_bins: np.ndarray, size: int) -> int:
+    size -= 1
+    heap_keys[0], heap_bins[0] = heap_keys[size], heap_bins[size]
+    _sift_down(heap_keys, heap_bins, size, 0)
+    return size
 
 
 @_jit

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from hydraplan.planner.kernels import (
+    SCANNED_BINS,
     balance_bins,
     first_fit_shuffles,
     greedy_assign,
@@ -149,6 +150,23 @@ def test_balance_bins_is_the_heap_loop(trial: int) -> None:
     num_bins = int(rng.integers(1, 12))
     targets = rng.choice([0.0, 0.001, 0.002], size=num_bins)  # ties between bins, and not
     capacity = float(rng.choice([3000, 4000, lengths.sum() / num_bins + 3000]))
+    owner, loads, placed = balance_bins(lengths, works, targets, capacity)
+    expected = reference_balance(lengths.tolist(), works.tolist(), targets.tolist(), capacity)
+    assert placed == (expected is not None)
+    if expected is not None:
+        assert owner.tolist() == expected[0] and loads.tolist() == expected[1]
+
+
+@pytest.mark.parametrize("trial", range(20))
+def test_balance_bins_of_many_bins_is_the_heap_loop(trial: int) -> None:
+    # above SCANNED_BINS the kernel keeps its bins in heaps, parking the full ones: the same loop
+    rng = np.random.default_rng(500 + trial)
+    num_bins = int(rng.integers(SCANNED_BINS + 1, 300))
+    lengths = np.sort(rng.choice([64, 128, 500, 1000, 3000], size=int(rng.integers(1, 3000))))[::-1]
+    lengths = lengths.astype(np.float64)
+    works = 1e-9 * lengths * lengths + 1e-6 * lengths
+    targets = rng.choice([0.0, 0.001, 0.002], size=num_bins)
+    capacity = float(rng.choice([3000, 4000, lengths.sum() / num_bins + 3000, lengths.sum() / num_bins + 100]))
     owner, loads, placed = balance_bins(lengths, works, targets, capacity)
     expected = reference_balance(lengths.tolist(), works.tolist(), targets.tolist(), capacity)
     assert placed == (expected is not None)
