@@ -90,8 +90,8 @@ def _file_label(path: str | Path) -> str:
 
 
 def read_text(path: str | Path) -> str:
-    """A UTF-8 text file (or standard input for `-`), a regular file of at most
-    `limits.MAX_INPUT_FILE_BYTES` (`cost_models.profile_io.read_input_text`)."""
+    """A UTF-8 text file (or standard input for `-`), at most `limits.MAX_INPUT_FILE_BYTES` of it
+    (`cost_models.profile_io.read_input_text`: a larger file is refused, a stream once it gives more)."""
     from hydraplan.cost_models.profile_io import read_capped, read_input_text
 
     with naming_file(path):

@@ -11,7 +11,8 @@ when the top level has `gpu_memory_bytes`; the capacity is then derived. `schema
 omitted (it defaults to the current one); any other version is refused.
 
 The helpers `read_json_object` and `format_validation_error` are shared with `catalog`, and
-`read_input_text` (bounded, regular files only) with every reader of the command line.
+`read_input_text` (at most `limits.MAX_INPUT_FILE_BYTES` of a file or a stream) with every reader
+of the command line.
 """
 
 from __future__ import annotations

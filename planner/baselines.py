@@ -319,8 +319,8 @@ def flexsp_choice(
     pool = with_homogeneous(pool, coefs, num_gpus)
     # The first strictly fastest in pool order, as trying them in that order finds it: the least
     # (step time, position). Each dispatch is packed in the order of its floor (`_packed_floor_s`),
-    # and none whose floor is above the fastest packed so far: its packing cannot be faster (at
-    # 1,024 GPUs most of the 29 were packed for nothing, ~0.9 s of the baselines' ~2.5 s)
+    # and none whose floor is above the fastest packed so far: its packing cannot be faster
+    # (flexsp's CPU over 28 batches of 8B / 64 to 8B / 1,024 H100: 2.85 -> 1.27 s, the same choices)
     dispatched = []
     for position, strategy in enumerate(pool):
         found = _greedy_dispatch_of(strategy, lengths, cost)
