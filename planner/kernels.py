@@ -536,6 +536,7 @@ def warm_up() -> None:
     passes, once per process (`planner.solve.load_backend` calls it before every plan)."""
     lengths = np.array([3.0, 2.0, 1.0])
     balance_bins(lengths, lengths * 2.0, np.zeros(2), 4.0)
+    balance_bins(lengths, lengths * 2.0, np.zeros(SCANNED_BINS + 1), 4.0)  # the heaps of many bins
     next_fit_starts(lengths, 4.0)
     order = one_f_one_b_order(1, 1)
     order.flags.writeable = False  # as `simulate.dependency_order` caches them
