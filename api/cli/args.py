@@ -40,19 +40,22 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def local_process_limit() -> int:
-    """The most local worker processes a command starts: PROCESSES_PER_CORE per usable core."""
-    return PROCESSES_PER_CORE * usable_cores()
+def process_limit_problem(count: int, what: str = "") -> str | None:
+    """What is wrong with starting `count` local worker processes (`what` names them), None when
+    nothing is: at most PROCESSES_PER_CORE per usable core."""
+    cores = usable_cores()
+    most = PROCESSES_PER_CORE * cores
+    if count <= most:
+        return None
+    return f"at most {most}{' ' + what if what else ''} here ({PROCESSES_PER_CORE} per core, {cores} usable)"
 
 
 def process_count(text: str) -> int:
-    """A count of local worker processes: an integer from 1 to `local_process_limit()`."""
+    """A count of local worker processes: an integer from 1 to PROCESSES_PER_CORE per usable core."""
     value = positive_int(text)
-    most = local_process_limit()
-    if value > most:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} processes: at most {most} here ({PROCESSES_PER_CORE} per core, {usable_cores()} usable)"
-        )
+    problem = process_limit_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} processes: {problem}")
     return value
 
 

@@ -20,8 +20,8 @@ from hydraplan.api.cli.args import (
     add_catalog_file_option,
     add_json_option,
     add_progress_option,
-    local_process_limit,
     positive_int,
+    process_limit_problem,
     usable_cores,
 )
 from hydraplan.api.cli.progress import PROG, stderr_is_terminal
@@ -135,11 +135,9 @@ def run_whatif(args: argparse.Namespace) -> int:
     spec, where = build_spec(file_values, flag_values(args), args.spec)
     configurations = expand(spec, where, args.max_configurations, args.yes)
     workers = args.workers or usable_cores()
-    if args.executor == "local" and workers > local_process_limit():
-        raise InputError(
-            f"--workers {workers}: at most {local_process_limit()} local processes here "
-            f"({PROCESSES_PER_CORE} per core, {usable_cores()} usable); a Ray cluster takes more (--executor ray)"
-        )
+    problem = process_limit_problem(workers, "local processes") if args.executor == "local" else None
+    if problem is not None:
+        raise InputError(f"--workers {workers}: {problem}; a Ray cluster takes more (--executor ray)")
     executor = make_executor(args.executor, workers, args.ray_address)
     folder = Path(args.out)
     rows_file = RowsFile(folder, configurations, args.resume)
