@@ -35,7 +35,9 @@ dispatch and packing; the group multiset is the best by simulated step time amon
 over 50 seeded shuffles, then per-pipeline packing into the `v` micro-batches that minimise the
 estimate `(v + pp - 1) * max(micro-batch time)`; the strategy is the best of a bounded pool (40,
 fewer for batches of over 6K sequences) by that estimate, as its code chooses, and the plan reports
-the simulated time of what it chose.
+the simulated time of what it chose. A strategy (or a shuffle) whose estimate a floor shows cannot
+come in below the best so far is not finished (`hydraulis_floor_s`, `hydraulis_give_up`): the
+same choice for less work.
 
 The pools of `flexsp` and `hydraulis` hold every homogeneous strategy of their schemes (one scheme
 on all GPUs: the strategy generators they imitate produce those, and hydraplan's own search always
@@ -416,23 +418,38 @@ def hydraulis_choice(
     shuffles = np.stack([rng.permutation(len(lengths)) for _ in range(HYDRAULIS_SHUFFLES)])
     best: HydraulisChoice | None = None
     for strategy in pool:
-        choice = _hydraulis_choice(strategy, lengths, cost, shuffles)
-        if choice is not None and (best is None or choice[0] < best[0]):
+        # the pool's order and a strict `<` decide ties, as before: a strategy is cut short only
+        # where a floor of its estimate shows it cannot come in below the best so far
+        best_s = best[0] if best is not None else math.inf
+        choice = _hydraulis_choice(strategy, lengths, cost, shuffles, best_s)
+        if choice is not None and choice[0] < best_s:
             best = choice
     return PeerChoice(_simulated(best, cost) if best is not None else None, len(coefs), len(pool), len(pool))
 
 
 HydraulisChoice = tuple[float, Strategy, tuple[SchemeCoefficients, ...], list[tuple[list[np.ndarray], list[float]]]]
 
+# a floor must clear the best estimate by this share before it rules a strategy out: the floors
+# add the same works in another order than the estimate does
+FLOOR_TOLERANCE = 1e-9
+
 
 def _hydraulis_choice(
-    strategy: Strategy, lengths: np.ndarray, cost: ProfileCostModel, shuffles: np.ndarray
+    strategy: Strategy, lengths: np.ndarray, cost: ProfileCostModel, shuffles: np.ndarray, beat_s: float = math.inf
 ) -> HydraulisChoice | None:
-    """(Hydraulis estimate incl. gradient sync, strategy, coefs, packing per pipeline) or None."""
+    """(Hydraulis estimate incl. gradient sync, strategy, coefs, packing per pipeline) or None.
+
+    None also where the strategy's estimate cannot come in below `beat_s` (the best so far): its
+    area floor (`hydraulis_floor_s`) is above it, or every shuffle's dispatch passes it
+    (`hydraulis_give_up`); what the estimate would have been is then not computed."""
     coefs = tuple(cost.coefficients(scheme) for scheme in strategy.pipeline_schemes())
     if len(lengths) < len(coefs) or lengths.max() > max(coef.capacity_tokens for coef in coefs):
         return None
-    assignment = hydraulis_dispatch(lengths, coefs, shuffles)
+    sync_s = cost.grad_sync_s(strategy.pipeline_schemes())
+    margin_s = FLOOR_TOLERANCE * beat_s
+    if hydraulis_floor_s(lengths, coefs) + sync_s > beat_s + margin_s:
+        return None
+    assignment = hydraulis_dispatch(lengths, coefs, shuffles, beat_s - sync_s + margin_s)
     if assignment is None:
         return None
     packings = []
@@ -441,7 +458,65 @@ def _hydraulis_choice(
         micro_batches, times, pipeline_estimate_s = hydraulis_pack(members, lengths, coef)
         estimate_s = max(estimate_s, pipeline_estimate_s)
         packings.append((micro_batches, times))
-    return estimate_s + cost.grad_sync_s(strategy.pipeline_schemes()), strategy, coefs, packings
+    return estimate_s + sync_s, strategy, coefs, packings
+
+
+def _kinds(coefs: Sequence[SchemeCoefficients]) -> tuple[list[SchemeCoefficients], np.ndarray]:
+    """The distinct pipeline kinds of `coefs`, in order of first appearance, and each pipeline's."""
+    kinds = list(dict.fromkeys(coefs))
+    return kinds, np.array([kinds.index(coef) for coef in coefs], dtype=np.int64)
+
+
+def hydraulis_floor_s(lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) -> float:
+    """A floor of the largest pipeline estimate `hydraulis_pack` can give any dispatch of
+    `lengths` over these pipelines (0 where a coefficient is negative).
+
+    A pipeline of `g` GPUs and `pp` stages whose items have work `W` and `n` tokens packs them
+    into `v >= n / capacity` micro-batches of mean time `W / v + c`, so its estimate
+    `(v + pp - 1) max t` is at least `W + v c + (pp - 1) c >= sum over its items of
+    (w + c l / capacity) + (pp - 1) c`. The largest estimate is at least the GPU-weighted mean of
+    all pipelines' estimates, and each item adds at least its least `g (w + c l / capacity)` over
+    the kinds that hold it."""
+    kinds, kind_of = _kinds(coefs)
+    if any(min(coef.a, coef.b, coef.c) < 0 for coef in kinds):
+        return 0.0
+    as_float = lengths.astype(np.float64)[:, None]
+    gpus = np.array([coef.scheme.num_gpus for coef in kinds], dtype=np.float64)
+    per_token = np.array([coef.c / coef.capacity_tokens for coef in kinds])[None, :]
+    work = _item_work(as_float, kinds) + per_token * as_float
+    fits = as_float <= np.array([coef.capacity_tokens for coef in kinds])[None, :]
+    least = np.where(fits, work * gpus[None, :], np.inf).min(axis=1).sum()
+    fill = np.array([(coef.scheme.pp - 1) * coef.c for coef in kinds])  # the bubbles' least time
+    return float((least + (gpus * fill)[kind_of].sum()) / gpus[kind_of].sum())
+
+
+def hydraulis_give_up(kinds: Sequence[SchemeCoefficients], beat_s: float) -> np.ndarray:
+    """For each kind, the dispatch estimate (summed item work) past which a pipeline of that kind
+    packs to an estimate above `beat_s` (inf where none is known: a negative coefficient).
+
+    `v` micro-batches of mean time `W / v + c` give an estimate `(v + pp - 1) max t >= (v + pp - 1)
+    (W / v + c)`, at least `W + c` without a pipeline and, with `P = pp - 1 >= 1` bubbles, at least
+    its least over real `v`, `(sqrt(W) + sqrt(P c))^2`."""
+    limits = np.full(len(kinds), np.inf)
+    if not math.isfinite(beat_s):
+        return limits
+    for index, coef in enumerate(kinds):
+        bubbles = coef.scheme.pp - 1
+        if min(coef.a, coef.b, coef.c) < 0:
+            continue
+        if bubbles == 0:
+            limits[index] = beat_s - coef.c
+        else:
+            root = math.sqrt(max(beat_s, 0.0)) - math.sqrt(bubbles * coef.c)
+            limits[index] = root * root if root > 0 else -1.0
+    return limits
+
+
+def _item_work(as_float: np.ndarray, kinds: Sequence[SchemeCoefficients]) -> np.ndarray:
+    """`a l^2 + b l` of each item (rows) on each kind (columns)."""
+    a = np.array([coef.a for coef in kinds])[None, :]
+    b = np.array([coef.b for coef in kinds])[None, :]
+    return a * as_float * as_float + b * as_float
 
 
 def _simulated(choice: HydraulisChoice, cost: ProfileCostModel) -> Candidate:
@@ -460,7 +535,7 @@ def _simulated(choice: HydraulisChoice, cost: ProfileCostModel) -> Candidate:
 
 
 def hydraulis_dispatch(
-    lengths: np.ndarray, coefs: Sequence[SchemeCoefficients], shuffles: np.ndarray
+    lengths: np.ndarray, coefs: Sequence[SchemeCoefficients], shuffles: np.ndarray, beat_s: float = math.inf
 ) -> list[np.ndarray] | None:
     """Randomised first-fit dispatch, best of the given shuffles (rows of item permutations).
 
@@ -469,16 +544,16 @@ def hydraulis_dispatch(
     whose estimate after taking it stays within the current maximum estimate; if none does, to the
     fitting pipeline with the least estimate after taking it. The shuffle with the least maximum
     estimate wins (first on ties); shuffles that leave a pipeline empty are discarded (Hydraulis
-    fails on them). The loop is `kernels.first_fit_shuffles`. None when every shuffle leaves one empty.
+    fails on them). The loop is `kernels.first_fit_shuffles`. None when every shuffle leaves one
+    empty, or when every shuffle gives a pipeline work that packs to an estimate above `beat_s`
+    (`hydraulis_give_up`: such shuffles are stopped there).
     """
-    kinds = list(dict.fromkeys(coefs))
-    kind_of = np.array([kinds.index(coef) for coef in coefs], dtype=np.int64)
+    kinds, kind_of = _kinds(coefs)
     as_float = lengths.astype(np.float64)[:, None]
-    a = np.array([coef.a for coef in kinds])[None, :]
-    b = np.array([coef.b for coef in kinds])[None, :]
     capacity = np.array([coef.capacity_tokens for coef in kinds])[None, :]
-    work = a * as_float * as_float + b * as_float  # (items, kinds of pipeline)
-    scores, choices = first_fit_shuffles(work, as_float <= capacity, kind_of, shuffles.astype(np.int64))
+    work = _item_work(as_float, kinds)  # (items, kinds of pipeline)
+    give_up = hydraulis_give_up(kinds, beat_s)
+    scores, choices = first_fit_shuffles(work, as_float <= capacity, kind_of, shuffles.astype(np.int64), give_up)
     best = int(np.argmin(scores))
     if not math.isfinite(scores[best]):
         return None

@@ -13,6 +13,8 @@ from hydraplan.planner.baselines import (
     INTERLEAVED_BASELINES,
     hydraulis,
     hydraulis_dispatch,
+    hydraulis_floor_s,
+    hydraulis_give_up,
     hydraulis_pack,
     megatron,
     recipe_chunks,
@@ -148,6 +150,81 @@ def test_hydraulis_dispatch_is_first_fit_under_the_running_maximum_and_drops_idl
     assignment = hydraulis_dispatch(lengths, coefs, shuffles)
     assert [a.tolist() for a in assignment] == [[0, 1], [2], [3]]
     assert hydraulis_dispatch(lengths, coefs, shuffles[:1]) is None
+
+
+def _hydraulis_case(seed: int):
+    """A random batch, a strategy of the synthetic profile's `cp == 1` schemes on up to 16 GPUs
+    (mixed or not), its pipelines' coefficients and a random dispatch of the batch over them."""
+    rng = np.random.default_rng(seed)
+    cost = ProfileCostModel(PROFILE)
+    schemes = [s for s in cost.schemes() if s.cp == 1 and s.num_gpus <= 8]
+    picked = [schemes[i] for i in rng.choice(len(schemes), size=int(rng.integers(1, 4)))]
+    coefs = [cost.coefficients(scheme) for scheme in picked for _ in range(int(rng.integers(1, 3)))]
+    lengths = np.array(wikipedia_like_batch(int(rng.integers(20_000, 120_000)), seed=seed))
+    lengths = lengths[lengths <= min(coef.capacity_tokens for coef in coefs)]
+    owner = rng.integers(0, len(coefs), size=len(lengths))
+    owner[: len(coefs)] = np.arange(len(coefs))  # no pipeline empty
+    return cost, coefs, lengths, [np.flatnonzero(owner == p) for p in range(len(coefs))]
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_hydraulis_floors_are_below_every_packing_estimate(seed):
+    """The area floor is below the largest pipeline estimate of any dispatch (here random ones),
+    and a pipeline whose summed work passes its kind's give-up limit for a target packs to an
+    estimate above that target."""
+    cost, coefs, lengths, assignment = _hydraulis_case(seed)
+    estimates = [hydraulis_pack(members, lengths, coef)[2] for members, coef in zip(assignment, coefs)]
+    assert hydraulis_floor_s(lengths, coefs) <= max(estimates) * (1 + 1e-12)
+    kinds = list(dict.fromkeys(coefs))
+    for members, coef, estimate_s in zip(assignment, coefs, estimates):
+        work = float(coef.work_s(lengths[members]).sum())
+        for target_s in (0.5 * estimate_s, 0.9 * estimate_s, 0.99 * estimate_s, estimate_s):
+            limit = hydraulis_give_up(kinds, target_s)[kinds.index(coef)]
+            if work > limit:
+                assert estimate_s > target_s * (1 - 1e-12)
+
+
+def test_hydraulis_give_up_limits_are_tight_where_the_packing_is_even():
+    """The limits invert the estimate of an even packing: `W + c` without a pipeline, and
+    `(sqrt(W) + sqrt(P c))^2` for P bubbles (what `v = sqrt(P W / c)` even micro-batches give)."""
+    cost = ProfileCostModel(PROFILE)
+    flat, deep = cost.coefficients(ParallelScheme(1, 1, 1)), cost.coefficients(ParallelScheme(1, 4, 1))
+    limits = hydraulis_give_up([flat, deep], 2.0)
+    assert limits[0] == pytest.approx(2.0 - flat.c)
+    assert (np.sqrt(limits[1]) + np.sqrt(3 * deep.c)) ** 2 == pytest.approx(2.0)
+    assert hydraulis_give_up([deep], 3 * deep.c * 0.9)[0] < 0  # the bubbles alone cost more
+    assert np.isinf(hydraulis_give_up([flat, deep], np.inf)).all()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_hydraulis_choice_is_the_same_without_its_floors(seed, monkeypatch):
+    """The floors and the early stops only skip work: the choice (strategy, estimate, every
+    micro-batch) is what evaluating every strategy and every shuffle in full gives."""
+    import hydraplan.planner.baselines as baselines
+
+    rng = np.random.default_rng(seed)
+    num_gpus = int(rng.choice([8, 16]))
+    lengths = np.array(wikipedia_like_batch(int(rng.integers(20_000, 200_000)), seed=100 + seed))
+    cost = ProfileCostModel(PROFILE)
+    coefs = baselines._hydraulis_schemes(cost, num_gpus)
+
+    def choice():
+        made = baselines.hydraulis_choice(lengths, cost, coefs, num_gpus, 3, seed).candidate
+        return str(made.strategy), made.step_time_s, [[mb.tolist() for mb in p.micro_batches] for p in made.packed]
+
+    pruned = choice()
+    monkeypatch.setattr(baselines, "hydraulis_floor_s", lambda *args: 0.0)
+    monkeypatch.setattr(baselines, "hydraulis_give_up", lambda kinds, beat_s: np.full(len(kinds), np.inf))
+    monkeypatch.setattr(baselines, "first_fit_shuffles", _first_fit_without_stops)
+    assert choice() == pruned
+
+
+def _first_fit_without_stops(work, fits, kind_of, shuffles, give_up):
+    """Every shuffle in full: the kernel on one shuffle at a time, so no earlier score stops it."""
+    from hydraplan.planner.kernels import first_fit_shuffles
+
+    runs = [first_fit_shuffles(work, fits, kind_of, shuffles[row : row + 1], give_up) for row in range(len(shuffles))]
+    return np.concatenate([scores for scores, _ in runs]), np.concatenate([choices for _, choices in runs])
 
 
 def test_hydraulis_packing_minimises_its_pipeline_estimate():

@@ -66,9 +66,7 @@ def test_a_plan_the_clock_cut_is_never_optimal(monkeypatch: pytest.MonkeyPatch) 
     uncut = solve(request(lengths, gap_tolerance=1.0), PROFILE)
     assert uncut.status == SolveStatus.OPTIMAL and not uncut.solver.cut_by_clock
     real_search = solve_module.search
-    monkeypatch.setattr(
-        solve_module, "search", lambda *args: dataclasses.replace(real_search(*args), timed_out=True)
-    )
+    monkeypatch.setattr(solve_module, "search", lambda *args: dataclasses.replace(real_search(*args), timed_out=True))
     cut = solve(request(lengths, gap_tolerance=1.0), PROFILE)
     assert cut.solver.cut_by_clock and cut.gap == uncut.gap
     assert cut.status == SolveStatus.TIMEOUT_INCUMBENT

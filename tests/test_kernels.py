@@ -121,9 +121,14 @@ def reference_order(num_stages: int, num_micro: int) -> list[tuple[int, int, int
     return order
 
 
-def reference_first_fit(work: np.ndarray, fits: np.ndarray, kind_of: list[int], order: list[int]):
+def reference_first_fit(
+    work: np.ndarray, fits: np.ndarray, kind_of: list[int], order: list[int], give_up=None, least_score=math.inf
+):
     """One shuffle of Hydraulis's first fit: the first pipeline within the running maximum, else
-    the least estimate after taking the item."""
+    the least estimate after taking the item. Returns (score, choices, steps): the running
+    maximum (inf when a pipeline is left empty, or when the shuffle stopped: a pipeline of kind k
+    past `give_up[k]`, or the running maximum at `least_score` or more) and the choices of the
+    `steps` taken (all unless it stopped)."""
     estimate = [0.0] * len(kind_of)
     running_max, choices = 0.0, []
     for item in order:
@@ -134,7 +139,22 @@ def reference_first_fit(work: np.ndarray, fits: np.ndarray, kind_of: list[int], 
         estimate[chosen] = after[chosen]
         running_max = max(running_max, after[chosen])
         choices.append(chosen)
-    return (running_max if len(set(choices)) == len(kind_of) else math.inf), choices
+        if (give_up is not None and after[chosen] > give_up[kind_of[chosen]]) or running_max >= least_score:
+            return math.inf, choices, len(choices)
+    return (running_max if len(set(choices)) == len(kind_of) else math.inf), choices, len(choices)
+
+
+def assert_first_fit_is_the_python_loop(work, fits, kind_of: list[int], shuffles: np.ndarray, give_up) -> None:
+    """The kernel against the reference, shuffle by shuffle, with the stops it makes (each
+    shuffle's running maximum against the least score of the earlier ones)."""
+    scores, choices = first_fit_shuffles(work, fits, np.array(kind_of, dtype=np.int64), shuffles, give_up)
+    least_score = math.inf
+    for shuffle in range(len(shuffles)):
+        expected_score, expected, steps = reference_first_fit(
+            work, fits, kind_of, shuffles[shuffle].tolist(), give_up, least_score
+        )
+        assert choices[shuffle, :steps].tolist() == expected and scores[shuffle] == expected_score
+        least_score = min(least_score, expected_score)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,27 +228,46 @@ def test_first_fit_shuffles_is_the_python_loop(trial: int) -> None:
     fits[:, 0] = True  # every item fits the first pipeline's kind
     kind_of = [0, *rng.integers(0, num_kinds, size=rng.integers(0, 8)).tolist()]
     shuffles = np.stack([rng.permutation(num_items) for _ in range(5)])
-    scores, choices = first_fit_shuffles(work, fits, np.array(kind_of, dtype=np.int64), shuffles)
-    for shuffle in range(5):
-        expected_score, expected = reference_first_fit(work, fits, kind_of, shuffles[shuffle].tolist())
-        assert choices[shuffle].tolist() == expected and scores[shuffle] == expected_score
+    assert_first_fit_is_the_python_loop(work, fits, kind_of, shuffles, np.full(num_kinds, np.inf))
 
 
 @pytest.mark.parametrize("trial", range(12))
 def test_first_fit_shuffles_is_the_python_loop_on_many_pipelines(trial: int) -> None:
-    # the kernel's min trees over each kind's pipelines, several levels deep (up to 300 pipelines,
-    # kinds of 1 to ~300 leaves, powers of two and not), with ties of estimates on purpose
+    # many blocks of the kernel's two-level scan (up to 300 pipelines, kinds spread over them or
+    # bunched), with ties of estimates on purpose
     rng = np.random.default_rng(900 + trial)
     num_items, num_kinds = int(rng.integers(50, 400)), int(rng.integers(1, 4))
     work = rng.choice([0.25, 0.5, 1.0, 1.5], size=(num_items, num_kinds))
     fits = rng.random((num_items, num_kinds)) < 0.7
     fits[:, 0] = True
     kind_of = [0, *rng.integers(0, num_kinds, size=int(rng.integers(1, 300))).tolist()]
+    if trial % 2:
+        kind_of.sort()
     shuffles = np.stack([rng.permutation(num_items) for _ in range(3)])
-    scores, choices = first_fit_shuffles(work, fits, np.array(kind_of, dtype=np.int64), shuffles)
-    for shuffle in range(3):
-        expected_score, expected = reference_first_fit(work, fits, kind_of, shuffles[shuffle].tolist())
-        assert choices[shuffle].tolist() == expected and scores[shuffle] == expected_score
+    assert_first_fit_is_the_python_loop(work, fits, kind_of, shuffles, np.full(num_kinds, np.inf))
+
+
+@pytest.mark.parametrize("trial", range(20))
+def test_first_fit_shuffles_stops_only_shuffles_that_cannot_be_chosen(trial: int) -> None:
+    rng = np.random.default_rng(1300 + trial)
+    num_items, num_kinds = int(rng.integers(20, 200)), int(rng.integers(1, 4))
+    work = rng.choice([0.25, 0.5, 1.0, 1.5], size=(num_items, num_kinds))
+    fits = rng.random((num_items, num_kinds)) < 0.7
+    fits[:, 0] = True
+    kind_of = [0, *rng.integers(0, num_kinds, size=int(rng.integers(1, 80))).tolist()]
+    shuffles = np.stack([rng.permutation(num_items) for _ in range(8)])
+    full = [reference_first_fit(work, fits, kind_of, order.tolist()) for order in shuffles]
+    winner = min(range(len(full)), key=lambda shuffle: (full[shuffle][0], shuffle))
+    # per kind, a threshold of 0.5-1.5x the winner's score without stops: some shuffles stop on it
+    give_up = np.array([rng.uniform(0.5, 1.5) * full[winner][0] for _ in range(num_kinds)])
+    assert_first_fit_is_the_python_loop(work, fits, kind_of, shuffles, give_up)
+    scores, choices = first_fit_shuffles(
+        work, fits, np.array(kind_of, dtype=np.int64), shuffles, np.full(num_kinds, np.inf)
+    )
+    if math.isfinite(full[winner][0]):  # without a threshold the stops keep the same winner
+        assert int(np.argmin(scores)) == winner and choices[winner].tolist() == full[winner][1]
+    else:
+        assert not np.isfinite(scores).any()
 
 
 @pytest.mark.parametrize("num_stages", [1, 2, 3, 4, 7])
