@@ -469,7 +469,7 @@ def _kinds(coefs: Sequence[SchemeCoefficients]) -> tuple[list[SchemeCoefficients
 
 def hydraulis_floor_s(lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) -> float:
     """A floor of the largest pipeline estimate `hydraulis_pack` can give any dispatch of
-    `lengths` over these pipelines (0 where a coefficient is negative).
+    `lengths` over these pipelines (the profile's a, b and c are never negative).
 
     A pipeline of `g` GPUs and `pp` stages whose items have work `W` and `n` tokens packs them
     into `v >= n / capacity` micro-batches of mean time `W / v + c`, so its estimate
@@ -478,8 +478,6 @@ def hydraulis_floor_s(lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) 
     all pipelines' estimates, and each item adds at least its least `g (w + c l / capacity)` over
     the kinds that hold it."""
     kinds, kind_of = _kinds(coefs)
-    if any(min(coef.a, coef.b, coef.c) < 0 for coef in kinds):
-        return 0.0
     as_float = lengths.astype(np.float64)[:, None]
     gpus = np.array([coef.scheme.num_gpus for coef in kinds], dtype=np.float64)
     per_token = np.array([coef.c / coef.capacity_tokens for coef in kinds])[None, :]
@@ -492,7 +490,7 @@ def hydraulis_floor_s(lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) 
 
 def hydraulis_give_up(kinds: Sequence[SchemeCoefficients], beat_s: float) -> np.ndarray:
     """For each kind, the dispatch estimate (summed item work) past which a pipeline of that kind
-    packs to an estimate above `beat_s` (inf where none is known: a negative coefficient).
+    packs to an estimate above `beat_s` (all inf for an infinite `beat_s`).
 
     `v` micro-batches of mean time `W / v + c` give an estimate `(v + pp - 1) max t >= (v + pp - 1)
     (W / v + c)`, at least `W + c` without a pipeline and, with `P = pp - 1 >= 1` bubbles, at least
@@ -502,8 +500,6 @@ def hydraulis_give_up(kinds: Sequence[SchemeCoefficients], beat_s: float) -> np.
         return limits
     for index, coef in enumerate(kinds):
         bubbles = coef.scheme.pp - 1
-        if min(coef.a, coef.b, coef.c) < 0:
-            continue
         if bubbles == 0:
             limits[index] = beat_s - coef.c
         else:
@@ -726,11 +722,45 @@ def _best_homogeneous_choice(
     num_gpus: int,
     build: Callable[[np.ndarray, SchemeCoefficients, int, ProfileCostModel], Candidate | None],
 ) -> PeerChoice:
-    """The best of `build`'s plans of the items on each scheme of `homogeneous` (`_dividing`)."""
-    candidates = [build(lengths, coef, num_gpus, cost) for coef in homogeneous]
-    feasible = [candidate for candidate in candidates if candidate is not None]
-    best = min(feasible, key=lambda candidate: (candidate.step_time_s, str(candidate.strategy)), default=None)
-    return PeerChoice(best, len(homogeneous), len(homogeneous), len(feasible))
+    """The best of `build`'s plans of the items on each scheme of `homogeneous` (`_dividing`):
+    the least (step time, strategy name).
+
+    The schemes are built in the order of a floor of their step time (`_homogeneous_floor_s`), and
+    none whose floor is above the fastest built so far: its plan cannot be faster (wlb at 8B /
+    4,096 H100: 101 packings of 63K sequences, 1.7 s; the same choice)."""
+    as_float = lengths.astype(np.float64)
+    totals = (float(as_float @ as_float), float(as_float.sum()))
+    floors = sorted(
+        (_homogeneous_floor_s(coef, num_gpus, totals, cost), index) for index, coef in enumerate(homogeneous)
+    )
+    best: Candidate | None = None
+    feasible = 0
+    for floor_s, index in floors:
+        if best is not None and floor_s * (1 - FLOOR_SLACK) > best.step_time_s:
+            break  # this floor and every later one is above the fastest: none can beat it
+        candidate = build(lengths, homogeneous[index], num_gpus, cost)
+        if candidate is None:
+            continue
+        feasible += 1
+        if best is None or (candidate.step_time_s, str(candidate.strategy)) < (best.step_time_s, str(best.strategy)):
+            best = candidate
+    return PeerChoice(best, len(homogeneous), len(homogeneous), feasible)
+
+
+def _homogeneous_floor_s(
+    coef: SchemeCoefficients, num_gpus: int, totals: tuple[float, float], cost: ProfileCostModel
+) -> float:
+    """No plan of the items on `num_gpus / scheme size` replicas of `coef` (that divide N) is
+    faster: some replica's stage 0 runs at least its share of all the items' work `W` and of the
+    overhead c of the at least `ceil(tokens / capacity)` micro-batches they fill, then the
+    gradient sync (`_packed_floor_s`'s floor, spread evenly)."""
+    num_replicas = num_gpus // coef.scheme.num_gpus
+    if num_replicas == 0:
+        return 0.0
+    sum_sq, tokens = totals
+    fewest = max(1, math.ceil(tokens / coef.capacity_tokens))
+    share_s = (coef.a * sum_sq + coef.b * tokens + coef.c * fewest) / num_replicas
+    return share_s + cost.grad_sync_s([coef.scheme] * num_replicas)
 
 
 def peer_choice(name: str, lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int, max_schemes: int, seed: int):

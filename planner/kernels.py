@@ -514,33 +514,41 @@ def greedy_assign(
     """`dispatch.greedy_dispatch`'s loop: items in `order`, each to the pipeline whose estimated
     1F1B time after taking it is least, among the least-keyed pipeline of each kind (scheme) that
     fits it; a pipeline's key is its estimate when it last took an item (0 before), ties by index.
-    Returns each item's pipeline (-1 for an item no pipeline fits)."""
+    Returns each item's pipeline (-1 for an item no pipeline fits).
+
+    Each kind's pipelines are a min-heap by (key, index), as in the Python original: the chosen
+    pipeline is its kind's top, so only the top's key changes (down from the root)."""
     num_pipelines = kind_of.shape[0]
     num_kinds = kind_a.shape[0]
     work = np.zeros(num_pipelines)
     tokens = np.zeros(num_pipelines)
     max_item = np.zeros(num_pipelines)
     count = np.zeros(num_pipelines, dtype=np.int64)
-    key = np.zeros(num_pipelines)
     owner = np.full(lengths.shape[0], -1, dtype=np.int64)
-    head = np.empty(num_kinds, dtype=np.int64)
+    # kind k's heap is heap_keys / heap_pipelines[first[k]:first[k] + size[k]]; all keys 0 at
+    # first, so the pipelines in index order are a heap
+    size = np.zeros(num_kinds, dtype=np.int64)
+    for pipeline in range(num_pipelines):
+        size[kind_of[pipeline]] += 1
+    first = np.zeros(num_kinds, dtype=np.int64)
+    for kind in range(1, num_kinds):
+        first[kind] = first[kind - 1] + size[kind - 1]
+    heap_keys = np.zeros(num_pipelines)
+    heap_pipelines = np.empty(num_pipelines, dtype=np.int64)
+    filled = first.copy()
+    for pipeline in range(num_pipelines):
+        heap_pipelines[filled[kind_of[pipeline]]] = pipeline
+        filled[kind_of[pipeline]] += 1
     for item in order:
         length = lengths[item]
-        # the least (key, index) pipeline of each kind: a heap top in the Python original
-        head[:] = -1
-        for pipeline in range(num_pipelines):
-            kind = kind_of[pipeline]
-            best = head[kind]
-            if best < 0 or key[pipeline] < key[best]:
-                head[kind] = pipeline
         best_after = math.inf
         chosen = -1
         chosen_work = 0.0
         for kind in range(num_kinds):
             capacity = kind_capacity[kind]
-            if length > capacity or head[kind] < 0:
+            if length > capacity or size[kind] == 0:
                 continue
-            pipeline = head[kind]
+            pipeline = heap_pipelines[first[kind]]
             a, b, c, bubbles = kind_a[kind], kind_b[kind], kind_c[kind], kind_bubbles[kind]
             item_work = a * length * length + b * length
             total = work[pipeline] + item_work
@@ -564,7 +572,10 @@ def greedy_assign(
         if chosen_work > max_item[chosen]:
             max_item[chosen] = chosen_work
         count[chosen] += 1
-        key[chosen] = best_after
+        kind = kind_of[chosen]
+        start, end = first[kind], first[kind] + size[kind]
+        heap_keys[start] = best_after
+        _sift_down(heap_keys[start:end], heap_pipelines[start:end], size[kind], 0)
     return owner
 
 

@@ -227,6 +227,34 @@ def _first_fit_without_stops(work, fits, kind_of, shuffles, give_up):
     return np.concatenate([scores for scores, _ in runs]), np.concatenate([choices for _, choices in runs])
 
 
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("name", ["megatron", "wlb"])
+def test_homogeneous_floors_are_below_every_plan_and_skip_only_slower_ones(name, seed, monkeypatch):
+    """Every scheme's plan is at or above its floor, and the choice (strategy, step time, every
+    micro-batch) is the one building every scheme gives."""
+    import hydraplan.planner.baselines as baselines
+
+    rng = np.random.default_rng(seed)
+    num_gpus = int(rng.choice([8, 16]))
+    lengths = np.array(wikipedia_like_batch(int(rng.integers(20_000, 300_000)), seed=200 + seed))
+    cost = ProfileCostModel(PROFILE)
+    build = baselines._megatron_candidate if name == "megatron" else baselines._wlb_candidate
+    as_float = lengths.astype(np.float64)
+    totals = (float(as_float @ as_float), float(as_float.sum()))
+    for coef in baselines._dividing(cost, num_gpus):
+        made = build(lengths, coef, num_gpus, cost)
+        if made is not None:
+            assert baselines._homogeneous_floor_s(coef, num_gpus, totals, cost) <= made.step_time_s * (1 + 1e-12)
+
+    def choice():
+        made = baselines.peer_choice(name, lengths, cost, num_gpus, 3, seed).candidate
+        return str(made.strategy), made.step_time_s, [[mb.tolist() for mb in p.micro_batches] for p in made.packed]
+
+    skipping = choice()
+    monkeypatch.setattr(baselines, "_homogeneous_floor_s", lambda *args: 0.0)
+    assert choice() == skipping
+
+
 def test_hydraulis_packing_minimises_its_pipeline_estimate():
     cost = ProfileCostModel(PROFILE)
     coef = cost.coefficients(ParallelScheme(2, 4, 1))
