@@ -49,6 +49,7 @@ bound (`planner.bounds`), pipeline counts nearest the fluid optimum. Every basel
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -163,18 +164,28 @@ def _interleaved_dividing(
 def _split_to(groups: list[np.ndarray], lengths: np.ndarray, count: int) -> list[np.ndarray] | None:
     """Arrival-order micro-batches cut until there are `count`: the one of most tokens (of two or
     more sequences; the first on ties) splits where its tokens are halved, keeping the order. None
-    when every micro-batch holds one sequence first."""
-    groups = list(groups)
-    while len(groups) < count:
-        tokens = [int(lengths[group].sum()) if len(group) > 1 else -1 for group in groups]
-        index = int(np.argmax(tokens))
-        if tokens[index] < 0:
+    when every micro-batch holds one sequence first.
+
+    The micro-batches that can split wait in a heap by (most tokens, place); a place is a tuple
+    (a split's halves extend their parent's by 0 and 1), so places compare in the list's order
+    (a rescan of every micro-batch per cut took 7.8 s at 8B / 4,096 H100)."""
+    placed = [((index,), group) for index, group in enumerate(groups)]
+    splittable = [(-int(lengths[group].sum()), place, group) for place, group in placed if len(group) > 1]
+    heapq.heapify(splittable)
+    final = [(place, group) for place, group in placed if len(group) <= 1]
+    while len(final) + len(splittable) < count:
+        if not splittable:
             return None
-        group = groups[index]
+        _, place, group = heapq.heappop(splittable)
         cumulative = np.cumsum(lengths[group])
         cut = int(np.clip(np.searchsorted(cumulative, cumulative[-1] / 2) + 1, 1, len(group) - 1))
-        groups[index : index + 1] = [group[:cut], group[cut:]]
-    return groups
+        for half, part in enumerate((group[:cut], group[cut:])):
+            if len(part) > 1:
+                heapq.heappush(splittable, (-int(lengths[part].sum()), (*place, half), part))
+            else:
+                final.append(((*place, half), part))
+    final.extend((place, group) for _, place, group in splittable)
+    return [group for _, group in sorted(final, key=lambda entry: entry[0])]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -331,6 +331,36 @@ def test_baseline_plans_are_checked_before_they_are_returned(monkeypatch):
 # ---------------------------------------------------------------------------------------------
 
 
+def _reference_split_to(groups, lengths, count):
+    """`_split_to` as first written: a rescan of every micro-batch for each cut."""
+    groups = list(groups)
+    while len(groups) < count:
+        tokens = [int(lengths[group].sum()) if len(group) > 1 else -1 for group in groups]
+        index = int(np.argmax(tokens))
+        if tokens[index] < 0:
+            return None
+        group = groups[index]
+        cumulative = np.cumsum(lengths[group])
+        cut = int(np.clip(np.searchsorted(cumulative, cumulative[-1] / 2) + 1, 1, len(group) - 1))
+        groups[index : index + 1] = [group[:cut], group[cut:]]
+    return groups
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_split_to_cuts_as_the_rescan_did(seed):
+    import hydraplan.planner.baselines as baselines
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.choice([1, 2, 3, 5, 8], size=int(rng.integers(1, 120)))  # ties of tokens on purpose
+    groups = baselines.arrival_order_micro_batches(lengths, int(rng.choice([1, 4, 9, 30, 1000])))
+    for count in (len(groups), len(groups) + 1, len(groups) * 2 + 3, len(lengths), len(lengths) + 1):
+        made, expected = baselines._split_to(groups, lengths, count), _reference_split_to(groups, lengths, count)
+        if expected is None:
+            assert made is None
+        else:
+            assert [group.tolist() for group in made] == [group.tolist() for group in expected]
+
+
 def test_recipe_chunk_counts_are_those_of_the_nemo_recipes():
     assert recipe_chunks("llama3-70b", 80, 4) == 5  # llama3_70b.py: PP 4, VP 5
     assert recipe_chunks("llama3-405b", 126, 9) == 2  # llama31_405b.py: PP 9, VP 2
