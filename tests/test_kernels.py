@@ -221,43 +221,53 @@ def test_greedy_assign_is_the_heap_loop(trial: int) -> None:
     assert owner.tolist() == reference_greedy(lengths, kinds, kind_of)
 
 
+def first_fit_case(
+    seed: int,
+    items: tuple[int, int],
+    values: list[float],
+    fit_share: float,
+    pipelines: tuple[int, int],
+    num_shuffles: int,
+):
+    """A random dispatch problem: works drawn from `values` (ties, on purpose), each item fitting
+    each kind with probability `fit_share` and always the first pipeline's kind, pipelines of
+    random kinds, and seeded shuffles. Returns (work, fits, kind_of, shuffles, num_kinds)."""
+    rng = np.random.default_rng(seed)
+    num_items, num_kinds = int(rng.integers(*items)), int(rng.integers(1, 4))
+    work = rng.choice(values, size=(num_items, num_kinds))
+    fits = rng.random((num_items, num_kinds)) < fit_share
+    fits[:, 0] = True
+    kind_of = [0, *rng.integers(0, num_kinds, size=int(rng.integers(*pipelines))).tolist()]
+    shuffles = np.stack([rng.permutation(num_items) for _ in range(num_shuffles)])
+    return work, fits, kind_of, shuffles, num_kinds
+
+
 @pytest.mark.parametrize("trial", range(30))
 def test_first_fit_shuffles_is_the_python_loop(trial: int) -> None:
-    rng = np.random.default_rng(200 + trial)
-    num_items, num_kinds = int(rng.integers(1, 60)), int(rng.integers(1, 4))
-    work = rng.choice([0.5, 1.0, 2.0, 3.5], size=(num_items, num_kinds))  # ties, on purpose
-    fits = rng.random((num_items, num_kinds)) < 0.8
-    fits[:, 0] = True  # every item fits the first pipeline's kind
-    kind_of = [0, *rng.integers(0, num_kinds, size=rng.integers(0, 8)).tolist()]
-    shuffles = np.stack([rng.permutation(num_items) for _ in range(5)])
+    work, fits, kind_of, shuffles, num_kinds = first_fit_case(
+        200 + trial, (1, 60), [0.5, 1.0, 2.0, 3.5], 0.8, (0, 8), 5
+    )
     assert_first_fit_is_the_python_loop(work, fits, kind_of, shuffles, np.full(num_kinds, np.inf))
 
 
 @pytest.mark.parametrize("trial", range(12))
 def test_first_fit_shuffles_is_the_python_loop_on_many_pipelines(trial: int) -> None:
     # many blocks of the kernel's two-level scan (up to 300 pipelines, kinds spread over them or
-    # bunched), with ties of estimates on purpose
-    rng = np.random.default_rng(900 + trial)
-    num_items, num_kinds = int(rng.integers(50, 400)), int(rng.integers(1, 4))
-    work = rng.choice([0.25, 0.5, 1.0, 1.5], size=(num_items, num_kinds))
-    fits = rng.random((num_items, num_kinds)) < 0.7
-    fits[:, 0] = True
-    kind_of = [0, *rng.integers(0, num_kinds, size=int(rng.integers(1, 300))).tolist()]
+    # bunched)
+    work, fits, kind_of, shuffles, num_kinds = first_fit_case(
+        900 + trial, (50, 400), [0.25, 0.5, 1.0, 1.5], 0.7, (1, 300), 3
+    )
     if trial % 2:
         kind_of.sort()
-    shuffles = np.stack([rng.permutation(num_items) for _ in range(3)])
     assert_first_fit_is_the_python_loop(work, fits, kind_of, shuffles, np.full(num_kinds, np.inf))
 
 
 @pytest.mark.parametrize("trial", range(20))
 def test_first_fit_shuffles_stops_only_shuffles_that_cannot_be_chosen(trial: int) -> None:
-    rng = np.random.default_rng(1300 + trial)
-    num_items, num_kinds = int(rng.integers(20, 200)), int(rng.integers(1, 4))
-    work = rng.choice([0.25, 0.5, 1.0, 1.5], size=(num_items, num_kinds))
-    fits = rng.random((num_items, num_kinds)) < 0.7
-    fits[:, 0] = True
-    kind_of = [0, *rng.integers(0, num_kinds, size=int(rng.integers(1, 80))).tolist()]
-    shuffles = np.stack([rng.permutation(num_items) for _ in range(8)])
+    work, fits, kind_of, shuffles, num_kinds = first_fit_case(
+        1300 + trial, (20, 200), [0.25, 0.5, 1.0, 1.5], 0.7, (1, 80), 8
+    )
+    rng = np.random.default_rng(1300 + trial + 10_000)
     full = [reference_first_fit(work, fits, kind_of, order.tolist()) for order in shuffles]
     winner = min(range(len(full)), key=lambda shuffle: (full[shuffle][0], shuffle))
     # per kind, a threshold of 0.5-1.5x the winner's score without stops: some shuffles stop on it
