@@ -62,7 +62,7 @@ from hydraplan.planner.build import build_plan, identified, request_hash
 from hydraplan.planner.candidate import Candidate
 from hydraplan.planner.check import check_plan
 from hydraplan.planner.cost import ProfileCostModel, SchemeCoefficients
-from hydraplan.planner.dispatch import greedy_dispatch
+from hydraplan.planner.dispatch import greedy_dispatch, pipeline_kinds
 from hydraplan.planner.errors import PlanningError
 from hydraplan.planner.items import Items, prepare_items
 from hydraplan.planner.kernels import first_fit_shuffles, next_fit_starts
@@ -81,6 +81,9 @@ HYDRAULIS_DISPATCH_BUDGET = 250_000  # sequences x strategies dispatched (x 50 s
 HYDRAULIS_SHUFFLES = 50
 HYDRAULIS_PACKINGS_PER_PIPELINE = 5
 COUNTS_PER_SCHEME_SET = 3
+# a floor (flexsp's packing floor, megatron's and wlb's per scheme, hydraulis's) rules a choice out
+# only where it clears the time to beat by this share: it adds the same works in another order
+FLOOR_SLACK = 1e-9
 FALLBACK_COUNT_VECTORS = 256
 
 # Megatron-LM's `--num-layers-per-virtual-pipeline-stage` as NVIDIA's NeMo pretraining recipes set
@@ -318,9 +321,6 @@ def flexsp(request: PlanRequest, profile: CostProfile) -> Plan:
     return _plan("flexsp", request, profile, cost, items, choice)
 
 
-FLOOR_SLACK = 1e-9  # a packing floor (`_packed_floor_s`) counts as above a time only this far above it: float sums
-
-
 def flexsp_choice(
     lengths: np.ndarray, cost: ProfileCostModel, coefs: list[SchemeCoefficients], num_gpus: int, max_schemes: int
 ) -> PeerChoice:
@@ -375,9 +375,15 @@ def _packed_floor_s(
     for items, coef in zip(assignment, coefs, strict=True):
         if len(items):
             chosen = lengths[items].astype(np.float64)
-            fewest = max(1, math.ceil(float(chosen.sum()) / coef.capacity_tokens))
-            slowest = max(slowest, float(coef.work_s(chosen).sum()) + coef.c * fewest)
+            slowest = max(slowest, _stage_floor_s(coef, float(chosen @ chosen), float(chosen.sum())))
     return slowest
+
+
+def _stage_floor_s(coef: SchemeCoefficients, sum_sq: float, tokens: float) -> float:
+    """What a pipeline's stage 0 runs at least for items of these totals (sum of squared lengths,
+    tokens): their work and the overhead c of the fewest micro-batches they fill, `W + c m`."""
+    fewest = max(1, math.ceil(tokens / coef.capacity_tokens))
+    return coef.a * sum_sq + coef.b * tokens + coef.c * fewest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -440,10 +446,6 @@ def hydraulis_choice(
 
 HydraulisChoice = tuple[float, Strategy, tuple[SchemeCoefficients, ...], list[tuple[list[np.ndarray], list[float]]]]
 
-# a floor must clear the best estimate by this share before it rules a strategy out: the floors
-# add the same works in another order than the estimate does
-FLOOR_TOLERANCE = 1e-9
-
 
 def _hydraulis_choice(
     strategy: Strategy, lengths: np.ndarray, cost: ProfileCostModel, shuffles: np.ndarray, beat_s: float = math.inf
@@ -457,7 +459,7 @@ def _hydraulis_choice(
     if len(lengths) < len(coefs) or lengths.max() > max(coef.capacity_tokens for coef in coefs):
         return None
     sync_s = cost.grad_sync_s(strategy.pipeline_schemes())
-    margin_s = FLOOR_TOLERANCE * beat_s
+    margin_s = FLOOR_SLACK * beat_s
     if hydraulis_floor_s(lengths, coefs) + sync_s > beat_s + margin_s:
         return None
     assignment = hydraulis_dispatch(lengths, coefs, shuffles, beat_s - sync_s + margin_s)
@@ -472,12 +474,6 @@ def _hydraulis_choice(
     return estimate_s + sync_s, strategy, coefs, packings
 
 
-def _kinds(coefs: Sequence[SchemeCoefficients]) -> tuple[list[SchemeCoefficients], np.ndarray]:
-    """The distinct pipeline kinds of `coefs`, in order of first appearance, and each pipeline's."""
-    kinds = list(dict.fromkeys(coefs))
-    return kinds, np.array([kinds.index(coef) for coef in coefs], dtype=np.int64)
-
-
 def hydraulis_floor_s(lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) -> float:
     """A floor of the largest pipeline estimate `hydraulis_pack` can give any dispatch of
     `lengths` over these pipelines (the profile's a, b and c are never negative).
@@ -488,7 +484,7 @@ def hydraulis_floor_s(lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) 
     (w + c l / capacity) + (pp - 1) c`. The largest estimate is at least the GPU-weighted mean of
     all pipelines' estimates, and each item adds at least its least `g (w + c l / capacity)` over
     the kinds that hold it."""
-    kinds, kind_of = _kinds(coefs)
+    kinds, kind_of = pipeline_kinds(coefs)
     as_float = lengths.astype(np.float64)[:, None]
     gpus = np.array([coef.scheme.num_gpus for coef in kinds], dtype=np.float64)
     per_token = np.array([coef.c / coef.capacity_tokens for coef in kinds])[None, :]
@@ -555,7 +551,7 @@ def hydraulis_dispatch(
     empty, or when every shuffle gives a pipeline work that packs to an estimate above `beat_s`
     (`hydraulis_give_up`: such shuffles are stopped there).
     """
-    kinds, kind_of = _kinds(coefs)
+    kinds, kind_of = pipeline_kinds(coefs)
     as_float = lengths.astype(np.float64)[:, None]
     capacity = np.array([coef.capacity_tokens for coef in kinds])[None, :]
     work = _item_work(as_float, kinds)  # (items, kinds of pipeline)
@@ -764,14 +760,11 @@ def _homogeneous_floor_s(
     """No plan of the items on `num_gpus / scheme size` replicas of `coef` (that divide N) is
     faster: some replica's stage 0 runs at least its share of all the items' work `W` and of the
     overhead c of the at least `ceil(tokens / capacity)` micro-batches they fill, then the
-    gradient sync (`_packed_floor_s`'s floor, spread evenly)."""
+    gradient sync (`_stage_floor_s` of all the items, spread evenly)."""
     num_replicas = num_gpus // coef.scheme.num_gpus
     if num_replicas == 0:
         return 0.0
-    sum_sq, tokens = totals
-    fewest = max(1, math.ceil(tokens / coef.capacity_tokens))
-    share_s = (coef.a * sum_sq + coef.b * tokens + coef.c * fewest) / num_replicas
-    return share_s + cost.grad_sync_s([coef.scheme] * num_replicas)
+    return _stage_floor_s(coef, *totals) / num_replicas + cost.grad_sync_s([coef.scheme] * num_replicas)
 
 
 def peer_choice(name: str, lengths: np.ndarray, cost: ProfileCostModel, num_gpus: int, max_schemes: int, seed: int):

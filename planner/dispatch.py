@@ -29,17 +29,24 @@ def _estimate_s(coef: SchemeCoefficients, work_s: float, num_tokens: float, max_
     return work_s + count * coef.c + bubbles * (max(work_s / count, max_item_s) + coef.c)
 
 
+def pipeline_kinds(coefs: Sequence[SchemeCoefficients]) -> tuple[list[SchemeCoefficients], np.ndarray]:
+    """The distinct pipeline kinds (schemes) of `coefs` in order of first appearance, and each
+    pipeline's kind index."""
+    kinds = list(dict.fromkeys(coefs))
+    index_of = {coef: index for index, coef in enumerate(kinds)}
+    return kinds, np.array([index_of[coef] for coef in coefs], dtype=np.int64)
+
+
 def greedy_dispatch(lengths: np.ndarray, coefs: Sequence[SchemeCoefficients]) -> list[np.ndarray] | None:
     """Item indices per pipeline, or None when some pipeline can get no item at all.
 
     Every item must fit some pipeline's capacity (the caller guarantees it).
     """
-    kinds = list(dict.fromkeys(coefs))  # in order of first appearance, as the loop visits them
-    index_of = {coef: index for index, coef in enumerate(kinds)}
+    kinds, kind_of = pipeline_kinds(coefs)  # in order of first appearance, as the loop visits them
     owner = greedy_assign(
         lengths.astype(np.float64),
         np.lexsort((np.arange(len(lengths)), -lengths)).astype(np.int64),
-        np.array([index_of[coef] for coef in coefs], dtype=np.int64),
+        kind_of,
         np.array([coef.a for coef in kinds], dtype=np.float64),
         np.array([coef.b for coef in kinds], dtype=np.float64),
         np.array([coef.c for coef in kinds], dtype=np.float64),
