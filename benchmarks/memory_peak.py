@@ -69,7 +69,7 @@ from hydraplan.runtime.profiler import (  # noqa: E402
 )
 
 HELD_OUT_FROZEN = "2026-12-02"
-HELD_OUT_FILES = {which: ROOT / "benchmarks" / "data" / f"memory_peak_held_out_{which}.json" for which in range(2, 8)}
+HELD_OUT_FILES = {which: ROOT / "benchmarks" / "data" / f"memory_peak_held_out_{which}.json" for which in range(2, 9)}
 STAGES = ((1, 0), (2, 0))  # (pp, stage) of <1,pp,1>
 LONGEST_FITTED = max(DEFAULT_TOKEN_COUNTS)
 
@@ -109,7 +109,7 @@ HELD_OUT: tuple[tuple[str, str, list[int]], ...] = (
 
 
 def held_out_set(which: int) -> tuple[str, tuple[tuple[str, str, list[int]], ...]]:
-    """(frozen when, shapes) of held-out set 1 (`HELD_OUT`), 2-7 (the frozen files)."""
+    """(frozen when, shapes) of held-out set 1 (`HELD_OUT`), 2-8 (the frozen files)."""
     if which == 1:
         return HELD_OUT_FROZEN, HELD_OUT
     document = json.loads(HELD_OUT_FILES[which].read_text(encoding="utf-8"))
@@ -210,9 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--held-out",
         type=int,
-        choices=(1, 2, 3, 4, 5, 6, 7),
-        default=7,
-        help="held-out set: 1-6 (seen) or 7 (frozen file)",
+        choices=(1, 2, 3, 4, 5, 6, 7, 8),
+        default=8,
+        help="held-out set: 1-7 (seen) or 8 (frozen file)",
     )
     parser.add_argument(
         "--refit", type=Path, help="no measuring: refit and evaluate the samples of an earlier --samples file"
