@@ -246,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                 str(len(fitted)),
                 f"{memory.memory_envelope:.3f}",
                 f"{memory.memory_margin:.1%}",
+                f"{memory.memory_noise_bytes / 2**20:.2f}",
                 f"{max(abs(r) for r in memory.memory_residuals):.1%}",
                 f"{statistics.median(abs(r) for r in memory.time_residuals):.1%}",
                 "-" if grid_cpu_s is None else f"{grid_cpu_s:.1f}",
@@ -271,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         "fitted samples",
         "envelope",
         "margin",
+        "step noise MiB",
         "max abs fit residual",
         "median time residual",
         "fit grid CPU s",
@@ -288,9 +290,10 @@ def main(argv: list[str] | None = None) -> int:
         f"(`runtime.cpu_allocator`). Fit grid: "
         f"{', '.join(map(str, DEFAULT_TOKEN_COUNTS))} tokens x {', '.join(FIT_MIXES)}, then one sequence of "
         f"{options.long_factor * max(DEFAULT_TOKEN_COUNTS):,} tokens (`profile_batches`); memory `m0 + m1 T + m2 "
-        f"sum(l^2) + m3 max(l)^2`, the tightest upper fit (`cost_models.fit.upper_fit`) to the median step "
-        f"peaks, envelope, then a margin: the largest step noise of a fitted micro-batch (its largest step "
-        f"peak over its median), at least {MEMORY_SAFETY_MARGIN:.0%} (`cost_models.fit.memory_noise`). "
+        f"sum(l^2) + m3 max(l)^2 + m4 max(l)^2.5`, the tightest upper fit (`cost_models.fit.upper_fit`) to the "
+        f"median step peaks, envelope, then a {MEMORY_SAFETY_MARGIN:.0%} margin plus the step noise in bytes: the "
+        f"largest excess of a fitted micro-batch's largest step peak over its median "
+        f"(`cost_models.fit.memory_noise_bytes`). "
         f"Held-out set {args.held_out}, frozen {frozen}, before it was measured"
         + (f"; samples refitted from `{args.refit.name}`, not measured again" if args.refit else "")
         + ".\n\n"

@@ -6,22 +6,27 @@ Per measured scheme (and PP stage), from the profiler's `StageSample`s:
   error (every row divided by its measured time, so a 2 ms and a 2 s micro-batch weigh the same:
   the planner cares about ratios between pipelines);
 - the forward fraction `phi` with `phi * t ~ t_fwd`, also on relative error;
-- the memory model `activation = m0 + m1 * sum(l) + m2 * sum(l^2) + m3 * max(l)^2`; `m0`, bytes
-  that do not grow with the batch, is added to the measured static bytes. It is fitted to the real
-  peak each micro-batch adds (`StageSample.peak_bytes`: allocator or process peak) where measured,
-  else (older profiles) to the saved-activation bytes by relative-error NNLS without `m3`. A
-  real-peak fit is a promise: the tightest non-negative upper fit (a linear programme: the least
-  total relative over-prediction with no fitted micro-batch under-predicted) to each micro-batch's
-  median step peak (`peak_median_bytes`; older samples: its largest, `peak_bytes`), then a margin
-  for the step-to-step noise and for shapes it did not see: the largest excess of a fitted
-  micro-batch's largest step peak over its median (`memory_noise`), at least
-  `MEMORY_SAFETY_MARGIN`; so every fitted micro-batch's largest peak is covered, and a new one is
-  under-predicted only where its steps scatter more than every fitted one's or its median is
-  above the fitted trend. The envelope left after the upper fit (1 unless the solver's tolerance
-  leaves a row under) and the margin are recorded (`memory_envelope`, `memory_margin`) and its
-  residuals are against the largest real peak. `m3` is there because part of a
-  step's peak (the backward's attention temporaries, freed one sequence at a time) grows with the
-  longest sequence only (benchmarks/results/memory_peak.md, "Where the median error comes from");
+- the memory model `activation = m0 + m1 * sum(l) + m2 * sum(l^2) + m3 * max(l)^2 + m4 *
+  max(l)^2.5`; `m0`, bytes that do not grow with the batch, is added to the measured static bytes.
+  It is fitted to the real peak each micro-batch adds (`StageSample.peak_bytes`: allocator or
+  process peak) where measured, else (older profiles) to the saved-activation bytes by
+  relative-error NNLS without `m3` and `m4`. A real-peak fit is a promise: the tightest
+  non-negative upper fit (a linear programme: the least total relative over-prediction with no
+  fitted micro-batch under-predicted) to each micro-batch's median step peak (`peak_median_bytes`;
+  older samples: its largest, `peak_bytes`), then margins for the step-to-step noise and for shapes
+  it did not see. Where several steps were metered: `MEMORY_SAFETY_MARGIN` (2%) of the fit, plus
+  the step noise in bytes, the largest excess of a fitted micro-batch's largest step peak over its
+  median (`memory_noise_bytes`: the heap's step-to-step scatter is bytes, not a share of the peak,
+  so a small micro-batch's scatter does not inflate a large one's promise); where one step was,
+  `MEMORY_UNMETERED_MARGIN` (5%). So every fitted micro-batch's largest peak is covered, and a new
+  one is under-predicted only where its steps scatter more than every fitted one's or its median
+  is above the fitted trend by more than the margin. The envelope left after the upper fit (1
+  unless the solver's tolerance leaves a row under) and the margins are recorded
+  (`memory_envelope`, `memory_margin`, `memory_noise_bytes`) and its residuals are against the
+  largest real peak. `m3` is there because part of a step's peak (the backward's attention
+  temporaries, freed one sequence at a time) grows with the longest sequence only
+  (benchmarks/results/memory_peak.md, "Where the median error comes from"); `m4` because one long
+  sequence's peak grows faster than its square on CPU (`LONGEST_POWER`; the same file, set 8);
 - collectives `seconds = latency + bytes / bandwidth` per (operation, ranks).
 
 Each fit keeps its residuals `(predicted - measured) / measured`. Numpy/scipy only: no torch here.
@@ -36,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linprog, nnls
 
-from hydraplan.cost_models.analytic import max_tokens, ring_all_reduce_factor, stage_params
+from hydraplan.cost_models.analytic import ring_all_reduce_factor, stage_params
 from hydraplan.cost_models.analytic_time import (
     comm_latency_s_per_micro_batch,
     cp_comm_s_per_token,
@@ -45,14 +50,15 @@ from hydraplan.cost_models.analytic_time import (
 )
 from hydraplan.cost_models.hardware import HardwareParams
 from hydraplan.planner.measurements import CollectiveSample, ProfileProvenance, SchemeFit, StageSample
-from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, SchemeCost
+from hydraplan.planner.schemas import LONGEST_POWER, CostProfile, GpuSpec, ModelSpec, SchemeCost, most_tokens
 from hydraplan.planner.scheme import ParallelScheme
 
 __all__ = [
     "CollectiveFit",
     "LinearFit",
     "MEMORY_SAFETY_MARGIN",
-    "memory_noise",
+    "MEMORY_UNMETERED_MARGIN",
+    "memory_noise_bytes",
     "MemoryFit",
     "StageFit",
     "abs_error_summary",
@@ -66,10 +72,12 @@ __all__ = [
 ]
 
 MIN_TIME_SAMPLES = 3  # a, b and c need three independent micro-batches
-# Smallest safety margin of a real-peak memory fit on top of the upper envelope of the fitted
-# micro-batches, for shapes between and beyond them; the step noise of the fitted micro-batches
-# raises it (`memory_noise`; benchmarks/memory_peak.py checks it held out).
-MEMORY_SAFETY_MARGIN = 0.05
+# Safety margin of a real-peak memory fit on top of the upper envelope of the fitted micro-batches,
+# for shapes between and beyond them, where the step noise was metered (its bytes are added too,
+# `memory_noise_bytes`); benchmarks/memory_peak.py checks it held out (set 8).
+MEMORY_SAFETY_MARGIN = 0.02
+# The margin where one step per micro-batch was metered (no step noise known): the rule of sets 5-7.
+MEMORY_UNMETERED_MARGIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -142,9 +150,11 @@ class StageFit:
     memory_fitted_to: str = ""  # "real_peak", "saved_tensors" or "" (no memory measured)
     memory_envelope: float = 1.0  # scale that lifts the fit over every fitted micro-batch
     memory_margin: float = 0.0  # stated margin on top of the envelope
+    memory_noise_bytes: float = 0.0  # step noise added, bytes (in static_bytes through m0)
     max_measured_tokens: int = 0  # largest timed micro-batch, tokens
     max_measured_length: int = 0  # longest single sequence timed
     activation_bytes_per_longest_sq: float = 0.0  # m3, bytes per squared longest length
+    activation_bytes_per_longest_pow: float = 0.0  # m4, bytes per longest length^LONGEST_POWER
 
     def stage_time_s(self, lengths: Sequence[int]) -> float:
         return self.a * sum(x * x for x in lengths) + self.b * sum(lengths) + self.c
@@ -154,6 +164,7 @@ class StageFit:
             self.activation_bytes_per_token * sum(lengths)
             + self.activation_bytes_per_token_sq * sum(x * x for x in lengths)
             + self.activation_bytes_per_longest_sq * max(lengths, default=0) ** 2
+            + self.activation_bytes_per_longest_pow * max(lengths, default=0) ** LONGEST_POWER
         )
 
 
@@ -170,7 +181,7 @@ def fit_forward_fraction(samples: Sequence[StageSample]) -> float:
     return min(max(phi, 0.01), 0.99)
 
 
-def fit_stage(samples: Sequence[StageSample], memory_margin: float = MEMORY_SAFETY_MARGIN) -> StageFit:
+def fit_stage(samples: Sequence[StageSample], memory_margin: float | None = None) -> StageFit:
     """Fit one (scheme, stage) from its samples; out-of-memory samples only bound the capacity.
 
     Raises `ValueError` with fewer than three timed samples or fewer than three distinct
@@ -184,7 +195,7 @@ def fit_stage(samples: Sequence[StageSample], memory_margin: float = MEMORY_SAFE
     time_fit = relative_nnls(_time_features(timed), np.array([s.time_s for s in timed], dtype=float))
     a, b, c = time_fit.coefficients
     memory = fit_memory(timed, memory_margin)
-    m0, m1, m2, m3 = memory.coefficients
+    m0, m1, m2, m3, m4 = memory.coefficients
     statics = [s.static_bytes for s in samples if s.static_bytes is not None]
     ooms = [s.num_tokens for s in samples if s.oom]
     return StageFit(
@@ -198,6 +209,7 @@ def fit_stage(samples: Sequence[StageSample], memory_margin: float = MEMORY_SAFE
         activation_bytes_per_token=m1,
         activation_bytes_per_token_sq=m2,
         activation_bytes_per_longest_sq=m3,
+        activation_bytes_per_longest_pow=m4,
         time_residuals=time_fit.residuals,
         memory_residuals=memory.residuals,
         num_samples=len(timed),
@@ -205,6 +217,7 @@ def fit_stage(samples: Sequence[StageSample], memory_margin: float = MEMORY_SAFE
         memory_fitted_to=memory.fitted_to,
         memory_envelope=memory.envelope,
         memory_margin=memory.margin,
+        memory_noise_bytes=memory.noise_bytes,
         max_measured_tokens=max(s.num_tokens for s in timed),
         max_measured_length=max(max(s.lengths) for s in timed),
     )
@@ -212,43 +225,50 @@ def fit_stage(samples: Sequence[StageSample], memory_margin: float = MEMORY_SAFE
 
 @dataclass(frozen=True)
 class MemoryFit:
-    """`m0 + m1 * sum(l) + m2 * sum(l^2) + m3 * max(l)^2` bytes a micro-batch adds, margins included."""
+    """`m0 + m1 * sum(l) + m2 * sum(l^2) + m3 * max(l)^2 + m4 * max(l)^2.5` bytes a micro-batch adds,
+    margins included."""
 
-    coefficients: tuple[float, float, float, float]
+    coefficients: tuple[float, float, float, float, float]
     residuals: tuple[float, ...]  # (predicted - measured) / measured, against what was fitted
     fitted_to: str
     envelope: float = 1.0
     margin: float = 0.0
+    noise_bytes: float = 0.0  # in m0
 
     def bytes(self, lengths: Sequence[int]) -> float:
-        m0, m1, m2, m3 = self.coefficients
-        return m0 + m1 * sum(lengths) + m2 * sum(x * x for x in lengths) + m3 * max(lengths, default=0) ** 2
+        return float(np.dot(self.coefficients, memory_features(lengths)))
 
 
-def memory_noise(samples: Sequence[StageSample]) -> float:
-    """The largest step-to-step noise of the samples' real peaks: max(peak_bytes / peak_median_bytes)
-    - 1 over the samples that have both, 0 where none has."""
-    ratios = [
-        s.peak_bytes / s.peak_median_bytes
-        for s in samples
-        if s.peak_bytes is not None and s.peak_median_bytes is not None and s.peak_median_bytes > 0
-    ]
-    return max(0.0, max(ratios, default=1.0) - 1.0)
+def memory_features(lengths: Sequence[int]) -> tuple[float, float, float, float, float]:
+    """(1, sum(l), sum(l^2), max(l)^2, max(l)^2.5): the memory model's terms of one micro-batch."""
+    longest = max(lengths, default=0)
+    return (1.0, float(sum(lengths)), float(sum(x * x for x in lengths)), float(longest**2), longest**LONGEST_POWER)
 
 
-def fit_memory(samples: Sequence[StageSample], margin: float = MEMORY_SAFETY_MARGIN) -> MemoryFit:
+def memory_noise_bytes(samples: Sequence[StageSample]) -> float | None:
+    """The largest step-to-step noise of the samples' real peaks, bytes: max(peak_bytes -
+    peak_median_bytes); None unless every sample with a real peak has a median step peak (one
+    metered step per micro-batch: no noise known)."""
+    peaked = [s for s in samples if s.peak_bytes is not None and s.peak_bytes > 0]
+    if not peaked or any(not s.peak_median_bytes for s in peaked):
+        return None
+    return max(0.0, max(s.peak_bytes - s.peak_median_bytes for s in peaked))
+
+
+def fit_memory(samples: Sequence[StageSample], margin: float | None = None) -> MemoryFit:
     """The memory model of one stage: to the real peaks where measured, else to the saved bytes.
 
-    A real-peak fit (`m0 + m1 T + m2 sum(l^2) + m3 max(l)^2`) is the tightest upper fit
-    (`upper_fit`; relative-error NNLS where the solver finds none) to the median step peaks where
-    every row has one (else to the largest), scaled by `envelope = max(1, max(fitted / predicted))`
-    so that no fitted micro-batch is under-predicted, then by `1 + max(margin,
-    memory_noise(samples))`, which covers every row's largest step peak; its residuals are the
-    scaled model against the largest peaks (`peak_bytes`). A saved-bytes fit
-    (`m0 + m1 T + m2 sum(l^2)`, relative-error NNLS, `m3 = 0`) is left as fitted (those bytes are
-    not what must fit: no promise is made).
+    A real-peak fit (`m0 + m1 T + m2 sum(l^2) + m3 max(l)^2 + m4 max(l)^2.5`) is the tightest
+    upper fit (`upper_fit`; relative-error NNLS where the solver finds none) to the median step
+    peaks where every row has one (else to the largest), scaled by `envelope = max(1, max(fitted /
+    predicted))` so that no fitted micro-batch is under-predicted, then by `1 + margin`, and the
+    step noise in bytes (`memory_noise_bytes`) added to `m0`; so every row's largest step peak is
+    covered. `margin` defaults to `MEMORY_SAFETY_MARGIN` where the step noise was metered, else
+    `MEMORY_UNMETERED_MARGIN`. Its residuals are the model against the largest peaks
+    (`peak_bytes`). A saved-bytes fit (`m0 + m1 T + m2 sum(l^2)`, relative-error NNLS, `m3 = m4 =
+    0`) is left as fitted (those bytes are not what must fit: no promise is made).
     """
-    if margin < 0:
+    if margin is not None and margin < 0:
         raise ValueError(f"memory margin {margin}: must be >= 0")
     peaks = [s for s in samples if s.peak_bytes is not None and s.peak_bytes > 0]
     if peaks:
@@ -257,16 +277,17 @@ def fit_memory(samples: Sequence[StageSample], margin: float = MEMORY_SAFETY_MAR
         rows = [s for s in samples if s.activation_bytes is not None]
         measured, fitted_to = [s.activation_bytes for s in rows], "saved_tensors"
     if not rows:
-        return MemoryFit((0.0, 0.0, 0.0, 0.0), (), "")
-    target = np.array(measured, dtype=float)
-    largest = target
-    if fitted_to == "real_peak" and all(s.peak_median_bytes for s in rows):
-        target = np.array([s.peak_median_bytes for s in rows], dtype=float)
-        margin = max(margin, memory_noise(rows))
+        return MemoryFit((0.0, 0.0, 0.0, 0.0, 0.0), (), "")
+    target = largest = np.array(measured, dtype=float)
     if fitted_to == "saved_tensors":
         fit = relative_nnls(np.array([[1.0, s.num_tokens, s.sum_sq_tokens] for s in rows], dtype=float), target)
-        return MemoryFit((*fit.coefficients, 0.0), fit.residuals, fitted_to)
-    features = np.array([[1.0, s.num_tokens, s.sum_sq_tokens, max(s.lengths) ** 2] for s in rows], dtype=float)
+        return MemoryFit((*fit.coefficients, 0.0, 0.0), fit.residuals, fitted_to)
+    noise_bytes = memory_noise_bytes(rows)
+    if noise_bytes is not None:
+        target = np.array([s.peak_median_bytes for s in rows], dtype=float)
+    if margin is None:
+        margin = MEMORY_UNMETERED_MARGIN if noise_bytes is None else MEMORY_SAFETY_MARGIN
+    features = np.array([memory_features(s.lengths) for s in rows], dtype=float)
     solution = upper_fit(features, target)
     if solution is None:
         solution = relative_nnls(features, target).coefficients
@@ -274,9 +295,10 @@ def fit_memory(samples: Sequence[StageSample], margin: float = MEMORY_SAFETY_MAR
     positive = predicted > 0
     envelope = max(1.0, float(np.max(target[positive] / predicted[positive]))) if positive.any() else 1.0
     scale = envelope * (1 + margin)
-    coefficients = tuple(float(x) * scale for x in solution)
-    residuals = tuple(float(r) for r in (predicted * scale - largest) / largest)
-    return MemoryFit(coefficients, residuals, fitted_to, envelope, margin)
+    coefficients = [float(x) * scale for x in solution]
+    coefficients[0] += noise_bytes or 0.0
+    residuals = tuple(float(r) for r in (features @ np.array(coefficients) - largest) / largest)
+    return MemoryFit(tuple(coefficients), residuals, fitted_to, envelope, margin, noise_bytes or 0.0)
 
 
 def fit_scheme(samples: Sequence[StageSample], usable_bytes: float | None) -> tuple[SchemeCost, SchemeFit] | None:
@@ -318,6 +340,7 @@ def fit_scheme(samples: Sequence[StageSample], usable_bytes: float | None) -> tu
         activation_bytes_per_token=first.activation_bytes_per_token,
         activation_bytes_per_token_sq=first.activation_bytes_per_token_sq,
         activation_bytes_per_longest_sq=first.activation_bytes_per_longest_sq,
+        activation_bytes_per_longest_pow=first.activation_bytes_per_longest_pow,
         in_flight_micro_batches=pp,
         grad_bytes_per_gpu=0.0,
     )
@@ -333,12 +356,17 @@ def _capacity_tokens(stage_fits: Sequence[StageFit], pp: int, usable_bytes: floa
     bounds = []
     for fit in stage_fits:
         per_square = fit.activation_bytes_per_token_sq + fit.activation_bytes_per_longest_sq
-        if usable_bytes is not None and (fit.activation_bytes_per_token or per_square):
+        per_power = fit.activation_bytes_per_longest_pow
+        if usable_bytes is not None and (fit.activation_bytes_per_token or per_square or per_power):
             in_flight = max(pp - fit.stage, 1)
-            # sum(l^2) and max(l)^2 are both at most T^2: the bound holds for any T tokens
+            # sum(l^2) and max(l)^2 are both at most T^2, max(l)^2.5 at most T^2.5: the bound holds
+            # for any T tokens
             bounds.append(
-                max_tokens(
-                    usable_bytes - fit.static_bytes, in_flight * fit.activation_bytes_per_token, in_flight * per_square
+                most_tokens(
+                    usable_bytes - fit.static_bytes,
+                    in_flight * fit.activation_bytes_per_token,
+                    in_flight * per_square,
+                    in_flight * per_power,
                 )
             )
         if fit.oom_tokens is not None:
@@ -364,6 +392,7 @@ def _scheme_fit(cost: SchemeCost, stage_fits: Sequence[StageFit]) -> SchemeFit:
         activation_bytes_per_token=cost.activation_bytes_per_token or 0.0,
         activation_bytes_per_token_sq=cost.activation_bytes_per_token_sq,
         activation_bytes_per_longest_sq=cost.activation_bytes_per_longest_sq,
+        activation_bytes_per_longest_pow=cost.activation_bytes_per_longest_pow,
         num_samples=sum(fit.num_samples for fit in stage_fits),
         time_residuals=time_residuals,
         memory_residuals=memory_residuals,
@@ -374,6 +403,7 @@ def _scheme_fit(cost: SchemeCost, stage_fits: Sequence[StageFit]) -> SchemeFit:
         memory_fitted_to=_memory_fitted_to(stage_fits),
         memory_envelope=max(fit.memory_envelope for fit in stage_fits),
         memory_margin=max(fit.memory_margin for fit in stage_fits),
+        memory_noise_bytes=max(fit.memory_noise_bytes for fit in stage_fits),
         max_measured_tokens=max(fit.max_measured_tokens for fit in stage_fits) or None,
         max_measured_length=max(fit.max_measured_length for fit in stage_fits) or None,
     )
@@ -562,10 +592,13 @@ def build_profiled_profile(
             f"{holds:,} are extrapolated (the measured grid stops at {longest:,} to bound profiling time)"
         )
     if any(fit.memory_fitted_to == "real_peak" for fit in fits):
-        margin = max(fit.memory_margin for fit in fits if fit.memory_fitted_to == "real_peak")
-        notes += "; memory fitted to real peaks (median step peaks, max(l)^2 term, tightest upper fit), then a "
-        notes += f"{margin:.0%} margin (the largest step noise of a fitted micro-batch, "
-        notes += f"at least {MEMORY_SAFETY_MARGIN:.0%})"
+        peaked = [fit for fit in fits if fit.memory_fitted_to == "real_peak"]
+        margin = max(fit.memory_margin for fit in peaked)
+        noise = max(fit.memory_noise_bytes for fit in peaked)
+        notes += "; memory fitted to real peaks (median step peaks, max(l)^2 and max(l)^2.5 terms, tightest upper "
+        notes += f"fit), then a {margin:.0%} margin"
+        if noise:
+            notes += f" and {noise / 2**20:.1f} MiB (the largest step noise of a fitted micro-batch)"
     if provenance.interrupted:
         notes += "; measurement interrupted: partial"
     return CostProfile(

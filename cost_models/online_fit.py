@@ -71,7 +71,7 @@ from scipy.optimize import nnls
 from hydraplan.cost_models.rank_speed import PipelineRatio, kept_observations, rank_factors, step_observations
 from hydraplan.planner import limits
 from hydraplan.planner.measurements import CapacityChange, DriftEvent, SessionFeedback, StepError
-from hydraplan.planner.schemas import CostProfile, SchemeCost, derive_capacity_tokens, single_chunk
+from hydraplan.planner.schemas import LONGEST_POWER, CostProfile, SchemeCost, derive_capacity_tokens, single_chunk
 
 __all__ = [
     "CapacityChange",
@@ -462,7 +462,12 @@ def corrected_capacity(profile: CostProfile, entry: SchemeCost, scale: float, ex
 
 def scaled_activations(entry: SchemeCost, scale: float) -> SchemeCost:
     """The scheme's memory model with its activation bytes (every term the profile gives) x `scale`."""
-    terms = ("activation_bytes_per_token", "activation_bytes_per_token_sq", "activation_bytes_per_longest_sq")
+    terms = (
+        "activation_bytes_per_token",
+        "activation_bytes_per_token_sq",
+        "activation_bytes_per_longest_sq",
+        "activation_bytes_per_longest_pow",
+    )
     return entry.model_copy(
         update={term: value * scale for term in terms if (value := getattr(entry, term)) is not None}
     )
@@ -486,15 +491,20 @@ def predicted_peak_bytes(
 ) -> float | None:
     """Static bytes plus the in-flight micro-batches' activations at 1F1B stage 0's peak, each
     taken as large as the pipeline's largest (the planner's memory model, `derive_capacity_tokens`).
-    A measured micro-batch carries no lengths, so its longest sequence's square is bounded by its
-    sum of squares (the `m3` term read as an upper bound). With a session's memory correction
-    (`corrected_memory`): the activations x `activation_scale`, `extra_bytes` on the static ones."""
+    A measured micro-batch carries no lengths, so its longest sequence is bounded by the root of
+    its sum of squares (the `m3` and `m4` terms read as upper bounds). With a session's memory
+    correction (`corrected_memory`): the activations x `activation_scale`, `extra_bytes` on the
+    static ones."""
     if entry.static_bytes is None or entry.activation_bytes_per_token is None or not micro_batches:
         return None
     in_flight = min(entry.in_flight_micro_batches or entry.pp, len(micro_batches))
     per_square = entry.activation_bytes_per_token_sq + entry.activation_bytes_per_longest_sq
+    per_power = entry.activation_bytes_per_longest_pow
     largest = max(
-        entry.activation_bytes_per_token * mb.num_tokens + per_square * mb.sum_sq_tokens for mb in micro_batches
+        entry.activation_bytes_per_token * mb.num_tokens
+        + per_square * mb.sum_sq_tokens
+        + per_power * mb.sum_sq_tokens ** (LONGEST_POWER / 2)
+        for mb in micro_batches
     )
     return entry.static_bytes + extra_bytes + activation_scale * in_flight * largest
 

@@ -121,6 +121,11 @@ class SchemeFit(_Frozen):
         description="Bytes per squared length of a micro-batch's longest sequence (m3); left out of the JSON when 0.",
         exclude_if=lambda value: value == 0,
     )
+    activation_bytes_per_longest_pow: Ratio = Field(
+        0.0,
+        description="Bytes per max(l)^2.5 of a micro-batch's longest sequence (m4); left out of the JSON when 0.",
+        exclude_if=lambda value: value == 0,
+    )
     num_samples: int = Field(ge=0)
     time_residuals: list[Ratio] = Field(
         default_factory=list, max_length=MAX_RESIDUALS, description="(predicted - measured) / measured per sample."
@@ -142,8 +147,16 @@ class SchemeFit(_Frozen):
     )
     memory_margin: Ratio = Field(
         0.0,
-        description="Safety margin on top of the envelope (0.05 = 5%): the larger of 5% and the largest step "
-        "noise of a fitted micro-batch (peak_bytes over peak_median_bytes); memory_residuals include both.",
+        description="Safety margin on top of the envelope (0.02 = 2%): 2% where the step noise was metered "
+        "(several steps per micro-batch; its bytes are added too, memory_noise_bytes), 5% where it was not. "
+        "Profiles fitted before Dec 3 2026: the larger of 5% and the largest step noise as a ratio. "
+        "memory_residuals include every margin.",
+    )
+    memory_noise_bytes: Ratio = Field(
+        0.0,
+        description="Bytes added to a real-peak fit for the step noise: the largest excess of a fitted "
+        "micro-batch's largest step peak over its median step peak. Left out of the JSON when 0.",
+        exclude_if=lambda value: value == 0,
     )
     max_measured_tokens: int | None = Field(
         None, ge=1, description="Largest micro-batch measured, tokens: the fit is extrapolated beyond it."

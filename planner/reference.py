@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from functools import cache
 
-from hydraplan.planner.schemas import CostProfile, SchemeCost
+from hydraplan.planner.schemas import LONGEST_POWER, CostProfile, SchemeCost
 
 Scheme = tuple[int, ...]  # (tp, pp, cp), or (tp, pp, cp, v) with v > 1 model chunks per PP rank
 
@@ -49,8 +49,9 @@ def in_flight_micro_batches(pp: int, v: int) -> int:
 
 
 def capacity_tokens(profile: CostProfile, entry: SchemeCost) -> int:
-    """The profile's capacity, or the largest T with `k * (m1 T + (m2 + m3) T^2) <= free memory`, k the
-    micro-batches in flight at the peak of the fullest rank unless given (`in_flight_micro_batches`)."""
+    """The profile's capacity, or the largest T with `k * (m1 T + (m2 + m3) T^2 + m4 T^2.5) <= free
+    memory`, k the micro-batches in flight at the peak of the fullest rank unless given
+    (`in_flight_micro_batches`)."""
     if entry.capacity_tokens is not None:
         return entry.capacity_tokens
     free = (profile.gpu_memory_bytes or 0.0) - profile.memory_reserve_bytes - (entry.static_bytes or 0.0)
@@ -58,8 +59,22 @@ def capacity_tokens(profile: CostProfile, entry: SchemeCost) -> int:
         return 0
     in_flight = entry.in_flight_micro_batches or in_flight_micro_batches(entry.pp, entry.v)
     per_token = in_flight * (entry.activation_bytes_per_token or 0.0)
-    # sum(l^2) and max(l)^2 are both at most T^2 (one sequence of T tokens)
+    # sum(l^2) and max(l)^2 are both at most T^2, max(l)^2.5 at most T^2.5 (one sequence of T tokens)
     per_square = in_flight * (entry.activation_bytes_per_token_sq + entry.activation_bytes_per_longest_sq)
+    per_power = in_flight * entry.activation_bytes_per_longest_pow
+    if per_power > 0:  # no closed form: a binary search below per_power T^LONGEST_POWER <= free's root
+
+        def fits(tokens: int) -> bool:
+            return per_token * tokens + per_square * tokens**2 + per_power * tokens**LONGEST_POWER <= free
+
+        low, high = 0, math.floor((free / per_power) ** (1 / LONGEST_POWER)) + 1  # fits(low); nothing above high fits
+        while low < high:
+            middle = (low + high + 1) // 2
+            if fits(middle):
+                low = middle
+            else:
+                high = middle - 1
+        return low
     if per_square > 0:  # the positive root of per_square T^2 + per_token T - free = 0
         return math.floor((-per_token + math.sqrt(per_token**2 + 4 * per_square * free)) / (2 * per_square))
     if per_token > 0:

@@ -34,6 +34,11 @@ from hydraplan.planner.strategies import check_strategy_fits
 
 PLAN_SCHEMA = "hydraplan.plan/1"
 PROFILE_SCHEMA = "hydraplan.profile/1"
+# The power of the longest sequence's length in the memory model's fifth term (m4 max(l)^2.5): one
+# long sequence's real peak grows faster than l^2 on the CPU profile (a free fit of single sequences
+# of 128-3,072 tokens gives 2.3-2.4; benchmarks/memory_peak.py); an upper fit leaves it 0 where the
+# quadratic terms suffice.
+LONGEST_POWER = 2.5
 
 PositiveInt = Annotated[int, Field(ge=1)]
 # Only finite numbers cross the boundary; upper bounds keep every product the planner forms finite.
@@ -149,10 +154,10 @@ def single_chunk(v: int) -> bool:
     return v == 1
 
 
-def no_longest_term(m3: float) -> bool:
-    """`exclude_if` of `activation_bytes_per_longest_sq`: left out of the JSON when 0, so profiles
-    and plans without the term stay as they were before it existed (byte for byte)."""
-    return m3 == 0
+def no_longest_term(m: float) -> bool:
+    """`exclude_if` of `activation_bytes_per_longest_sq` and `_pow`: left out of the JSON when 0, so
+    profiles and plans without the term stay as they were before it existed (byte for byte)."""
+    return m == 0
 
 
 class SchemeCost(Frozen):
@@ -200,6 +205,13 @@ class SchemeCost(Frozen):
         description="Bytes per GPU per squared length of the micro-batch's longest sequence (m3: attention "
         "temporaries alive for one sequence at a time). The capacity bounds max(l)^2 by T^2, like sum(l^2). "
         "Left out of the JSON when 0.",
+        exclude_if=no_longest_term,
+    )
+    activation_bytes_per_longest_pow: Bytes = Field(
+        0.0,
+        description="Bytes per GPU per max(l)^2.5 of the micro-batch's longest sequence (m4: one long sequence's "
+        "peak growing faster than its square, as measured on CPU). The capacity bounds max(l) by T. Left out of "
+        "the JSON when 0.",
         exclude_if=no_longest_term,
     )
     in_flight_micro_batches: Stages | None = Field(
@@ -363,11 +375,40 @@ def default_in_flight_micro_batches(pp: int, v: int = 1) -> int:
     return 2 * (pp - 1) + (v - 1) * pp + 1
 
 
+def most_tokens(free_bytes: float, per_token: float, per_square: float, per_power: float = 0.0) -> int:
+    """Largest integer T >= 0 with `per_token T + per_square T^2 + per_power T^LONGEST_POWER <=
+    free_bytes` (coefficients >= 0); 2^62 when nothing grows with T. Without the power term, the
+    quadratic's positive root; with it, a bisection below that root (the left side grows with T)."""
+    if free_bytes <= 0:
+        return 0
+    if per_square > 0:
+        bound = math.floor(
+            (-per_token + math.sqrt(per_token * per_token + 4 * per_square * free_bytes)) / (2 * per_square)
+        )
+    elif per_token > 0:
+        bound = math.floor(free_bytes / per_token)
+    elif per_power > 0:
+        bound = math.floor((free_bytes / per_power) ** (1 / LONGEST_POWER)) + 1
+    else:
+        return 2**62
+    if per_power <= 0:
+        return bound
+    low, high = 0, bound + 1  # low fits, high does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        if per_token * middle + per_square * middle * middle + per_power * middle**LONGEST_POWER <= free_bytes:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
 def derive_capacity_tokens(profile: CostProfile, scheme: SchemeCost) -> int:
-    """Largest token count T with in_flight * (m1*T + (m2 + m3)*T^2) <= memory - reserve - static.
+    """Largest token count T with in_flight * (m1*T + (m2 + m3)*T^2 + m4*T^2.5) <= memory - reserve
+    - static.
 
     Packing bounds a micro-batch's sum of squared lengths, and the square of its longest sequence,
-    by T^2, so the bound is safe whatever the lengths of the T tokens.
+    by T^2 (and its longest by T), so the bound is safe whatever the lengths of the T tokens.
     """
     if scheme.capacity_tokens is not None:
         return scheme.capacity_tokens
@@ -375,17 +416,12 @@ def derive_capacity_tokens(profile: CostProfile, scheme: SchemeCost) -> int:
     assert scheme.static_bytes is not None and scheme.activation_bytes_per_token is not None
     in_flight = scheme.in_flight_micro_batches or default_in_flight_micro_batches(scheme.pp, scheme.v)
     free_bytes = profile.gpu_memory_bytes - profile.memory_reserve_bytes - scheme.static_bytes
-    if free_bytes <= 0:
-        return 0
-    m1 = scheme.activation_bytes_per_token * in_flight
-    m2 = (scheme.activation_bytes_per_token_sq + scheme.activation_bytes_per_longest_sq) * in_flight
-    if m2 > 0:
-        tokens = (-m1 + math.sqrt(m1 * m1 + 4 * m2 * free_bytes)) / (2 * m2)
-    elif m1 > 0:
-        tokens = free_bytes / m1
-    else:
-        return 2**62
-    return int(math.floor(tokens))
+    return most_tokens(
+        free_bytes,
+        scheme.activation_bytes_per_token * in_flight,
+        (scheme.activation_bytes_per_token_sq + scheme.activation_bytes_per_longest_sq) * in_flight,
+        scheme.activation_bytes_per_longest_pow * in_flight,
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from hydraplan.cost_models.fit import (
-    MEMORY_SAFETY_MARGIN,
+    MEMORY_UNMETERED_MARGIN,
     build_profiled_profile,
     fit_collectives,
     fit_memory,
     fit_scheme,
     fit_stage,
+    memory_features,
     relative_nnls,
 )
 from hydraplan.cost_models.profile_io import load_profile, save_profile
@@ -190,17 +191,17 @@ def with_real_peaks(samples: list[StageSample], noise: float = 0.08, seed: int =
 def test_memory_is_fitted_to_the_real_peak_and_never_under_predicts_a_fitted_batch() -> None:
     samples = with_real_peaks(synthetic_samples())
     memory = fit_memory(samples)
-    assert memory.fitted_to == "real_peak" and memory.margin == MEMORY_SAFETY_MARGIN and memory.envelope >= 1
+    assert memory.fitted_to == "real_peak" and memory.margin == MEMORY_UNMETERED_MARGIN and memory.envelope >= 1
     for sample, residual in zip(samples, memory.residuals, strict=True):
         assert residual == pytest.approx((memory.bytes(sample.lengths) - sample.peak_bytes) / sample.peak_bytes)
-        assert residual >= MEMORY_SAFETY_MARGIN - 1e-9  # the envelope, then the stated margin
+        assert residual >= MEMORY_UNMETERED_MARGIN - 1e-9  # the envelope, then the stated margin
     # the tightest upper fit: some fitted micro-batch is met exactly (then the margin), and the total
     # over-prediction is no more than that of the least-squares fit scaled over every batch (the older promise)
-    assert min(memory.residuals) == pytest.approx(MEMORY_SAFETY_MARGIN, abs=1e-6)
-    features = np.array([[1.0, s.num_tokens, s.sum_sq_tokens, max(s.lengths) ** 2] for s in samples])
+    assert min(memory.residuals) == pytest.approx(MEMORY_UNMETERED_MARGIN, abs=1e-6)
+    features = np.array([memory_features(s.lengths) for s in samples])
     peaks = np.array([s.peak_bytes for s in samples])
     scaled = features @ np.array(relative_nnls(features, peaks).coefficients)
-    scaled *= max(peaks / scaled) * (1 + MEMORY_SAFETY_MARGIN)
+    scaled *= max(peaks / scaled) * (1 + MEMORY_UNMETERED_MARGIN)
     assert sum(memory.residuals) <= float(np.sum((scaled - peaks) / peaks)) + 1e-9
     # the saved bytes alone (what older profiles were fitted to) would promise a third too little
     saved = fit_memory([s.model_copy(update={"peak_bytes": None}) for s in samples])
@@ -214,12 +215,12 @@ def test_the_stage_fit_records_its_memory_promise_and_measured_range() -> None:
     fit = fit_stage(samples)
     memory = fit_memory(samples)
     assert fit.memory_residuals == memory.residuals and fit.memory_fitted_to == "real_peak"
-    m0, m1, m2, m3 = memory.coefficients
+    m0, m1, m2, m3, m4 = memory.coefficients
     assert (fit.activation_bytes_per_token, fit.activation_bytes_per_token_sq) == (m1, m2)
-    assert fit.activation_bytes_per_longest_sq == m3
+    assert (fit.activation_bytes_per_longest_sq, fit.activation_bytes_per_longest_pow) == (m3, m4)
     assert fit.static_bytes == pytest.approx(5e6 + m0)
     cost, scheme_fit = fit_scheme(samples, usable_bytes=1e12)
-    assert scheme_fit.memory_fitted_to == "real_peak" and scheme_fit.memory_margin == MEMORY_SAFETY_MARGIN
+    assert scheme_fit.memory_fitted_to == "real_peak" and scheme_fit.memory_margin == MEMORY_UNMETERED_MARGIN
     assert scheme_fit.memory_envelope == fit.memory_envelope
     assert (scheme_fit.max_measured_tokens, scheme_fit.max_measured_length) == (1536, 1536)
     # the capacity keeps the promise: the fitted peak of the capacity fits in the usable bytes
@@ -229,6 +230,7 @@ def test_the_stage_fit_records_its_memory_promise_and_measured_range() -> None:
         cost.static_bytes
         + cost.activation_bytes_per_token * cost.capacity_tokens
         + (cost.activation_bytes_per_token_sq + cost.activation_bytes_per_longest_sq) * cost.capacity_tokens**2
+        + cost.activation_bytes_per_longest_pow * cost.capacity_tokens**2.5
         <= usable
     )
 

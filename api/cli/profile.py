@@ -316,11 +316,11 @@ def _report(profile: CostProfile, out: str, elapsed_s: float, interrupted: bool)
     state = "partial (interrupted or out of budget) " if interrupted else ""
     longest = max((f.max_measured_length or 0 for f in fits), default=0)
     peaked = [f for f in fits if f.memory_fitted_to == "real_peak"]
-    memory = (
-        f"; memory fitted to the real peak with a {max(f.memory_margin for f in peaked):.0%} margin above its envelope"
-        if peaked
-        else "; memory fitted to the saved-activation bytes (no real-peak meter here): not a promise"
-    )
+    memory = "; memory fitted to the saved-activation bytes (no real-peak meter here): not a promise"
+    if peaked:
+        noise = max(f.memory_noise_bytes for f in peaked)
+        memory = f"; memory fitted to the real peak with a {max(f.memory_margin for f in peaked):.0%} margin"
+        memory += f" and {noise / 2**20:.2f} MiB of step noise above its envelope" if noise else " above its envelope"
     print(
         f"{PROG}: wrote {state}profiled profile of {len(profile.schemes)} schemes ({profile.model} on "
         f"{profile.gpu}) to {out} after {elapsed_s:.0f} s; fit error (median) {errors}{memory}; sequences up to "

@@ -29,6 +29,8 @@ def measured_range(profile: CostProfile) -> dict[tuple[int, int, int], tuple[int
         kind = fit.memory_fitted_to if fit is not None and fit.memory_fitted_to else "saved_tensors"
         if kind == "real_peak":
             kind = f"real peak +{fit.memory_margin:.0%}"
+            if fit.memory_noise_bytes:
+                kind += f" +{fit.memory_noise_bytes / 2**20:.2f} MiB"
         result[key] = (length, kind.replace("_", " "))
     return result
 

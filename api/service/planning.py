@@ -30,6 +30,7 @@ from hydraplan.planner.budget import AUTO, AUTO_MAX_S
 from hydraplan.planner.cache import WeightedLru
 from hydraplan.planner.cost import ProfileCostModel
 from hydraplan.planner.schemas import (
+    LONGEST_POWER,
     CostProfile,
     GpuSpec,
     ModelSpec,
@@ -368,19 +369,21 @@ def pipeline_estimates(plan: Plan) -> list[PipelineEstimate]:
 
 
 def _peak_memory_bytes(entry: Any, micro_batches: Sequence[Any]) -> float:
-    """static + in_flight * max over micro-batches of (m1 * tokens + m2 * sum l^2 + m3 * max(l)^2)
-    (upper bound); an interleaved entry's bytes are one chunk's and its in-flight count is of chunk
-    micro-batches."""
+    """static + in_flight * max over micro-batches of (m1 * tokens + m2 * sum l^2 + m3 * max(l)^2 +
+    m4 * max(l)^2.5) (upper bound); an interleaved entry's bytes are one chunk's and its in-flight
+    count is of chunk micro-batches."""
     in_flight = entry.in_flight_micro_batches or default_in_flight_micro_batches(entry.pp, entry.v)
     in_flight = min(in_flight, max(1, len(micro_batches) * entry.v))
     per_token = entry.activation_bytes_per_token or 0.0
     per_sq_token = entry.activation_bytes_per_token_sq
     per_longest_sq = getattr(entry, "activation_bytes_per_longest_sq", 0.0)
+    per_longest_pow = getattr(entry, "activation_bytes_per_longest_pow", 0.0)
     largest = max(
         (
             per_token * batch.num_tokens
             + per_sq_token * sum(length * length for length in batch.lengths)
             + per_longest_sq * max(batch.lengths, default=0) ** 2
+            + per_longest_pow * max(batch.lengths, default=0) ** LONGEST_POWER
             for batch in micro_batches
         ),
         default=0.0,
