@@ -58,6 +58,8 @@ __all__ = [
     "LinearFit",
     "MEMORY_SAFETY_MARGIN",
     "MEMORY_UNMETERED_MARGIN",
+    "GROWTH_FLOOR_AT",
+    "growth_floor",
     "memory_noise_bytes",
     "MemoryFit",
     "StageFit",
@@ -78,6 +80,9 @@ MIN_TIME_SAMPLES = 3  # a, b and c need three independent micro-batches
 MEMORY_SAFETY_MARGIN = 0.02
 # The margin where one step per micro-batch was metered (no step noise known): the rule of sets 5-7.
 MEMORY_UNMETERED_MARGIN = 0.05
+# Multiples of the longest measured single sequence where a real-peak fit must stay above the
+# quadratic through the three longest measured ones (`growth_floor`; held-out set 9).
+GROWTH_FLOOR_AT = (2, 8)
 
 
 @dataclass(frozen=True)
@@ -105,10 +110,14 @@ def relative_nnls(features: np.ndarray, measured: np.ndarray) -> LinearFit:
     return LinearFit(tuple(float(x) for x in coefficients), tuple(float(r) for r in residuals))
 
 
-def upper_fit(features: np.ndarray, measured: np.ndarray) -> tuple[float, ...] | None:
+def upper_fit(
+    features: np.ndarray, measured: np.ndarray, floors: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[float, ...] | None:
     """The tightest non-negative upper fit: x >= 0 minimising sum(features @ x / measured) subject
-    to features @ x >= measured on every row (rows with measured <= 0 dropped); None when the
-    solver finds none. Columns are scaled to unit norm first, as in `relative_nnls`."""
+    to features @ x >= measured on every row (rows with measured <= 0 dropped), and to
+    floor_features @ x >= floor_values for `floors` (rows that constrain and do not count in the
+    objective); None when the solver finds none. Columns are scaled to unit norm first, as in
+    `relative_nnls`."""
     keep = measured > 0
     rows = features[keep] / measured[keep, None]
     if not len(rows):
@@ -116,7 +125,11 @@ def upper_fit(features: np.ndarray, measured: np.ndarray) -> tuple[float, ...] |
     scale = np.linalg.norm(rows, axis=0)
     scale[scale == 0] = 1.0
     rows = rows / scale
-    result = linprog(rows.sum(axis=0), A_ub=-rows, b_ub=-np.ones(len(rows)), bounds=(0, None), method="highs")
+    bounds = rows
+    if floors is not None and len(floors[1]):
+        floor_features, floor_values = floors
+        bounds = np.vstack([rows, floor_features / floor_values[:, None] / scale])
+    result = linprog(rows.sum(axis=0), A_ub=-bounds, b_ub=-np.ones(len(bounds)), bounds=(0, None), method="highs")
     if result.status != 0:
         return None
     return tuple(float(x) for x in result.x / scale)
@@ -255,12 +268,42 @@ def memory_noise_bytes(samples: Sequence[StageSample]) -> float | None:
     return max(0.0, max(s.peak_bytes - s.peak_median_bytes for s in peaked))
 
 
+def growth_floor(samples: Sequence[StageSample], peaks: Sequence[float]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Where one long sequence's fitted peak must stay beyond the grid: the quadratic through the
+    three longest single sequences measured (their `peaks`), at `GROWTH_FLOOR_AT` x the longest, as
+    (memory features, bytes) rows for `upper_fit`'s floors; None with fewer than three lengths.
+
+    On the grid an upper fit can be as tight with the growth of long sequences in the sum of
+    squares as in `max(l)^2.5`, and the two part beyond it (held-out set 8: a 2,900-token sequence
+    5% under); the floor keeps the fit's growth beyond the longest measured sequence no slower than
+    the measured curve's own at its end (which, on CPU, still steepens: the margin covers the rest).
+    """
+    longest: dict[int, float] = {}
+    for sample, peak in zip(samples, peaks, strict=True):
+        if len(sample.lengths) == 1 and peak > 0:
+            longest[sample.lengths[0]] = max(peak, longest.get(sample.lengths[0], 0.0))
+    if len(longest) < 3:
+        return None
+    (x0, y0), (x1, y1), (x2, y2) = sorted(longest.items())[-3:]
+    slope0, slope1 = (y1 - y0) / (x1 - x0), (y2 - y1) / (x2 - x1)
+    curvature = (slope1 - slope0) / (x2 - x0)
+    rows, values = [], []
+    for factor in GROWTH_FLOOR_AT:
+        length = factor * x2
+        value = y0 + slope0 * (length - x0) + curvature * (length - x0) * (length - x1)
+        if value > 0:
+            rows.append(memory_features([length]))
+            values.append(value)
+    return np.array(rows, dtype=float).reshape(-1, 5), np.array(values, dtype=float)
+
+
 def fit_memory(samples: Sequence[StageSample], margin: float | None = None) -> MemoryFit:
     """The memory model of one stage: to the real peaks where measured, else to the saved bytes.
 
     A real-peak fit (`m0 + m1 T + m2 sum(l^2) + m3 max(l)^2 + m4 max(l)^2.5`) is the tightest
     upper fit (`upper_fit`; relative-error NNLS where the solver finds none) to the median step
-    peaks where every row has one (else to the largest), scaled by `envelope = max(1, max(fitted /
+    peaks where every row has one (else to the largest), kept above `growth_floor` beyond the
+    longest measured sequence, scaled by `envelope = max(1, max(fitted /
     predicted))` so that no fitted micro-batch is under-predicted, then by `1 + margin`, and the
     step noise in bytes (`memory_noise_bytes`) added to `m0`; so every row's largest step peak is
     covered. `margin` defaults to `MEMORY_SAFETY_MARGIN` where the step noise was metered, else
@@ -288,7 +331,7 @@ def fit_memory(samples: Sequence[StageSample], margin: float | None = None) -> M
     if margin is None:
         margin = MEMORY_UNMETERED_MARGIN if noise_bytes is None else MEMORY_SAFETY_MARGIN
     features = np.array([memory_features(s.lengths) for s in rows], dtype=float)
-    solution = upper_fit(features, target)
+    solution = upper_fit(features, target, growth_floor(rows, list(target)))
     if solution is None:
         solution = relative_nnls(features, target).coefficients
     predicted = features @ np.array(solution)
@@ -596,7 +639,8 @@ def build_profiled_profile(
         margin = max(fit.memory_margin for fit in peaked)
         noise = max(fit.memory_noise_bytes for fit in peaked)
         notes += "; memory fitted to real peaks (median step peaks, max(l)^2 and max(l)^2.5 terms, tightest upper "
-        notes += f"fit), then a {margin:.0%} margin"
+        notes += "fit, one long sequence's growth beyond the longest measured kept above the quadratic through the "
+        notes += f"three longest), then a {margin:.0%} margin"
         if noise:
             notes += f" and {noise / 2**20:.1f} MiB (the largest step noise of a fitted micro-batch)"
     if provenance.interrupted:

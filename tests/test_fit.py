@@ -15,6 +15,7 @@ from hydraplan.cost_models.fit import (
     fit_memory,
     fit_scheme,
     fit_stage,
+    growth_floor,
     memory_features,
     relative_nnls,
 )
@@ -196,12 +197,16 @@ def test_memory_is_fitted_to_the_real_peak_and_never_under_predicts_a_fitted_bat
         assert residual == pytest.approx((memory.bytes(sample.lengths) - sample.peak_bytes) / sample.peak_bytes)
         assert residual >= MEMORY_UNMETERED_MARGIN - 1e-9  # the envelope, then the stated margin
     # the tightest upper fit: some fitted micro-batch is met exactly (then the margin), and the total
-    # over-prediction is no more than that of the least-squares fit scaled over every batch (the older promise)
+    # over-prediction is no more than that of the least-squares fit scaled over every batch and over
+    # the growth floor (the older promise, with the same floor)
     assert min(memory.residuals) == pytest.approx(MEMORY_UNMETERED_MARGIN, abs=1e-6)
     features = np.array([memory_features(s.lengths) for s in samples])
     peaks = np.array([s.peak_bytes for s in samples])
-    scaled = features @ np.array(relative_nnls(features, peaks).coefficients)
-    scaled *= max(peaks / scaled) * (1 + MEMORY_UNMETERED_MARGIN)
+    least_squares = np.array(relative_nnls(features, peaks).coefficients)
+    floor_features, floor_values = growth_floor(samples, list(peaks))
+    scaled = features @ least_squares
+    lift = max(float(np.max(peaks / scaled)), float(np.max(floor_values / (floor_features @ least_squares))))
+    scaled *= lift * (1 + MEMORY_UNMETERED_MARGIN)
     assert sum(memory.residuals) <= float(np.sum((scaled - peaks) / peaks)) + 1e-9
     # the saved bytes alone (what older profiles were fitted to) would promise a third too little
     saved = fit_memory([s.model_copy(update={"peak_bytes": None}) for s in samples])

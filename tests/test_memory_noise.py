@@ -15,6 +15,7 @@ from hydraplan.cost_models.fit import (
     MEMORY_UNMETERED_MARGIN,
     fit_memory,
     fit_stage,
+    growth_floor,
     memory_features,
     memory_noise_bytes,
     upper_fit,
@@ -60,10 +61,10 @@ def test_the_noise_is_the_largest_step_excess_in_bytes_and_every_fitted_largest_
     for sample, residual in zip(samples, memory.residuals, strict=True):
         assert residual == pytest.approx((memory.bytes(sample.lengths) - sample.peak_bytes) / sample.peak_bytes)
         assert residual >= -1e-9
-    # the trend is the tightest upper fit to the medians, lifted by its envelope and the margin, and
-    # the noise bytes are added to the constant term
+    # the trend is the tightest upper fit to the medians (above the growth floor), lifted by its
+    # envelope and the margin, and the noise bytes are added to the constant term
     medians = np.array([s.peak_median_bytes for s in samples])
-    solution = np.array(upper_fit(features(samples), medians))
+    solution = np.array(upper_fit(features(samples), medians, growth_floor(samples, list(medians))))
     expected = solution * memory.envelope * (1 + MEMORY_SAFETY_MARGIN)
     expected[0] += 1.5 * MIB
     assert np.allclose(memory.coefficients, expected, rtol=1e-9, atol=1e-9)

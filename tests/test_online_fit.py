@@ -22,7 +22,7 @@ from hydraplan.cost_models.online_fit import (
     profile_at,
 )
 from hydraplan.cost_models.profile_io import load_profile
-from hydraplan.planner.schemas import CostProfile, derive_capacity_tokens
+from hydraplan.planner.schemas import LONGEST_POWER, CostProfile, derive_capacity_tokens
 
 PROFILE_PATH = "cost_models/data/tiny-cpu.json"
 SCHEME = (1, 2, 1)
@@ -329,7 +329,12 @@ def test_a_peak_above_the_prediction_lowers_the_capacity(true_profile) -> None:
 def corrected_entry(entry, scale: float, extra_static_bytes: float = 0.0):
     """The entry's memory model as a correction should leave it, worked out here: every activation
     term x `scale`, `extra_static_bytes` on the static ones, the capacity left to be derived."""
-    terms = ("activation_bytes_per_token", "activation_bytes_per_token_sq", "activation_bytes_per_longest_sq")
+    terms = (
+        "activation_bytes_per_token",
+        "activation_bytes_per_token_sq",
+        "activation_bytes_per_longest_sq",
+        "activation_bytes_per_longest_pow",
+    )
     update = {term: getattr(entry, term) * scale for term in terms}
     update.update(static_bytes=entry.static_bytes + extra_static_bytes, capacity_tokens=None)
     return entry.model_copy(update=update)
@@ -353,7 +358,9 @@ def test_a_lasting_under_prediction_lowers_the_capacity_once_not_every_step(true
     def true_peak(tokens: int) -> float:
         per_square = entry.activation_bytes_per_token_sq + entry.activation_bytes_per_longest_sq
         return entry.static_bytes + 2.0 * in_flight * (
-            entry.activation_bytes_per_token * tokens + per_square * tokens**2
+            entry.activation_bytes_per_token * tokens
+            + per_square * tokens**2
+            + entry.activation_bytes_per_longest_pow * tokens**LONGEST_POWER
         )
 
     state, capacities = OnlineFitState(), []
