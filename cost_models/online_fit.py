@@ -211,6 +211,9 @@ class MeasuredPipeline:
     ranks: tuple[int, ...] = ()
     predicted_s: float | None = None
     slowdown: float = 1.0
+    # each rank's compute CPU time over the step, in `ranks` order (stage-major): what tells a slow
+    # rank from the others of its PP stage (`rank_speed.PipelineRatio.within`)
+    rank_compute_s: tuple[float, ...] = ()
 
     def normalized(self, factor: float) -> MeasuredPipeline:
         """Its micro-batches' times divided by `factor` (a slow rank's share taken out)."""
@@ -561,7 +564,14 @@ def apply_step(
     # per-rank slowdowns first: a slow rank's pipelines are then scored and refitted with their
     # times divided by its factor, so one slow rank does not drag its scheme's fit (`rank_speed`)
     ratios = [
-        PipelineRatio(p.ranks, sum(mb.time_s for mb in p.micro_batches), p.predicted_s, p.slowdown)
+        PipelineRatio(
+            p.ranks,
+            sum(mb.time_s for mb in p.micro_batches),
+            p.predicted_s,
+            p.slowdown,
+            p.rank_compute_s,
+            stage_size=p.scheme[0] * p.scheme[2],
+        )
         for p in pipelines
         if p.ranks and p.predicted_s and p.micro_batches
     ]

@@ -9,8 +9,15 @@ its measured micro-batches), with its ranks. The estimate, with its stated const
   prediction (a plan that already slowed a pipeline by f predicted f times the profile's time: its
   ratio is multiplied back by f). A drift of the whole machine moves every ratio alike and is the
   refit's business, not a slow rank; a step of one pipeline shows no contrast and adds nothing;
-- **every rank of the pipeline gets the observation** (the body names the pipeline's ranks, not
-  which of them was slow); a rank's factor is the **median of its last `MIN_OBSERVATIONS`**
+- **within a pipeline, the ranks of one PP stage** (its TP x CP group: equal work) are told apart by
+  their compute CPU time over the step (`rank_compute_s`, where the body gives it): the group's
+  slowest rank carries the pipeline's observation and the others theirs scaled by their compute over
+  its. A step of one pipeline then shows a contrast too, where its stages have two ranks or more
+  (the closed-loop run on an Intel host planned one pipeline on most steps after a slowdown and
+  never saw it). Ranks of different PP stages are not compared (their work differs by the
+  embedding and the head); where the compute is not given, every rank of the pipeline gets the
+  pipeline's observation (the body names the pipeline's ranks, not which of them was slow);
+- a rank's factor is the **median of its last `MIN_OBSERVATIONS`**
   observations within the last `WINDOW_STEPS` steps: one straggler step or one outlier pipeline
   moves no median, two in a row (a new regime) do, and an older regime does not hold the estimate
   back (a median over the whole window took 6 steps to see a 3x slowdown in the closed-loop run);
@@ -48,29 +55,63 @@ MAX_FACTOR = 8.0  # a factor is clipped to at most 8
 @dataclass(frozen=True)
 class PipelineRatio:
     """One measured pipeline of a step: its ranks, the sum of its measured micro-batches' times,
-    the plan's prediction of the same micro-batches and the slowdown factor that prediction held."""
+    the plan's prediction of the same micro-batches and the slowdown factor that prediction held;
+    where known, each rank's compute CPU time over the step (`ranks` order) and the ranks per PP
+    stage (`stage_size`: tp x cp, stage-major `ranks`)."""
 
     ranks: tuple[int, ...]
     measured_s: float
     predicted_s: float
     slowdown: float = 1.0
+    rank_compute_s: tuple[float, ...] = ()
+    stage_size: int = 1
 
     @property
     def unscaled_ratio(self) -> float:
         """Measured over the profile's own prediction (the plan's slowdown factor taken out)."""
         return self.measured_s / self.predicted_s * self.slowdown
 
+    def within(self) -> dict[int, float]:
+        """Rank -> its compute over the least of its stage's ranks (>= 1); 1 for every rank where the
+        compute is not known for every rank (or not positive)."""
+        computes = self.rank_compute_s
+        if len(computes) != len(self.ranks) or self.stage_size < 1 or min(computes, default=0.0) <= 0:
+            return dict.fromkeys(self.ranks, 1.0)
+        within = {}
+        for start in range(0, len(self.ranks), self.stage_size):
+            group = range(start, min(start + self.stage_size, len(self.ranks)))
+            least = min(computes[index] for index in group)
+            within.update({self.ranks[index]: computes[index] / least for index in group})
+        return within
+
+    @property
+    def has_contrast(self) -> bool:
+        """Whether its own ranks can be told apart (a stage of two ranks or more, compute known)."""
+        return self.stage_size >= 2 and len(self.rank_compute_s) == len(self.ranks) >= 2
+
 
 def step_observations(step: int, pipelines: Sequence[PipelineRatio]) -> list[tuple[int, int, float]]:
-    """(step, rank, ratio over the step's fastest pipeline) for every rank of every pipeline; none
-    when fewer than two pipelines were measured (no contrast)."""
+    """(step, rank, ratio over the step's fastest) for every rank of every pipeline: across
+    pipelines, a pipeline's ratio over the fastest pipeline's, carried by its slowest rank, the
+    others' scaled by their compute over that rank's (`PipelineRatio.within`). With one pipeline,
+    its ranks' compute contrast alone (none where its stages have one rank each, or the compute is
+    not given)."""
     usable = [pipeline for pipeline in pipelines if pipeline.measured_s > 0 and pipeline.predicted_s > 0]
     if len(usable) < 2:
-        return []
+        return [
+            (step, rank, ratio)
+            for pipeline in usable
+            if pipeline.has_contrast
+            for rank, ratio in sorted(pipeline.within().items())
+        ]
     fastest = min(pipeline.unscaled_ratio for pipeline in usable)
-    return [
-        (step, rank, pipeline.unscaled_ratio / fastest) for pipeline in usable for rank in sorted(set(pipeline.ranks))
-    ]
+    observations = []
+    for pipeline in usable:
+        within = pipeline.within()
+        top = max(within.values())
+        ratio = pipeline.unscaled_ratio / fastest
+        observations += [(step, rank, ratio * within[rank] / top) for rank in sorted(within)]
+    return observations
 
 
 def rank_factors(observations: Iterable[tuple[int, int, float]], now_step: int) -> dict[int, float]:

@@ -77,12 +77,20 @@ def measurements_body(plan: Plan, records: Sequence[dict]) -> dict:
     """The measurements body of the step `plan` ran, from every rank's `rank_record`."""
     by_pipeline: dict[int, dict[int, list[list[dict]]]] = {}
     peaks: dict[int, list[float | None]] = {}
+    rank_ops: dict[int, dict[int, list[dict]]] = {}
     for record in records:
         by_pipeline.setdefault(record["pipeline"], {}).setdefault(record["stage"], []).append(record["ops"])
         peaks.setdefault(record["pipeline"], []).append(record.get("peak_memory_bytes"))
+        if "rank" in record:
+            rank_ops.setdefault(record["pipeline"], {})[record["rank"]] = record["ops"]
     pipelines = []
     for pipeline in plan.pipelines[:MAX_MEASURED_PIPELINES]:
-        entry = _pipeline_entry(pipeline, by_pipeline.get(pipeline.index, {}), peaks.get(pipeline.index, []))
+        entry = _pipeline_entry(
+            pipeline,
+            by_pipeline.get(pipeline.index, {}),
+            peaks.get(pipeline.index, []),
+            rank_ops.get(pipeline.index, {}),
+        )
         if entry is not None:
             pipelines.append(entry)
     left_out = _thin(pipelines)
@@ -126,8 +134,11 @@ def _measured_times(pipeline, stages: dict[int, list[list[dict]]]) -> dict[int, 
     return measured
 
 
-def _pipeline_entry(pipeline, stages: dict[int, list[list[dict]]], peaks: list[float | None]) -> dict | None:
-    """One pipeline's entry: its measured micro-batches and, when every rank knows it, their peaks."""
+def _pipeline_entry(
+    pipeline, stages: dict[int, list[list[dict]]], peaks: list[float | None], rank_ops: dict[int, list[dict]]
+) -> dict | None:
+    """One pipeline's entry: its measured micro-batches, when every rank knows it their peaks, and
+    when every rank sent its ops, each rank's compute over the measured micro-batches."""
     measured = _measured_times(pipeline, stages)
     micro_batches = []
     for index, work in enumerate(pipeline.micro_batches):
@@ -157,9 +168,25 @@ def _pipeline_entry(pipeline, stages: dict[int, list[list[dict]]], peaks: list[f
         entry["predicted_s"] = predicted_s
         if pipeline.slowdown is not None:
             entry["slowdown"] = pipeline.slowdown
+        computes = _rank_compute_s(pipeline.ranks, rank_ops, set(measured))
+        if computes is not None:
+            entry["rank_compute_s"] = computes
     if peak_memory is not None:
         entry["peak_memory_bytes"] = peak_memory[: scheme.tp * scheme.pp * scheme.cp]
     return entry
+
+
+def _rank_compute_s(ranks: Sequence[int], rank_ops: dict[int, list[dict]], measured: set[int]) -> list[float] | None:
+    """Each rank's compute time (`compute_cpu_s` of its forward and backward ops) over the measured
+    micro-batches, in `ranks` order; None for a one-rank pipeline, or where a rank sent no ops or
+    no positive compute (nothing to tell its ranks apart by)."""
+    if len(ranks) < 2 or any(rank not in rank_ops for rank in ranks):
+        return None
+    computes = [
+        sum(op.get("compute_cpu_s") or 0.0 for op in rank_ops[rank] if op.get("micro_batch") in measured)
+        for rank in ranks
+    ]
+    return computes if min(computes) > 0 else None
 
 
 def _thin(pipelines: list[dict]) -> int:

@@ -87,6 +87,48 @@ def test_factors_are_relative_to_the_fastest_pipeline_clipped_and_forgotten_afte
     assert rank_factors(huge, 4 + WINDOW_STEPS) == {}
 
 
+def test_one_pipeline_tells_its_slow_rank_apart_by_its_ranks_compute() -> None:
+    """1x<2,1,1> alone on a step: no other pipeline to contrast with, but its two ranks do equal
+    work, so rank 1's compute at 3x rank 0's calls it slow after MIN_OBSERVATIONS steps."""
+    pipeline = PipelineRatio((0, 1), 3.0, 1.0, rank_compute_s=(1.0, 3.0), stage_size=2)
+    observations = [o for step in range(1, MIN_OBSERVATIONS + 1) for o in step_observations(step, [pipeline])]
+    assert sorted({(rank, ratio) for _, rank, ratio in observations}) == [(0, 1.0), (1, pytest.approx(3.0))]
+    assert rank_factors(observations, MIN_OBSERVATIONS) == {1: pytest.approx(3.0)}
+    # stages of one rank each (<1,2,1>) are not compared: their work differs (embedding, head)
+    staged = PipelineRatio((0, 1), 3.0, 1.0, rank_compute_s=(1.0, 3.0), stage_size=1)
+    assert step_observations(1, [staged]) == []
+    # without the compute, one pipeline still shows nothing
+    assert step_observations(1, [PipelineRatio((0, 1), 3.0, 1.0, stage_size=2)]) == []
+
+
+def test_across_pipelines_the_slow_pipelines_slowest_rank_carries_its_ratio() -> None:
+    """Two <2,1,1> pipelines; rank 3 (of the second) computes 3x: the second pipeline's ratio over
+    the first goes to rank 3, its stage partner rank 2 gets it scaled by their compute (1.0)."""
+    pipelines = [
+        PipelineRatio((0, 1), 1.0, 1.0, rank_compute_s=(1.0, 1.0), stage_size=2),
+        PipelineRatio((2, 3), 3.0, 1.0, rank_compute_s=(1.0, 3.0), stage_size=2),
+    ]
+    observations = {rank: ratio for _, rank, ratio in step_observations(1, pipelines)}
+    assert observations == {0: 1.0, 1: 1.0, 2: pytest.approx(1.0), 3: pytest.approx(3.0)}
+    # with the compute not given, every rank of the slow pipeline gets its ratio (as before)
+    blind = [PipelineRatio(p.ranks, p.measured_s, p.predicted_s, stage_size=2) for p in pipelines]
+    assert {rank: ratio for _, rank, ratio in step_observations(1, blind)} == {0: 1.0, 1: 1.0, 2: 3.0, 3: 3.0}
+
+
+def test_the_refit_finds_a_slow_rank_inside_a_tensor_parallel_pipeline() -> None:
+    """apply_step with one 1x<2,1,1> pipeline a step, its rank 1 computing 3x rank 0: after
+    MIN_OBSERVATIONS steps the session's state names rank 1 slow."""
+    profile = bundled_profile()
+    entry = next(entry for entry in profile.schemes if entry.key == (2, 1, 1))
+    time_s = (entry.a * 500**2 + entry.b * 500 + entry.c) * profile.seconds_per_unit
+    batches = (MeasuredMicroBatch(500.0**2, 500.0, 3 * time_s),)
+    measured = [MeasuredPipeline((2, 1, 1), batches, None, (0, 1), time_s, 1.0, (1.0, 3.0))]
+    state = OnlineFitState()
+    for _ in range(MIN_OBSERVATIONS):
+        state = apply_step(state, profile, measured, state.version)
+    assert state.rank_slowdowns == {1: pytest.approx(3.0)}
+
+
 def test_a_plan_that_already_slowed_a_pipeline_is_measured_against_its_unscaled_prediction() -> None:
     # the plan predicted rank 1's pipeline 3x the profile's time and it took that: still 3x slow
     ratios = [PipelineRatio((0,), 1.0, 1.0), PipelineRatio((1,), 3.0, 3.0, slowdown=3.0)]

@@ -264,3 +264,63 @@ def test_the_slowdown_hook_burns_the_asked_cpu_time_from_its_step_on():
     started = time.thread_time()
     burn_cpu(0.05)
     assert time.thread_time() - started >= 0.05  # thread CPU time, what the runtime measures
+
+
+def test_each_rank_of_a_pipeline_reports_its_compute_over_the_measured_micro_batches():
+    """1x<2,1,1>: both ranks run every micro-batch; rank 1 computes 3x as long. The body gives each
+    rank's compute in the order of the pipeline's ranks (what tells the slow one from its stage's
+    other rank), the service takes it, and the local planner passes it to the refit."""
+    plan = fixed_plan("1x<2,1,1>", [5, 9, 2, 7, 12], 2)
+    pipeline = plan.pipelines[0]
+    count = len(pipeline.micro_batches)
+    records = [
+        rank_record(rank, 0, 0, step_record([op(kind, i, 0.1 * factor) for i in range(count) for kind in "FB"]), None)
+        for rank, factor in zip(pipeline.ranks, (1.0, 3.0), strict=True)
+    ]
+    entry = measurements_body(plan, records)["pipelines"][0]
+    assert entry["ranks"] == list(pipeline.ranks)
+    assert entry["rank_compute_s"] == pytest.approx([0.2 * count, 0.6 * count])
+    MeasurementsBody.model_validate({"pipelines": [entry]})
+    assert measured_pipelines({"pipelines": [entry]})[0].rank_compute_s == pytest.approx((0.2 * count, 0.6 * count))
+    # a rank that sent nothing: no compute for any (nothing to compare with)
+    alone = measurements_body(plan, records[:1])["pipelines"][0]
+    assert "rank_compute_s" not in alone
+    # a one-rank pipeline has no one to compare with
+    single = fixed_plan("2x<1,1,1>", [5, 9, 2, 7, 12], 2)
+    ops = [op(kind, i, 0.1) for i in range(len(single.pipelines[0].micro_batches)) for kind in "FB"]
+    body = measurements_body(single, [rank_record(single.pipelines[0].ranks[0], 0, 0, step_record(ops), None)])
+    assert "rank_compute_s" not in body["pipelines"][0]
+
+
+@pytest.mark.parametrize(
+    ("ranks", "computes", "message"),
+    [
+        (None, [1.0, 2.0], "rank_compute_s has 2 values: one per rank of ranks \\(absent\\)"),
+        ([0, 1], [1.0], "rank_compute_s has 1 values: one per rank of ranks \\(2\\)"),
+    ],
+)
+def test_rank_compute_must_name_one_value_per_rank(ranks, computes, message):
+    from pydantic import ValidationError
+
+    pipeline = {
+        "scheme": {"tp": 2, "pp": 1, "cp": 1},
+        "micro_batches": [{"num_tokens": 10, "sum_sq_tokens": 100, "time_s": 0.1}],
+        "rank_compute_s": computes,
+    }
+    if ranks is not None:
+        pipeline["ranks"] = ranks
+    with pytest.raises(ValidationError, match=message):
+        MeasurementsBody.model_validate({"pipelines": [pipeline]})
+
+
+def test_rank_compute_must_be_positive_seconds():
+    from pydantic import ValidationError
+
+    pipeline = {
+        "scheme": {"tp": 2, "pp": 1, "cp": 1},
+        "micro_batches": [{"num_tokens": 10, "sum_sq_tokens": 100, "time_s": 0.1}],
+        "ranks": [0, 1],
+        "rank_compute_s": [1.0, -2.0],
+    }
+    with pytest.raises(ValidationError, match="rank_compute_s.1"):
+        MeasurementsBody.model_validate({"pipelines": [pipeline]})

@@ -153,6 +153,7 @@ def measured_pipelines(body: dict) -> list:
                 tuple(pipeline.get("ranks") or ()),
                 pipeline.get("predicted_s"),
                 pipeline.get("slowdown") or 1.0,
+                tuple(pipeline.get("rank_compute_s") or ()),
             )
         )
     return pipelines

@@ -85,6 +85,13 @@ class MeasuredPipelineBody(LoopModel):
     slowdown: SlowdownFactor | None = Field(
         None, description="The pipeline's slowdown factor in the plan (PipelinePlan.slowdown); absent: 1."
     )
+    rank_compute_s: list[Seconds] | None = Field(
+        None,
+        min_length=1,
+        max_length=limits.MAX_NUM_GPUS,
+        description="Each rank's compute time over the step (thread CPU on CPU ranks), in the order of ranks: "
+        "what tells a slow rank from the other ranks of its PP stage (TP x CP), which do equal work.",
+    )
 
     @model_validator(mode="after")
     def _ranks(self) -> MeasuredPipelineBody:
@@ -93,6 +100,11 @@ class MeasuredPipelineBody(LoopModel):
             raise ValueError(f"ranks {self.ranks[:8]} must be the scheme's {num_gpus} distinct ranks")
         if self.predicted_s is not None and not self.micro_batches:
             raise ValueError("predicted_s is the prediction of the micro_batches: give them too")
+        if self.rank_compute_s is not None and (self.ranks is None or len(self.rank_compute_s) != len(self.ranks)):
+            raise ValueError(
+                f"rank_compute_s has {len(self.rank_compute_s)} values: one per rank of ranks "
+                f"({'absent' if self.ranks is None else len(self.ranks)})"
+            )
         if self.peak_memory_bytes is not None and len(self.peak_memory_bytes) > num_gpus:
             raise ValueError(
                 f"peak_memory_bytes has {len(self.peak_memory_bytes)} values, more than the scheme's {num_gpus} ranks"
