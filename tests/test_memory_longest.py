@@ -84,24 +84,29 @@ def test_a_profile_without_the_term_is_written_as_before() -> None:
     assert json.loads(profile(5.0).model_dump_json())["schemes"][0]["activation_bytes_per_longest_sq"] == 5.0
 
 
+def real_peak_samples(shapes: list[list[int]], peak, pp: int = 1) -> list[StageSample]:
+    """Stage-0 samples of `shapes` whose real peak is `peak(lengths)` bytes."""
+    return [
+        StageSample(
+            tp=1,
+            pp=pp,
+            stage=0,
+            lengths=lengths,
+            time_s=1e-3 * sum(lengths),
+            fwd_s=3e-4 * sum(lengths),
+            peak_bytes=peak(lengths),
+            static_bytes=5e6,
+        )
+        for lengths in shapes
+    ]
+
+
 def samples_with_longest_term() -> list[StageSample]:
     """Real peaks `1e5 T + 50 max(l)^2 + 2e6` bytes (no sum(l^2) part) on the profiler's mixes."""
     shapes = []
     for tokens in (128, 256, 512, 768):
         shapes += [[tokens], [32] * (tokens // 32), [tokens // 2, *([32] * (tokens // 64))]]
-    return [
-        StageSample(
-            tp=1,
-            pp=2,
-            stage=0,
-            lengths=lengths,
-            time_s=1e-3 * sum(lengths),
-            fwd_s=3e-4 * sum(lengths),
-            peak_bytes=2e6 + 1e5 * sum(lengths) + 50.0 * max(lengths) ** 2,
-            static_bytes=5e6,
-        )
-        for lengths in shapes
-    ]
+    return real_peak_samples(shapes, lambda lengths: 2e6 + 1e5 * sum(lengths) + 50.0 * max(lengths) ** 2, pp=2)
 
 
 def test_the_fit_finds_the_longest_term_and_the_capacity_keeps_it() -> None:
@@ -129,23 +134,30 @@ def test_the_fit_finds_the_longest_term_and_the_capacity_keeps_it() -> None:
     assert worst(cost.capacity_tokens) <= usable < worst(cost.capacity_tokens + 1)
 
 
-def test_the_peak_estimates_of_plans_and_sessions_count_the_term() -> None:
+@pytest.mark.parametrize(
+    ("without", "with_term", "estimated", "measured_bound"),
+    [
+        (entry(0.0), entry(200.0), 200.0 * 1000**2, 200.0 * (1000**2 + 200**2)),
+        (entry(200.0), entry(200.0, 3.0), 3.0 * 1000**2.5, 3.0 * (1000**2 + 200**2) ** 1.25),
+    ],
+    ids=["longest square", "longest power"],
+)
+def test_the_peak_estimates_of_plans_and_sessions_count_the_term(without, with_term, estimated, measured_bound) -> None:
     from types import SimpleNamespace
 
     from hydraplan.api.service.planning import _peak_memory_bytes
     from hydraplan.cost_models.online_fit import MeasuredMicroBatch, predicted_peak_bytes
 
-    plain, longest = entry(0.0), entry(200.0)
     batches = [
         SimpleNamespace(lengths=[1000, 200], num_tokens=1200),
         SimpleNamespace(lengths=[300] * 3, num_tokens=900),
     ]
-    # the estimate's peak: the largest micro-batch with its longest sequence's square charged
-    assert _peak_memory_bytes(longest, batches) - _peak_memory_bytes(plain, batches) == pytest.approx(200.0 * 1000**2)
-    # a session's measured micro-batch has no lengths: its sum of squares bounds the longest's square
+    # the estimate's peak: the largest micro-batch with its longest sequence's term charged
+    assert _peak_memory_bytes(with_term, batches) - _peak_memory_bytes(without, batches) == pytest.approx(estimated)
+    # a session's measured micro-batch has no lengths: the root of its sum of squares bounds its longest
     measured = [MeasuredMicroBatch(sum_sq_tokens=1000**2 + 200**2, num_tokens=1200, time_s=1.0)]
-    extra = predicted_peak_bytes(longest, measured) - predicted_peak_bytes(plain, measured)
-    assert extra == pytest.approx(200.0 * (1000**2 + 200**2))
+    extra = predicted_peak_bytes(with_term, measured) - predicted_peak_bytes(without, measured)
+    assert extra == pytest.approx(measured_bound)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,18 +212,9 @@ def samples_with_power_term() -> list[StageSample]:
     for tokens in (128, 256, 512, 768):
         shapes += [[tokens], [32] * (tokens // 32), [tokens // 2, *([32] * (tokens // 64))], [tokens // 2] * 2]
     shapes.append([1536])
-    return [
-        StageSample(
-            tp=1,
-            pp=1,
-            lengths=lengths,
-            time_s=1e-3 * sum(lengths),
-            fwd_s=3e-4 * sum(lengths),
-            peak_bytes=2e6 + 1e5 * sum(lengths) + 20.0 * max(lengths) ** 2 + 0.8 * max(lengths) ** 2.5,
-            static_bytes=5e6,
-        )
-        for lengths in shapes
-    ]
+    return real_peak_samples(
+        shapes, lambda lengths: 2e6 + 1e5 * sum(lengths) + 20.0 * max(lengths) ** 2 + 0.8 * max(lengths) ** 2.5
+    )
 
 
 def test_the_fit_finds_the_power_term_and_predicts_beyond_the_grid() -> None:
@@ -239,24 +242,6 @@ def test_the_fit_finds_the_power_term_and_predicts_beyond_the_grid() -> None:
         )
 
     assert worst(cost.capacity_tokens) <= 5e6 + 2e9 < worst(cost.capacity_tokens + 1)
-
-
-def test_the_peak_estimates_count_the_power_term() -> None:
-    from types import SimpleNamespace
-
-    from hydraplan.api.service.planning import _peak_memory_bytes
-    from hydraplan.cost_models.online_fit import MeasuredMicroBatch, predicted_peak_bytes
-
-    plain, powered = entry(200.0), entry(200.0, 3.0)
-    batches = [
-        SimpleNamespace(lengths=[1000, 200], num_tokens=1200),
-        SimpleNamespace(lengths=[300] * 3, num_tokens=900),
-    ]
-    assert _peak_memory_bytes(powered, batches) - _peak_memory_bytes(plain, batches) == pytest.approx(3.0 * 1000**2.5)
-    # a measured micro-batch has no lengths: the root of its sum of squares bounds its longest
-    measured = [MeasuredMicroBatch(sum_sq_tokens=1000**2 + 200**2, num_tokens=1200, time_s=1.0)]
-    extra = predicted_peak_bytes(powered, measured) - predicted_peak_bytes(plain, measured)
-    assert extra == pytest.approx(3.0 * (1000**2 + 200**2) ** 1.25)
 
 
 def test_a_profile_without_the_power_term_is_written_as_before() -> None:

@@ -7,7 +7,7 @@ its own kind (a count is an integer, `"5"` and `true` are refused), like every o
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, StrictInt, model_validator
 
@@ -55,6 +55,11 @@ class MeasuredMicroBatchBody(LoopModel):
         return self
 
 
+def per_rank(description: str) -> Any:
+    """An optional list of one value per rank of a pipeline (1 to MAX_NUM_GPUS values)."""
+    return Field(None, min_length=1, max_length=limits.MAX_NUM_GPUS, description=description)
+
+
 class MeasuredPipelineBody(LoopModel):
     """One pipeline's measurements of the step."""
 
@@ -62,20 +67,14 @@ class MeasuredPipelineBody(LoopModel):
     micro_batches: list[MeasuredMicroBatchBody] = Field(
         default_factory=list, max_length=MAX_PIPELINE_MICRO_BATCHES, description="Its micro-batches, any order."
     )
-    peak_memory_bytes: list[PeakBytes] | None = Field(
-        None,
-        min_length=1,
-        max_length=limits.MAX_NUM_GPUS,
-        description="Measured peak memory of each of its ranks (at most tp*pp*cp values), bytes: the allocator's "
-        "peak, workspace included. The largest is compared with the usable device memory and the predicted peak.",
+    peak_memory_bytes: list[PeakBytes] | None = per_rank(
+        "Measured peak memory of each of its ranks (at most tp*pp*cp values), bytes: the allocator's peak, "
+        "workspace included. The largest is compared with the usable device memory and the predicted peak."
     )
 
-    ranks: list[Rank] | None = Field(
-        None,
-        min_length=1,
-        max_length=limits.MAX_NUM_GPUS,
-        description="Its ranks (the plan's pipeline ranks, tp*pp*cp of them, distinct): with predicted_s, what "
-        "the session estimates slow ranks from.",
+    ranks: list[Rank] | None = per_rank(
+        "Its ranks (the plan's pipeline ranks, tp*pp*cp of them, distinct): with predicted_s, what the session "
+        "estimates slow ranks from."
     )
     predicted_s: Seconds | None = Field(
         None,
@@ -85,12 +84,9 @@ class MeasuredPipelineBody(LoopModel):
     slowdown: SlowdownFactor | None = Field(
         None, description="The pipeline's slowdown factor in the plan (PipelinePlan.slowdown); absent: 1."
     )
-    rank_compute_s: list[Seconds] | None = Field(
-        None,
-        min_length=1,
-        max_length=limits.MAX_NUM_GPUS,
-        description="Each rank's compute time over the step (thread CPU on CPU ranks), in the order of ranks: "
-        "what tells a slow rank from the other ranks of its PP stage (TP x CP), which do equal work.",
+    rank_compute_s: list[Seconds] | None = per_rank(
+        "Each rank's compute time over the step (thread CPU on CPU ranks), in the order of ranks: what tells a "
+        "slow rank from the other ranks of its PP stage (TP x CP), which do equal work."
     )
 
     @model_validator(mode="after")
