@@ -214,6 +214,7 @@ class MeasuredPipeline:
     # each rank's compute CPU time over the step, in `ranks` order (stage-major): what tells a slow
     # rank from the others of its PP stage (`rank_speed.PipelineRatio.within`)
     rank_compute_s: tuple[float, ...] = ()
+    rank_work: tuple[float, ...] = ()  # each rank's expected work (stage FLOPs over its TP x CP ranks)
 
     def normalized(self, factor: float) -> MeasuredPipeline:
         """Its micro-batches' times divided by `factor` (a slow rank's share taken out)."""
@@ -571,6 +572,7 @@ def apply_step(
             p.slowdown,
             p.rank_compute_s,
             stage_size=p.scheme[0] * p.scheme[2],
+            rank_work=p.rank_work,
         )
         for p in pipelines
         if p.ranks and p.predicted_s and p.micro_batches

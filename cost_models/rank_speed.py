@@ -12,11 +12,12 @@ its measured micro-batches), with its ranks. The estimate, with its stated const
 - **within a pipeline, the ranks of one PP stage** (its TP x CP group: equal work) are told apart by
   their compute CPU time over the step (`rank_compute_s`, where the body gives it): the group's
   slowest rank carries the pipeline's observation and the others theirs scaled by their compute over
-  its. A step of one pipeline then shows a contrast too, where its stages have two ranks or more
-  (the closed-loop run on an Intel host planned one pipeline on most steps after a slowdown and
-  never saw it). Ranks of different PP stages are not compared (their work differs by the
-  embedding and the head); where the compute is not given, every rank of the pipeline gets the
-  pipeline's observation (the body names the pipeline's ranks, not which of them was slow);
+  its. With each rank's expected work too (`rank_work`: its stage's forward FLOPs over its TP x CP
+  ranks, the last stage's LM head included), every rank of the pipeline is compared by compute
+  over work, across PP stages too. A step of one pipeline then shows a contrast (the closed-loop
+  run on an Intel host planned one `<1,2,1>` pipeline on most steps after a slowdown and never
+  saw it). Where the compute is not given, every rank of the pipeline gets the pipeline's
+  observation (the body names the pipeline's ranks, not which of them was slow);
 - a rank's factor is the **median of its last `MIN_OBSERVATIONS`**
   observations within the last `WINDOW_STEPS` steps: one straggler step or one outlier pipeline
   moves no median, two in a row (a new regime) do, and an older regime does not hold the estimate
@@ -65,6 +66,7 @@ class PipelineRatio:
     slowdown: float = 1.0
     rank_compute_s: tuple[float, ...] = ()
     stage_size: int = 1
+    rank_work: tuple[float, ...] = ()
 
     @property
     def unscaled_ratio(self) -> float:
@@ -72,11 +74,18 @@ class PipelineRatio:
         return self.measured_s / self.predicted_s * self.slowdown
 
     def within(self) -> dict[int, float]:
-        """Rank -> its compute over the least of its stage's ranks (>= 1); 1 for every rank where the
-        compute is not known for every rank (or not positive)."""
+        """Rank -> how much slower it computes than the pipeline's fastest comparable rank (>= 1):
+        with each rank's expected work, its compute over its work against the least such over
+        every rank of the pipeline; without it, its compute against the least of its own PP
+        stage's ranks (equal work); 1 for every rank where the compute is not known for every
+        rank (or not positive)."""
         computes = self.rank_compute_s
         if len(computes) != len(self.ranks) or self.stage_size < 1 or min(computes, default=0.0) <= 0:
             return dict.fromkeys(self.ranks, 1.0)
+        if len(self.rank_work) == len(self.ranks) and min(self.rank_work) > 0:
+            speeds = [compute / work for compute, work in zip(computes, self.rank_work, strict=True)]
+            least = min(speeds)
+            return {rank: speed / least for rank, speed in zip(self.ranks, speeds, strict=True)}
         within = {}
         for start in range(0, len(self.ranks), self.stage_size):
             group = range(start, min(start + self.stage_size, len(self.ranks)))
@@ -86,8 +95,11 @@ class PipelineRatio:
 
     @property
     def has_contrast(self) -> bool:
-        """Whether its own ranks can be told apart (a stage of two ranks or more, compute known)."""
-        return self.stage_size >= 2 and len(self.rank_compute_s) == len(self.ranks) >= 2
+        """Whether its own ranks can be told apart: compute known for its ranks and either their
+        expected work or a stage of two ranks or more."""
+        if len(self.rank_compute_s) != len(self.ranks) or len(self.ranks) < 2:
+            return False
+        return self.stage_size >= 2 or len(self.rank_work) == len(self.ranks)
 
 
 def step_observations(step: int, pipelines: Sequence[PipelineRatio]) -> list[tuple[int, int, float]]:

@@ -18,6 +18,11 @@ service's `MeasurementsBody` accepts and the local planner applies in-process:
 - the gradient sync's buckets as `all_reduce` collectives (their holders, bytes and the mean
   process CPU time of the holders' wait, the `cpu` clock of `step_timing`).
 
+Per pipeline also each rank's compute over the measured micro-batches (`rank_compute_s`) and,
+given the model's `StageWork`, each rank's expected work for them (`rank_work`: its stage's
+forward FLOPs over its TP x CP ranks; stages differ by the LM head), so that the session can tell
+a slow rank from the others of its pipeline (`cost_models.rank_speed`).
+
 Beside the body, `pipeline_ratios` gives each pipeline's measured stage time over the time its
 plan predicted (the plan's `stage_time_s` of the same micro-batches), with its ranks: the body
 names schemes only (the refit is per scheme), this names the ranks a slow pipeline runs on. It
@@ -35,8 +40,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from hydraplan.planner.schemas import Plan
+from hydraplan.cost_models.analytic_time import (
+    attention_forward_flops_per_sq_token,
+    linear_forward_flops_per_token,
+    lm_head_forward_flops_per_token,
+)
+from hydraplan.planner.schemas import ModelSpec, Plan
 from hydraplan.runtime.step_timing import op_times
 
 __all__ = [
@@ -44,6 +55,7 @@ __all__ = [
     "MAX_MEASURED_PIPELINES",
     "MAX_PIPELINE_MICRO_BATCHES",
     "MAX_STEP_MICRO_BATCHES",
+    "StageWork",
     "measurements_body",
     "pipeline_ratios",
     "rank_record",
@@ -54,6 +66,42 @@ MAX_PIPELINE_MICRO_BATCHES = 4096
 MAX_STEP_MICRO_BATCHES = 65_536
 MAX_COLLECTIVES = 1024
 OP_KEYS = ("op", "micro_batch", "cpu_s", "compute_cpu_s", "comm")
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """A model's forward FLOPs by PP stage (Narayanan et al. 2021's counts, `cost_models.analytic_time`):
+    each layer `linear T + attention sum(l^2)`, the last stage the LM head's `head T` too; stages
+    hold `num_layers / pp` layers each (`runtime.model.stage_layers`). Relative work only: the
+    backward is a like multiple of every stage's forward."""
+
+    num_layers: int
+    linear_per_token: float
+    attention_per_sq_token: float
+    head_per_token: float
+
+    @classmethod
+    def of(cls, model) -> StageWork:
+        """From a model's shape (a `runtime.model.ModelConfig` or a catalog `ModelSpec`)."""
+        shape = ("name", "num_layers", "hidden_size", "ffn_hidden_size", "num_heads", "num_kv_heads", "vocab_size")
+        spec = ModelSpec(
+            **{field: getattr(model, field) for field in shape},
+            gated_mlp=model.gated_mlp,
+            tied_embeddings=model.tied_embeddings,
+        )
+        return cls(
+            spec.num_layers,
+            linear_forward_flops_per_token(spec),
+            attention_forward_flops_per_sq_token(spec, causal=True),
+            lm_head_forward_flops_per_token(spec),
+        )
+
+    def flops(self, pp: int, stage: int, lengths: Sequence[int]) -> float:
+        """Forward FLOPs of stage `stage` of `pp` on one micro-batch of `lengths`."""
+        tokens, squares = sum(lengths), sum(length * length for length in lengths)
+        layers = self.num_layers // pp
+        head = self.head_per_token * tokens if stage == pp - 1 else 0.0
+        return layers * (self.linear_per_token * tokens + self.attention_per_sq_token * squares) + head
 
 
 def rank_record(rank: int, pipeline: int, stage: int, step_record: dict, peak_memory_bytes: float | None) -> dict:
@@ -73,8 +121,9 @@ def rank_record(rank: int, pipeline: int, stage: int, step_record: dict, peak_me
     }
 
 
-def measurements_body(plan: Plan, records: Sequence[dict]) -> dict:
-    """The measurements body of the step `plan` ran, from every rank's `rank_record`."""
+def measurements_body(plan: Plan, records: Sequence[dict], work: StageWork | None = None) -> dict:
+    """The measurements body of the step `plan` ran, from every rank's `rank_record`; with the
+    model's `work`, each multi-rank pipeline's expected work per rank (`rank_work`) too."""
     by_pipeline: dict[int, dict[int, list[list[dict]]]] = {}
     peaks: dict[int, list[float | None]] = {}
     rank_ops: dict[int, dict[int, list[dict]]] = {}
@@ -90,6 +139,7 @@ def measurements_body(plan: Plan, records: Sequence[dict]) -> dict:
             by_pipeline.get(pipeline.index, {}),
             peaks.get(pipeline.index, []),
             rank_ops.get(pipeline.index, {}),
+            work,
         )
         if entry is not None:
             pipelines.append(entry)
@@ -135,10 +185,15 @@ def _measured_times(pipeline, stages: dict[int, list[list[dict]]]) -> dict[int, 
 
 
 def _pipeline_entry(
-    pipeline, stages: dict[int, list[list[dict]]], peaks: list[float | None], rank_ops: dict[int, list[dict]]
+    pipeline,
+    stages: dict[int, list[list[dict]]],
+    peaks: list[float | None],
+    rank_ops: dict[int, list[dict]],
+    stage_work: StageWork | None,
 ) -> dict | None:
     """One pipeline's entry: its measured micro-batches, when every rank knows it their peaks, and
-    when every rank sent its ops, each rank's compute over the measured micro-batches."""
+    when every rank sent its ops, each rank's compute over the measured micro-batches (with the
+    model's `stage_work`, each rank's expected work for them)."""
     measured = _measured_times(pipeline, stages)
     micro_batches = []
     for index, work in enumerate(pipeline.micro_batches):
@@ -171,6 +226,8 @@ def _pipeline_entry(
         computes = _rank_compute_s(pipeline.ranks, rank_ops, set(measured))
         if computes is not None:
             entry["rank_compute_s"] = computes
+            if stage_work is not None:
+                entry["rank_work"] = _rank_work(pipeline, stage_work, sorted(measured))
     if peak_memory is not None:
         entry["peak_memory_bytes"] = peak_memory[: scheme.tp * scheme.pp * scheme.cp]
     return entry
@@ -187,6 +244,18 @@ def _rank_compute_s(ranks: Sequence[int], rank_ops: dict[int, list[dict]], measu
         for rank in ranks
     ]
     return computes if min(computes) > 0 else None
+
+
+def _rank_work(pipeline, work: StageWork, measured: list[int]) -> list[float]:
+    """Each rank's expected forward FLOPs over the measured micro-batches, in the order of the
+    pipeline's ranks (stage-major, tp x cp ranks a stage sharing its work)."""
+    scheme = pipeline.scheme
+    per_stage = [
+        sum(work.flops(scheme.pp, stage, pipeline.micro_batches[index].lengths) for index in measured)
+        / (scheme.tp * scheme.cp)
+        for stage in range(scheme.pp)
+    ]
+    return [per_stage[position // (scheme.tp * scheme.cp)] for position in range(len(pipeline.ranks))]
 
 
 def _thin(pipelines: list[dict]) -> int:

@@ -56,7 +56,7 @@ from hydraplan.runtime.profiler import ProcessPeakMeter, static_bytes_of
 from hydraplan.runtime.reshard import reshard
 from hydraplan.runtime.run_io import resolve_run_io
 from hydraplan.runtime.step_data import micro_batch
-from hydraplan.runtime.step_measurements import measurements_body, pipeline_ratios, rank_record
+from hydraplan.runtime.step_measurements import StageWork, measurements_body, pipeline_ratios, rank_record
 
 __all__ = ["DTYPES", "NonFiniteLossError", "RunSpec", "make_optimizer", "run_worker"]
 
@@ -216,7 +216,7 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
         record["optimizer_s"] = {"wall_s": time.perf_counter() - wall, "cpu_s": time.thread_time() - cpu}
         if spec.planner is not None and spec.post_measurements:
             watchdog.beat(step, "measurements")
-            entry = _feed_back(spec, plan, layout.me, record, rank, step)
+            entry = _feed_back(spec, plan, cfg, layout.me, record, rank, step)
             if entry is not None:
                 loop.append(entry)
     if spec.save_dir is not None:
@@ -248,7 +248,7 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
     return report
 
 
-def _feed_back(spec: RunSpec, plan: Plan, me: RankAssignment, record: dict, rank: int, step: int) -> dict | None:
+def _feed_back(spec: RunSpec, plan: Plan, cfg, me: RankAssignment, record: dict, rank: int, step: int) -> dict | None:
     """Every rank: send rank 0 this step's measurements (collective); rank 0: hand the step's
     body to the planner. Rank 0's entry of the report's `loop` (None on the other ranks)."""
     mine = rank_record(rank, me.pipeline_index, me.stage, record, record.get("peak_memory_bytes"))
@@ -258,7 +258,7 @@ def _feed_back(spec: RunSpec, plan: Plan, me: RankAssignment, record: dict, rank
     if rank != 0:
         return None
     try:
-        body, ratios = measurements_body(plan, gathered), pipeline_ratios(plan, gathered)
+        body, ratios = measurements_body(plan, gathered, StageWork.of(cfg)), pipeline_ratios(plan, gathered)
     except Exception as exc:  # noqa: BLE001 - a body that cannot be built is reported, training goes on
         return {"step": step, "posted": False, "error": " ".join(f"{type(exc).__name__}: {exc}".split())}
     # per pipeline its ranks and measured / predicted time: the body names schemes, this the ranks

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from hydraplan.api.cli.run_planning import LocalPlanner
 from hydraplan.api.service.loop_schemas import MeasurementsBody
+from hydraplan.cost_models.catalog import get_model
 from hydraplan.cost_models.online_fit import MeasuredMicroBatch, MeasuredPipeline, OnlineFitState, apply_step
 from hydraplan.cost_models.profile_io import bundled_profile
 from hydraplan.cost_models.rank_speed import (
@@ -26,7 +27,7 @@ from hydraplan.planner.check import check_plan
 from hydraplan.planner.schemas import PlanRequest, SolverOptions
 from hydraplan.planner.scheme import ParallelScheme
 from hydraplan.planner.solve import evaluate_strategy, solve
-from hydraplan.runtime.step_measurements import measurements_body
+from hydraplan.runtime.step_measurements import StageWork, measurements_body
 
 LENGTHS = [700, 30, 420, 90, 610, 15, 260, 330, 45, 510, 120, 75]
 DATA_PARALLEL = [(ParallelScheme.parse("<1,1,1>"), 2)]
@@ -127,6 +128,42 @@ def test_the_refit_finds_a_slow_rank_inside_a_tensor_parallel_pipeline() -> None
     for _ in range(MIN_OBSERVATIONS):
         state = apply_step(state, profile, measured, state.version)
     assert state.rank_slowdowns == {1: pytest.approx(3.0)}
+
+
+def test_with_each_ranks_expected_work_pp_stages_are_compared_too() -> None:
+    """1x<1,2,1>: the last stage does 1.6x the first's work (an LM head). Compute in proportion to
+    the work shows no slow rank; rank 1 at 3x its work's share is slow. Without the work, stages
+    of one rank each are not compared."""
+    balanced = PipelineRatio((0, 1), 1.6, 1.0, rank_compute_s=(1.0, 1.6), rank_work=(10.0, 16.0))
+    assert {rank: ratio for _, rank, ratio in step_observations(1, [balanced])} == pytest.approx({0: 1.0, 1: 1.0})
+    slow = PipelineRatio((0, 1), 4.8, 1.0, rank_compute_s=(1.0, 4.8), rank_work=(10.0, 16.0))
+    observations = [o for step in range(1, MIN_OBSERVATIONS + 1) for o in step_observations(step, [slow])]
+    assert rank_factors(observations, MIN_OBSERVATIONS) == {1: pytest.approx(3.0)}
+    assert step_observations(1, [PipelineRatio((0, 1), 4.8, 1.0, rank_compute_s=(1.0, 4.8))]) == []
+
+
+def test_the_refit_finds_a_slow_rank_inside_a_pipeline_parallel_pipeline() -> None:
+    """apply_step with one 1x<1,2,1> pipeline a step, the body's rank_work from the tiny model's
+    stage FLOPs and rank 1 computing 3x its share: rank 1 is named slow after MIN_OBSERVATIONS steps."""
+    profile = bundled_profile()
+    entry = next(entry for entry in profile.schemes if entry.key == (1, 2, 1))
+    work = StageWork.of(get_model("tiny"))
+    lengths = [500]
+    flops = (work.flops(2, 0, lengths), work.flops(2, 1, lengths))
+    time_s = (entry.a * 500**2 + entry.b * 500 + entry.c) * profile.seconds_per_unit
+    batches = (MeasuredMicroBatch(500.0**2, 500.0, 3 * time_s),)
+    computes = (flops[0] * 1e-9, 3 * flops[1] * 1e-9)
+    measured = [MeasuredPipeline((1, 2, 1), batches, None, (0, 1), time_s, 1.0, computes, flops)]
+    state = OnlineFitState()
+    for _ in range(MIN_OBSERVATIONS):
+        state = apply_step(state, profile, measured, state.version)
+    assert state.rank_slowdowns == {1: pytest.approx(3.0)}
+    # the same compute without the work: no contrast between the two stages, nobody named
+    blind = [MeasuredPipeline((1, 2, 1), batches, None, (0, 1), time_s, 1.0, computes)]
+    state = OnlineFitState()
+    for _ in range(MIN_OBSERVATIONS):
+        state = apply_step(state, profile, blind, state.version)
+    assert state.rank_slowdowns == {}
 
 
 def test_a_plan_that_already_slowed_a_pipeline_is_measured_against_its_unscaled_prediction() -> None:

@@ -17,7 +17,8 @@ from hydraplan.api.service.loop_schemas import (
 from hydraplan.planner.measurements import SessionFeedback
 from hydraplan.planner.schemas import SolverOptions
 from hydraplan.runtime import step_measurements
-from hydraplan.runtime.step_measurements import measurements_body, pipeline_ratios, rank_record
+from hydraplan.runtime.model import ModelConfig
+from hydraplan.runtime.step_measurements import StageWork, measurements_body, pipeline_ratios, rank_record
 from tests.runtime_plans import fixed_plan, tiny_profile
 
 
@@ -323,4 +324,54 @@ def test_rank_compute_must_be_positive_seconds():
         "rank_compute_s": [1.0, -2.0],
     }
     with pytest.raises(ValidationError, match="rank_compute_s.1"):
+        MeasurementsBody.model_validate({"pipelines": [pipeline]})
+
+
+def test_with_the_models_stage_work_each_rank_reports_its_expected_work():
+    """1x<1,2,1> of the tiny model: each rank's expected work is its stage's forward FLOPs over the
+    measured micro-batches, the last stage's LM head included; a TP pair shares its stage's."""
+    work = StageWork.of(ModelConfig.from_catalog("tiny"))
+    plan = fixed_plan("1x<1,2,1>", [5, 9, 2, 7, 12], 2)
+    pipeline = plan.pipelines[0]
+    count = len(pipeline.micro_batches)
+    records = [
+        rank_record(rank, 0, rank, step_record([op(kind, i, 0.1) for i in range(count) for kind in "FB"]), None)
+        for rank in pipeline.ranks
+    ]
+    entry = measurements_body(plan, records, work)["pipelines"][0]
+    expected = [sum(work.flops(2, stage, mb.lengths) for mb in pipeline.micro_batches) for stage in (0, 1)]
+    assert entry["rank_work"] == pytest.approx(expected)
+    head = work.head_per_token * sum(sum(mb.lengths) for mb in pipeline.micro_batches)
+    assert expected[1] - expected[0] == pytest.approx(head) and head > 0
+    MeasurementsBody.model_validate({"pipelines": [entry]})
+    tp = fixed_plan("1x<2,1,1>", [5, 9, 2, 7, 12], 2)
+    records = [
+        rank_record(rank, 0, 0, step_record([op(kind, i, 0.1) for i in range(count) for kind in "FB"]), None)
+        for rank in tp.pipelines[0].ranks
+    ]
+    shared = measurements_body(tp, records, work)["pipelines"][0]["rank_work"]
+    assert (
+        shared[0]
+        == shared[1]
+        == pytest.approx(sum(work.flops(1, 0, mb.lengths) for mb in tp.pipelines[0].micro_batches) / 2)
+    )
+
+
+def test_rank_work_needs_the_ranks_compute_beside_it():
+    from pydantic import ValidationError
+
+    pipeline = {
+        "scheme": {"tp": 1, "pp": 2, "cp": 1},
+        "micro_batches": [{"num_tokens": 10, "sum_sq_tokens": 100, "time_s": 0.1}],
+        "ranks": [0, 1],
+        "rank_work": [1.0, 2.0],
+    }
+    with pytest.raises(ValidationError, match="rank_work has 2 values: one per rank of ranks, beside rank_compute_s"):
+        MeasurementsBody.model_validate({"pipelines": [pipeline]})
+    pipeline["rank_compute_s"] = [0.1, 0.2]
+    pipeline["rank_work"] = [1.0]
+    with pytest.raises(ValidationError, match="rank_work has 1 values"):
+        MeasurementsBody.model_validate({"pipelines": [pipeline]})
+    pipeline["rank_work"] = [1.0, 0.0]
+    with pytest.raises(ValidationError, match="rank_work.1"):
         MeasurementsBody.model_validate({"pipelines": [pipeline]})

@@ -154,6 +154,7 @@ def measured_pipelines(body: dict) -> list:
                 pipeline.get("predicted_s"),
                 pipeline.get("slowdown") or 1.0,
                 tuple(pipeline.get("rank_compute_s") or ()),
+                tuple(pipeline.get("rank_work") or ()),
             )
         )
     return pipelines

@@ -21,6 +21,7 @@ MAX_STEP_MICRO_BATCHES = 65_536  # over the whole body: ~5 MB of JSON, a few ms 
 MAX_COLLECTIVES = 1024
 
 Seconds = Annotated[float, Strict(), Field(gt=0, le=limits.MAX_TIME_S, allow_inf_nan=False)]
+Work = Annotated[float, Field(gt=0, le=1e30, allow_inf_nan=False)]  # relative FLOPs (ints taken too)
 PeakBytes = Annotated[float, Strict(), Field(gt=0, le=limits.MAX_BYTES, allow_inf_nan=False)]
 Rank = Annotated[StrictInt, Field(ge=0, lt=limits.MAX_NUM_GPUS)]
 SlowdownFactor = Annotated[float, Strict(), Field(ge=1, le=limits.MAX_RANK_SLOWDOWN, allow_inf_nan=False)]
@@ -88,6 +89,11 @@ class MeasuredPipelineBody(LoopModel):
         "Each rank's compute time over the step (thread CPU on CPU ranks), in the order of ranks: what tells a "
         "slow rank from the other ranks of its PP stage (TP x CP), which do equal work."
     )
+    rank_work: list[Work] | None = per_rank(
+        "Each rank's expected work over the step (its stage's forward FLOPs over its TP x CP ranks; relative "
+        "values suffice), in the order of ranks: with rank_compute_s, every rank of the pipeline is compared by "
+        "its compute over its work, across PP stages too."
+    )
 
     @model_validator(mode="after")
     def _ranks(self) -> MeasuredPipelineBody:
@@ -96,6 +102,13 @@ class MeasuredPipelineBody(LoopModel):
             raise ValueError(f"ranks {self.ranks[:8]} must be the scheme's {num_gpus} distinct ranks")
         if self.predicted_s is not None and not self.micro_batches:
             raise ValueError("predicted_s is the prediction of the micro_batches: give them too")
+        if self.rank_work is not None and (
+            self.rank_compute_s is None or self.ranks is None or len(self.rank_work) != len(self.ranks)
+        ):
+            raise ValueError(
+                f"rank_work has {len(self.rank_work)} values: one per rank of ranks, beside rank_compute_s "
+                f"({'absent' if self.rank_compute_s is None else len(self.rank_compute_s)})"
+            )
         if self.rank_compute_s is not None and (self.ranks is None or len(self.rank_compute_s) != len(self.ranks)):
             raise ValueError(
                 f"rank_compute_s has {len(self.rank_compute_s)} values: one per rank of ranks "

@@ -109,8 +109,10 @@ def measured_pipelines(body: MeasurementsBody, profile: CostProfile) -> list[Mea
         peak = None if pipeline.peak_memory_bytes is None else max(pipeline.peak_memory_bytes)
         ranks = tuple(pipeline.ranks or ())
         slowdown = 1.0 if pipeline.slowdown is None else pipeline.slowdown
-        computes = tuple(pipeline.rank_compute_s or ())
-        pipelines.append(MeasuredPipeline(key, micro_batches, peak, ranks, pipeline.predicted_s, slowdown, computes))
+        computes, work = tuple(pipeline.rank_compute_s or ()), tuple(pipeline.rank_work or ())
+        pipelines.append(
+            MeasuredPipeline(key, micro_batches, peak, ranks, pipeline.predicted_s, slowdown, computes, work)
+        )
     return pipelines
 
 
