@@ -87,7 +87,8 @@ class MeasuredPipelineBody(LoopModel):
     )
     rank_compute_s: list[Seconds] | None = per_rank(
         "Each rank's compute time over the step (thread CPU on CPU ranks), in the order of ranks: what tells a "
-        "slow rank from the other ranks of its PP stage (TP x CP), which do equal work."
+        "slow rank from the others of its pipeline (within its PP stage, whose TP x CP ranks do equal work; with "
+        "rank_work, across stages too)."
     )
     rank_work: list[Work] | None = per_rank(
         "Each rank's expected work over the step (its stage's forward FLOPs over its TP x CP ranks; relative "
