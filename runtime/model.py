@@ -327,6 +327,24 @@ def init_parameters(module: DecoderStage, seed: int) -> None:
         parameter.copy_(init_value(module.cfg, name, tuple(parameter.shape), seed))
 
 
+def stage_work(stage: nn.Module) -> tuple[float, float]:
+    """(forward FLOPs per token, per squared sequence length) of the modules this rank holds, as
+    built (TP shards included; a stage's model chunks all count): 2 per weight of its 2-D weights
+    but the embedding table's (a lookup, no multiply; counted as the head where it is tied), and,
+    per attention layer, `2 x` its query width for causal attention's scores and weighted sum
+    (Narayanan et al. 2021, §5.1: `4 l^2 h`, halved by the causal mask). What a rank's compute is
+    weighed by when the session compares the ranks of a pipeline across PP stages."""
+    per_token = 2.0 * sum(
+        parameter.numel()
+        for name, parameter in stage.named_parameters()
+        if parameter.dim() == 2 and not name.startswith("embed.")
+    )
+    if getattr(stage, "is_last", False) and getattr(stage, "embed", None) is not None and stage.cfg.tied_embeddings:
+        per_token += 2.0 * stage.embed.weight.numel()
+    per_square = sum(2.0 * module.wq.weight.shape[0] for module in stage.modules() if isinstance(module, Attention))
+    return per_token, per_square
+
+
 def build_stage(
     cfg: ModelConfig,
     *,

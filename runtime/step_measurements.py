@@ -19,9 +19,10 @@ service's `MeasurementsBody` accepts and the local planner applies in-process:
   process CPU time of the holders' wait, the `cpu` clock of `step_timing`).
 
 Per pipeline also each rank's compute over the measured micro-batches (`rank_compute_s`) and,
-given the model's `StageWork`, each rank's expected work for them (`rank_work`: its stage's
-forward FLOPs over its TP x CP ranks; stages differ by the LM head), so that the session can tell
-a slow rank from the others of its pipeline (`cost_models.rank_speed`).
+where every rank sent its stage's work coefficients (`runtime.model.stage_work`: forward FLOPs per
+token and per squared length of the modules it holds), each rank's expected work for them
+(`rank_work`; stages differ by the LM head), so that the session can tell a slow rank from the
+others of its pipeline (`cost_models.rank_speed`).
 
 Beside the body, `pipeline_ratios` gives each pipeline's measured stage time over the time its
 plan predicted (the plan's `stage_time_s` of the same micro-batches), with its ranks: the body
@@ -40,14 +41,8 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from hydraplan.cost_models.analytic_time import (
-    attention_forward_flops_per_sq_token,
-    linear_forward_flops_per_token,
-    lm_head_forward_flops_per_token,
-)
-from hydraplan.planner.schemas import ModelSpec, Plan
+from hydraplan.planner.schemas import Plan
 from hydraplan.runtime.step_timing import op_times
 
 __all__ = [
@@ -55,7 +50,6 @@ __all__ = [
     "MAX_MEASURED_PIPELINES",
     "MAX_PIPELINE_MICRO_BATCHES",
     "MAX_STEP_MICRO_BATCHES",
-    "StageWork",
     "measurements_body",
     "pipeline_ratios",
     "rank_record",
@@ -68,47 +62,20 @@ MAX_COLLECTIVES = 1024
 OP_KEYS = ("op", "micro_batch", "cpu_s", "compute_cpu_s", "comm")
 
 
-@dataclass(frozen=True)
-class StageWork:
-    """A model's forward FLOPs by PP stage (Narayanan et al. 2021's counts, `cost_models.analytic_time`):
-    each layer `linear T + attention sum(l^2)`, the last stage the LM head's `head T` too; stages
-    hold `num_layers / pp` layers each (`runtime.model.stage_layers`). Relative work only: the
-    backward is a like multiple of every stage's forward."""
-
-    num_layers: int
-    linear_per_token: float
-    attention_per_sq_token: float
-    head_per_token: float
-
-    @classmethod
-    def of(cls, model) -> StageWork:
-        """From a model's shape (a `runtime.model.ModelConfig` or a catalog `ModelSpec`)."""
-        shape = ("name", "num_layers", "hidden_size", "ffn_hidden_size", "num_heads", "num_kv_heads", "vocab_size")
-        spec = ModelSpec(
-            **{field: getattr(model, field) for field in shape},
-            gated_mlp=model.gated_mlp,
-            tied_embeddings=model.tied_embeddings,
-        )
-        return cls(
-            spec.num_layers,
-            linear_forward_flops_per_token(spec),
-            attention_forward_flops_per_sq_token(spec, causal=True),
-            lm_head_forward_flops_per_token(spec),
-        )
-
-    def flops(self, pp: int, stage: int, lengths: Sequence[int]) -> float:
-        """Forward FLOPs of stage `stage` of `pp` on one micro-batch of `lengths`."""
-        tokens, squares = sum(lengths), sum(length * length for length in lengths)
-        layers = self.num_layers // pp
-        head = self.head_per_token * tokens if stage == pp - 1 else 0.0
-        return layers * (self.linear_per_token * tokens + self.attention_per_sq_token * squares) + head
-
-
-def rank_record(rank: int, pipeline: int, stage: int, step_record: dict, peak_memory_bytes: float | None) -> dict:
+def rank_record(
+    rank: int,
+    pipeline: int,
+    stage: int,
+    step_record: dict,
+    peak_memory_bytes: float | None,
+    work: tuple[float, float] | None = None,
+) -> dict:
     """What one rank sends rank 0 of one step: its ops (the keys the stage time needs), its
-    gradient sync's buckets and its peak memory (None where unknown)."""
+    gradient sync's buckets, its peak memory (None where unknown) and, where known, its stage's
+    work coefficients (forward FLOPs per token and per squared sequence length)."""
     sync = step_record.get("sync") or {}
     return {
+        **({"work": list(work)} if work is not None else {}),
         "rank": rank,
         "pipeline": pipeline,
         "stage": stage,
@@ -121,25 +88,23 @@ def rank_record(rank: int, pipeline: int, stage: int, step_record: dict, peak_me
     }
 
 
-def measurements_body(plan: Plan, records: Sequence[dict], work: StageWork | None = None) -> dict:
-    """The measurements body of the step `plan` ran, from every rank's `rank_record`; with the
-    model's `work`, each multi-rank pipeline's expected work per rank (`rank_work`) too."""
+def measurements_body(plan: Plan, records: Sequence[dict]) -> dict:
+    """The measurements body of the step `plan` ran, from every rank's `rank_record`."""
     by_pipeline: dict[int, dict[int, list[list[dict]]]] = {}
     peaks: dict[int, list[float | None]] = {}
-    rank_ops: dict[int, dict[int, list[dict]]] = {}
+    rank_records: dict[int, dict[int, dict]] = {}
     for record in records:
         by_pipeline.setdefault(record["pipeline"], {}).setdefault(record["stage"], []).append(record["ops"])
         peaks.setdefault(record["pipeline"], []).append(record.get("peak_memory_bytes"))
         if "rank" in record:
-            rank_ops.setdefault(record["pipeline"], {})[record["rank"]] = record["ops"]
+            rank_records.setdefault(record["pipeline"], {})[record["rank"]] = record
     pipelines = []
     for pipeline in plan.pipelines[:MAX_MEASURED_PIPELINES]:
         entry = _pipeline_entry(
             pipeline,
             by_pipeline.get(pipeline.index, {}),
             peaks.get(pipeline.index, []),
-            rank_ops.get(pipeline.index, {}),
-            work,
+            rank_records.get(pipeline.index, {}),
         )
         if entry is not None:
             pipelines.append(entry)
@@ -188,12 +153,11 @@ def _pipeline_entry(
     pipeline,
     stages: dict[int, list[list[dict]]],
     peaks: list[float | None],
-    rank_ops: dict[int, list[dict]],
-    stage_work: StageWork | None,
+    rank_records: dict[int, dict],
 ) -> dict | None:
     """One pipeline's entry: its measured micro-batches, when every rank knows it their peaks, and
-    when every rank sent its ops, each rank's compute over the measured micro-batches (with the
-    model's `stage_work`, each rank's expected work for them)."""
+    when every rank sent its record, each rank's compute over the measured micro-batches (and,
+    where every rank sent its work coefficients, its expected work for them)."""
     measured = _measured_times(pipeline, stages)
     micro_batches = []
     for index, work in enumerate(pipeline.micro_batches):
@@ -223,11 +187,14 @@ def _pipeline_entry(
         entry["predicted_s"] = predicted_s
         if pipeline.slowdown is not None:
             entry["slowdown"] = pipeline.slowdown
-        computes = _rank_compute_s(pipeline.ranks, rank_ops, set(measured))
+        ops = {rank: record["ops"] for rank, record in rank_records.items()}
+        computes = _rank_compute_s(pipeline.ranks, ops, set(measured))
         if computes is not None:
             entry["rank_compute_s"] = computes
-            if stage_work is not None:
-                entry["rank_work"] = _rank_work(pipeline, stage_work, sorted(measured))
+            works = [rank_records[rank].get("work") for rank in pipeline.ranks]
+            expected = _rank_work(pipeline, works, sorted(measured)) if None not in works else None
+            if expected is not None:
+                entry["rank_work"] = expected
     if peak_memory is not None:
         entry["peak_memory_bytes"] = peak_memory[: scheme.tp * scheme.pp * scheme.cp]
     return entry
@@ -246,16 +213,17 @@ def _rank_compute_s(ranks: Sequence[int], rank_ops: dict[int, list[dict]], measu
     return computes if min(computes) > 0 else None
 
 
-def _rank_work(pipeline, work: StageWork, measured: list[int]) -> list[float]:
-    """Each rank's expected forward FLOPs over the measured micro-batches, in the order of the
-    pipeline's ranks (stage-major, tp x cp ranks a stage sharing its work)."""
-    scheme = pipeline.scheme
-    per_stage = [
-        sum(work.flops(scheme.pp, stage, pipeline.micro_batches[index].lengths) for index in measured)
-        / (scheme.tp * scheme.cp)
-        for stage in range(scheme.pp)
+def _rank_work(pipeline, works: list[list[float]], measured: list[int]) -> list[float] | None:
+    """Each rank's expected forward FLOPs over the measured micro-batches, from its work
+    coefficients (per token, per squared length), in the order of the pipeline's ranks; None
+    where a rank's comes to no work."""
+    batches = [pipeline.micro_batches[index].lengths for index in measured]
+    features = [(sum(lengths), sum(length * length for length in lengths)) for lengths in batches]
+    expected = [
+        sum(per_token * tokens + per_square * squares for tokens, squares in features)
+        for per_token, per_square in works
     ]
-    return [per_stage[position // (scheme.tp * scheme.cp)] for position in range(len(pipeline.ranks))]
+    return expected if expected and min(expected) > 0 else None
 
 
 def _thin(pipelines: list[dict]) -> int:

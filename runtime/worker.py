@@ -48,7 +48,7 @@ from hydraplan.runtime.faults import MicroBatchOutOfMemoryError
 from hydraplan.runtime.grad_sync import GradSync
 from hydraplan.runtime.interleaved_exec import run_interleaved_step
 from hydraplan.runtime.launch import check_backend
-from hydraplan.runtime.model import build_stage
+from hydraplan.runtime.model import build_stage, stage_work
 from hydraplan.runtime.parallel import cp_shard, parallelize_stage
 from hydraplan.runtime.pipeline_exec import run_pipeline_step
 from hydraplan.runtime.plan_feed import post_measurements, step_plans
@@ -56,7 +56,7 @@ from hydraplan.runtime.profiler import ProcessPeakMeter, static_bytes_of
 from hydraplan.runtime.reshard import reshard
 from hydraplan.runtime.run_io import resolve_run_io
 from hydraplan.runtime.step_data import micro_batch
-from hydraplan.runtime.step_measurements import StageWork, measurements_body, pipeline_ratios, rank_record
+from hydraplan.runtime.step_measurements import measurements_body, pipeline_ratios, rank_record
 
 __all__ = ["DTYPES", "NonFiniteLossError", "RunSpec", "make_optimizer", "run_worker"]
 
@@ -216,7 +216,7 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
         record["optimizer_s"] = {"wall_s": time.perf_counter() - wall, "cpu_s": time.thread_time() - cpu}
         if spec.planner is not None and spec.post_measurements:
             watchdog.beat(step, "measurements")
-            entry = _feed_back(spec, plan, cfg, layout.me, record, rank, step)
+            entry = _feed_back(spec, plan, layout, record, rank, step)
             if entry is not None:
                 loop.append(entry)
     if spec.save_dir is not None:
@@ -248,17 +248,20 @@ def run_worker(rank: int, world_size: int, spec: RunSpec) -> dict:
     return report
 
 
-def _feed_back(spec: RunSpec, plan: Plan, cfg, me: RankAssignment, record: dict, rank: int, step: int) -> dict | None:
+def _feed_back(spec: RunSpec, plan: Plan, layout: _Layout, record: dict, rank: int, step: int) -> dict | None:
     """Every rank: send rank 0 this step's measurements (collective); rank 0: hand the step's
     body to the planner. Rank 0's entry of the report's `loop` (None on the other ranks)."""
-    mine = rank_record(rank, me.pipeline_index, me.stage, record, record.get("peak_memory_bytes"))
+    me = layout.me
+    mine = rank_record(
+        rank, me.pipeline_index, me.stage, record, record.get("peak_memory_bytes"), stage_work(layout.stage)
+    )
     gathered: list | None = [None] * dist.get_world_size() if rank == 0 else None
     with watchdog.waiting():
         dist.gather_object(mine, gathered, dst=0)
     if rank != 0:
         return None
     try:
-        body, ratios = measurements_body(plan, gathered, StageWork.of(cfg)), pipeline_ratios(plan, gathered)
+        body, ratios = measurements_body(plan, gathered), pipeline_ratios(plan, gathered)
     except Exception as exc:  # noqa: BLE001 - a body that cannot be built is reported, training goes on
         return {"step": step, "posted": False, "error": " ".join(f"{type(exc).__name__}: {exc}".split())}
     # per pipeline its ranks and measured / predicted time: the body names schemes, this the ranks

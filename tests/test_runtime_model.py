@@ -189,3 +189,30 @@ def test_the_runtime_doc_example_runs():
     loss, cfg = namespace["loss"], namespace["cfg"]
     # A freshly initialised model predicts close to uniformly: mean loss near log(vocab).
     assert abs(loss.item() - math.log(cfg.vocab_size)) < 0.5
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_stage_work_counts_the_analytic_models_flops_of_the_modules_held(tied):
+    """`stage_work`: 2 FLOPs per weight of a stage's linear maps (the LM head on the last stage,
+    the embedding table's lookups not) and causal attention's `2 x query width` per layer per
+    squared length: the analytic model's counts (`cost_models.analytic_time`) for each stage."""
+    from hydraplan.cost_models.analytic_time import (
+        attention_forward_flops_per_sq_token,
+        linear_forward_flops_per_token,
+        lm_head_forward_flops_per_token,
+    )
+    from hydraplan.planner.schemas import ModelSpec
+    from hydraplan.runtime.model import stage_work
+
+    cfg = small_config(num_layers=4, tied_embeddings=tied)
+    spec = ModelSpec(**{**SMALL, "num_layers": 4, "name": "small", "tied_embeddings": tied})
+    layer, attention = linear_forward_flops_per_token(spec), attention_forward_flops_per_sq_token(spec, causal=True)
+    head = lm_head_forward_flops_per_token(spec)
+    for stage in (0, 1):
+        per_token, per_square = stage_work(build_stage(cfg, pp=2, stage=stage))
+        assert per_token == pytest.approx(2 * layer + (head if stage == 1 else 0.0))
+        assert per_square == pytest.approx(2 * attention)
+    # an interleaved rank holds its chunks' layers: the same work as its plain stage
+    assert stage_work(build_stage(cfg, pp=2, stage=1, virtual_stages=2)) == pytest.approx(
+        stage_work(build_stage(cfg, pp=2, stage=1))
+    )

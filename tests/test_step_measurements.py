@@ -17,8 +17,7 @@ from hydraplan.api.service.loop_schemas import (
 from hydraplan.planner.measurements import SessionFeedback
 from hydraplan.planner.schemas import SolverOptions
 from hydraplan.runtime import step_measurements
-from hydraplan.runtime.model import ModelConfig
-from hydraplan.runtime.step_measurements import StageWork, measurements_body, pipeline_ratios, rank_record
+from hydraplan.runtime.step_measurements import measurements_body, pipeline_ratios, rank_record
 from tests.runtime_plans import fixed_plan, tiny_profile
 
 
@@ -327,34 +326,30 @@ def test_rank_compute_must_be_positive_seconds():
         MeasurementsBody.model_validate({"pipelines": [pipeline]})
 
 
-def test_with_the_models_stage_work_each_rank_reports_its_expected_work():
-    """1x<1,2,1> of the tiny model: each rank's expected work is its stage's forward FLOPs over the
-    measured micro-batches, the last stage's LM head included; a TP pair shares its stage's."""
-    work = StageWork.of(ModelConfig.from_catalog("tiny"))
+def test_with_each_ranks_work_coefficients_the_body_gives_its_expected_work():
+    """1x<1,2,1>: each rank sends its stage's forward FLOPs per token and per squared length
+    (`runtime.model.stage_work`); the body gives each rank's expected work over the measured
+    micro-batches, in the order of the pipeline's ranks; a rank without them: no rank_work."""
     plan = fixed_plan("1x<1,2,1>", [5, 9, 2, 7, 12], 2)
     pipeline = plan.pipelines[0]
     count = len(pipeline.micro_batches)
+    coefficients = {pipeline.ranks[0]: (100.0, 2.0), pipeline.ranks[1]: (150.0, 2.0)}  # the last stage's head
+    ops = [op(kind, i, 0.1) for i in range(count) for kind in "FB"]
     records = [
-        rank_record(rank, 0, rank, step_record([op(kind, i, 0.1) for i in range(count) for kind in "FB"]), None)
-        for rank in pipeline.ranks
+        rank_record(rank, 0, stage, step_record(ops), None, coefficients[rank])
+        for stage, rank in enumerate(pipeline.ranks)
     ]
-    entry = measurements_body(plan, records, work)["pipelines"][0]
-    expected = [sum(work.flops(2, stage, mb.lengths) for mb in pipeline.micro_batches) for stage in (0, 1)]
-    assert entry["rank_work"] == pytest.approx(expected)
-    head = work.head_per_token * sum(sum(mb.lengths) for mb in pipeline.micro_batches)
-    assert expected[1] - expected[0] == pytest.approx(head) and head > 0
+    entry = measurements_body(plan, records)["pipelines"][0]
+    tokens = [sum(mb.lengths) for mb in pipeline.micro_batches]
+    squares = [sum(length * length for length in mb.lengths) for mb in pipeline.micro_batches]
+    assert entry["rank_work"] == pytest.approx(
+        [sum(t * per_token + q * per_square for t, q in zip(tokens, squares, strict=True))
+         for per_token, per_square in coefficients.values()]
+    )  # fmt: skip
     MeasurementsBody.model_validate({"pipelines": [entry]})
-    tp = fixed_plan("1x<2,1,1>", [5, 9, 2, 7, 12], 2)
-    records = [
-        rank_record(rank, 0, 0, step_record([op(kind, i, 0.1) for i in range(count) for kind in "FB"]), None)
-        for rank in tp.pipelines[0].ranks
-    ]
-    shared = measurements_body(tp, records, work)["pipelines"][0]["rank_work"]
-    assert (
-        shared[0]
-        == shared[1]
-        == pytest.approx(sum(work.flops(1, 0, mb.lengths) for mb in tp.pipelines[0].micro_batches) / 2)
-    )
+    assert measured_pipelines({"pipelines": [entry]})[0].rank_work == pytest.approx(tuple(entry["rank_work"]))
+    records[1].pop("work")
+    assert "rank_work" not in measurements_body(plan, records)["pipelines"][0]
 
 
 def test_rank_work_needs_the_ranks_compute_beside_it():

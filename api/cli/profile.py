@@ -18,6 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from hydraplan.api.cli.interrupts import INTERRUPTS, is_interrupt
 from hydraplan.api.cli.progress import PROG
 from hydraplan.planner.measurements import CollectiveSample, ProfileProvenance, StageSample
 from hydraplan.planner.schemas import CostProfile, ModelSpec
@@ -296,7 +297,9 @@ def run_device_profile(args: argparse.Namespace) -> int:
     stopped_by_user = False
     try:
         _measure_all(measurement, schemes, cfg, options, deadline, progress)
-    except KeyboardInterrupt:
+    except INTERRUPTS as exc:
+        if not is_interrupt(exc):
+            raise
         stopped_by_user = True
     progress.finish()
     partial = stopped_by_user or len(measurement.samples) < planned

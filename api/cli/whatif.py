@@ -24,6 +24,7 @@ from hydraplan.api.cli.args import (
     process_limit_problem,
     usable_cores,
 )
+from hydraplan.api.cli.interrupts import INTERRUPTS, is_interrupt
 from hydraplan.api.cli.progress import PROG, stderr_is_terminal
 from hydraplan.api.files import InputError
 
@@ -151,7 +152,9 @@ def run_whatif(args: argparse.Namespace) -> int:
     progress = SweepProgress(len(configurations), finished, _progress_enabled(args.progress))
     try:
         rows = run_sweep(configurations, executor, rows_file, progress)
-    except KeyboardInterrupt:
+    except INTERRUPTS as exc:
+        if not is_interrupt(exc):
+            raise
         kept = len(read_rows(folder / ROWS_FILE, set(rows_file.keys)))  # what a --resume will find
         print(
             f"{PROG}: interrupted: {kept} of {len(configurations)} rows kept in {folder / 'rows.jsonl'}; "
