@@ -31,8 +31,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NamedTuple, NoReturn
 
-from hydraplan.api.cli.interrupts import INTERRUPTS, is_interrupt
-
 PROG = "hydraplan"
 EXIT_OK, EXIT_INVALID_PLAN, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a killed writer
@@ -89,7 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(describe_os_error(exc))
     except ValueError as exc:  # InputError, PlanningError, CatalogError, ProfileError, ValidationError
         return _fail(describe_value_error(exc))
-    except INTERRUPTS as exc:  # Ctrl-C, also where an extension reports it as its SystemError
+    except (KeyboardInterrupt, SystemError) as exc:  # Ctrl-C, also as an extension's SystemError
+        from hydraplan.api.cli.interrupts import is_interrupt  # not at import: `--help` loads nothing more
+
         if not is_interrupt(exc):
             raise
         return EXIT_INTERRUPTED
