@@ -27,7 +27,6 @@ Modelling choices (conservative where they must be):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -56,7 +55,7 @@ from hydraplan.cost_models.recipe import (
     sharded_static_bytes,
 )
 from hydraplan.planner import limits
-from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, SchemeCost, TrainingRecipe
+from hydraplan.planner.schemas import CostProfile, GpuSpec, ModelSpec, SchemeCost, TrainingRecipe, most_tokens
 from hydraplan.planner.scheme import ParallelScheme
 
 __all__ = [
@@ -384,16 +383,6 @@ def pipelined_fsdp_bytes(model: ModelSpec, params_of_stage: int, tp: int, pp: in
     return resident - BF16_BYTES * min(2 * largest_unit, shard)
 
 
-def max_tokens(free_bytes: float, bytes_per_token: float, bytes_per_sq_token: float) -> int:
-    """Largest T with `bytes_per_token*T + bytes_per_sq_token*T^2 <= free_bytes` (0 if none)."""
-    if free_bytes <= 0:
-        return 0
-    if bytes_per_sq_token > 0:
-        root = math.sqrt(bytes_per_token**2 + 4 * bytes_per_sq_token * free_bytes)
-        return int(math.floor((root - bytes_per_token) / (2 * bytes_per_sq_token)))
-    return int(math.floor(free_bytes / bytes_per_token))
-
-
 def scheme_memory(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -424,7 +413,7 @@ def scheme_memory(
         model, scheme, num_gpus, options, hardware, virtual_stages, split, micro_batches, group_size
     )
     usable = gpu.memory_bytes * (1 - options.memory_reserve_fraction)
-    bounds = [max_tokens(usable - rank.static_bytes, rank.bytes_per_token, rank.bytes_per_sq_token) for rank in ranks]
+    bounds = [most_tokens(usable - rank.static_bytes, rank.bytes_per_token, rank.bytes_per_sq_token) for rank in ranks]
     largest_params = max(rank.params for rank in ranks)
     layers = chunk_layers(model.num_layers, scheme.pp, virtual_stages, split)
     per_token, per_sq = _stored_coefficients(model, scheme, options, hardware)

@@ -8,12 +8,12 @@ import pytest
 from hydraplan.cost_models.analytic import (
     AnalyticOptions,
     activation_coefficients,
-    max_tokens,
     scheme_memory,
     static_bytes,
 )
 from hydraplan.cost_models.catalog import get_gpu, get_model
 from hydraplan.cost_models.pipeline_layout import chunk_layers, in_flight_micro_batches
+from hydraplan.planner.schemas import most_tokens
 from hydraplan.planner.scheme import ParallelScheme
 
 
@@ -101,7 +101,7 @@ def _per_rank_capacity(model, gpu, scheme, options, layers_per_rank, in_flight_l
         params = layers * model.params_per_layer + ends * model.embedding_params
         logits = 4 * model.vocab_size / scheme.tp if rank == scheme.pp - 1 else 0.0
         free = usable - static_bytes(model, params, scheme.tp, 64, options)
-        bounds.append(max_tokens(free, held * per_token + logits, 0.0))
+        bounds.append(most_tokens(free, held * per_token + logits, 0.0))
     return min(bounds)
 
 
