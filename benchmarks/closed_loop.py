@@ -2,22 +2,24 @@
 
     python benchmarks/closed_loop.py            # both scenarios, 14 steps each (~5 min on 2 busy cores)
     python benchmarks/closed_loop.py --quick    # a smoke run: 3 steps, nothing written
+    python benchmarks/closed_loop.py --profile benchmarks/data/tiny-cpu-intel-xeon.json --one-at-a-time
 
 Every run is `hydraplan run`'s online mode without a server: 2 gloo ranks, float32, rank 0 plans
 each step with the local planner (`api.cli.run_planning.LocalPlanner`) and, after each step,
 hands it the step's measurements (`runtime.step_measurements`), which it refits in-process with
 the session's code (`cost_models.online_fit.apply_step`); the next step is planned with the new
 profile version. Each step's batch: `--batch-sequences` log-uniform lengths up to `--max-length`
-(`SyntheticLengths`, the same batches in every run). The profile: the bundled `tiny-cpu` one on a
-pretend device of `--memory-bytes` per rank (as `benchmarks/runtime_vs_model.py`: capacities of
+(`SyntheticLengths`, the same batches in every run). The profile: the bundled `tiny-cpu` one (or
+`--profile`, one measured on the machine that runs the benchmark) on a pretend device of
+`--memory-bytes` per rank (as `benchmarks/runtime_vs_model.py`: capacities of
 ~1K tokens, so packing matters). 200 MB since the bundled profile's memory is fitted to the real
 peak (2026-12-03): one `<1,1,1>` rank then holds 787 tokens, more than the longest sequence (768),
 so work can move off a slow rank; at the 150 MB used before it held 574, and the batches' longest
 sequences could only run on the two-rank schemes that hold both ranks.
 
-1. **Wrong start vs right start** (the two at the same time, so they share the machine's load):
-   the same run from the bundled profile (right) and from the
-   bundled profile with every scheme's quadratic term `a` x2 and linear term `b` x0.5 (wrong).
+1. **Wrong start vs right start** (the two at the same time, so they share the machine's load;
+   `--one-at-a-time` runs them one after the other, for a quiet machine): the same run from the
+   profile (right) and from the profile with every scheme's quadratic term `a` x2 and linear term `b` x0.5 (wrong).
    Per step: the median relative stage-time error of the step's measured micro-batches against
    the profile version that planned it, and the measured step time. Targets (issue 31): within
    10 steps the wrong start's median error is <= 10%, and its measured step time within 5% of
@@ -381,6 +383,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="slowdown: only the slowdown run (its own section, default closed_loop-slowdown); memory: a profile "
         "whose activation bytes are x0.35, so its capacities are too large (default section closed_loop-memory)",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="the right start's profile (a `hydraplan profile --device cpu --model tiny` file measured on this "
+        "machine); default: the bundled tiny-cpu profile, measured on the host its provenance names",
+    )
+    parser.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="run the wrong and the right start one after the other (2 ranks on the cores at a time) instead of at "
+        "the same time (4 ranks): less noise in each op's CPU time on a quiet machine, exposed to a change of load "
+        "between the runs",
+    )
     parser.add_argument("--quick", action="store_true", help="3 steps, nothing written")
     parser.add_argument("--results", type=Path, default=RESULTS_PATH)
     parser.add_argument("--section", default=None, help="section of RESULTS.md and name of the results file")
@@ -394,23 +410,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.runtime_vs_model import benchmark_profile
-    from hydraplan.cost_models.profile_io import bundled_profile
 
     args = parse_args(argv)
-    right_profile = benchmark_profile(bundled_profile(), args.memory_bytes)
+    right_profile = benchmark_profile(start_profile(args), args.memory_bytes)
     first_slow_step = args.steps // 2
     if args.scenario == "slowdown":
         return slowdown_only(args, right_profile, first_slow_step)
     if args.scenario == "memory":
         return memory_only(args, right_profile)
-    # the wrong and the right start run at the same time, so both see the same load (run one after
-    # the other, a change of this machine's load between them moved step times by 30%)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        starts = {
-            name: pool.submit(online_run, name, profile, args)
-            for name, profile in (("wrong", wrong_profile(right_profile)), ("right", right_profile))
-        }
-        runs = {name: future.result() for name, future in starts.items()}
+    starts = (("wrong", wrong_profile(right_profile)), ("right", right_profile))
+    if args.one_at_a_time:
+        runs = {name: online_run(name, profile, args) for name, profile in starts}
+    else:
+        # the wrong and the right start run at the same time, so both see the same load (run one after
+        # the other under a changing load, a move of this machine's load between them moved step times by 30%)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = {name: pool.submit(online_run, name, profile, args) for name, profile in starts}
+            runs = {name: future.result() for name, future in futures.items()}
     runs["slow"] = online_run("slow", right_profile, args, ((1, first_slow_step, args.slow_factor),))
     for name, run in runs.items():
         print(f"{name}: {args.steps} steps in {run.wall_s:.0f} s wall", file=sys.stderr, flush=True)
@@ -426,12 +442,11 @@ def main(argv: list[str] | None = None) -> int:
     svg_path.parent.mkdir(parents=True, exist_ok=True)
     svg_path.write_text(plot_svg(wrong, right, slow))
     setup = (
-        f"{runs_text(args)}, bundled tiny-cpu profile on a pretend device of "
+        f"{runs_text(args)}, {profile_text(args)} on a pretend device of "
         f"{args.memory_bytes / 1e6:.0f} MB per rank, local planner (plan budget {args.plan_time_limit_s} s) with the "
         f"in-process refit; wrong start: a x{WRONG_A:g}, b x{WRONG_B:g}; slowdown: rank 1 x{args.slow_factor:g} from "
         f"step {first_slow_step}. Times: thread CPU per op (`runtime.step_timing`, clock `cpu`), wall time is "
-        f"meaningless on these oversubscribed cores. The wrong and the right start ran at the same time (4 ranks on "
-        f"the cores, the same load for both), then the slowdown run alone. Runs took {wrong.wall_s:.0f} / "
+        f"meaningless on these oversubscribed cores. {order_text(args)} Runs took {wrong.wall_s:.0f} / "
         f"{right.wall_s:.0f} / {slow.wall_s:.0f} s wall."
     )
     body = (
@@ -448,7 +463,7 @@ def slowdown_only(args: argparse.Namespace, profile, first_slow_step: int) -> in
     """The slowdown scenario alone, into its own section (the full run's numbers stay beside it)."""
     slow = online_run("slow", profile, args, ((1, first_slow_step, args.slow_factor),))
     setup = (
-        f"{runs_text(args)}, bundled tiny-cpu profile on a pretend device of "
+        f"{runs_text(args)}, {profile_text(args)} on a pretend device of "
         f"{args.memory_bytes / 1e6:.0f} MB per rank, local planner (plan budget {args.plan_time_limit_s} s) with the "
         f"in-process refit and per-rank slowdown factors (`cost_models.rank_speed`); slowdown: rank 1 "
         f"x{args.slow_factor:g} from step {first_slow_step}. Times: thread CPU per op (`runtime.step_timing`, clock "
@@ -456,6 +471,35 @@ def slowdown_only(args: argparse.Namespace, profile, first_slow_step: int) -> in
     )
     table = slow_table(slow, first_slow_step, args.slow_factor)
     return single_run_report(args, slow, table, slow_verdict(slow, first_slow_step), setup)
+
+
+def start_profile(args: argparse.Namespace):
+    """The right start's profile: `--profile`, else the bundled tiny-cpu one."""
+    from hydraplan.cost_models.profile_io import bundled_profile, load_profile
+
+    if args.profile is None:
+        return bundled_profile()
+    profile = load_profile(args.profile)
+    if profile.model != "tiny" or profile.provenance is None or profile.provenance.device != "cpu":
+        raise SystemExit(f"--profile {args.profile}: not a `hydraplan profile --device cpu --model tiny` file")
+    return profile
+
+
+def profile_text(args: argparse.Namespace) -> str:
+    """The right start's profile as the setup paragraph names it: its file and the host it was measured on."""
+    profile = start_profile(args)
+    name = "bundled tiny-cpu profile" if args.profile is None else f"tiny profile `{args.profile.name}`"
+    return f"{name} (measured {profile.provenance.date[:16]} on {profile.provenance.hardware})"
+
+
+def order_text(args: argparse.Namespace) -> str:
+    """How the runs shared the machine, as the setup paragraph says it."""
+    if args.one_at_a_time:
+        return "The wrong start, the right start and the slowdown run ran one after the other (2 ranks on the cores)."
+    return (
+        "The wrong and the right start ran at the same time (4 ranks on the cores, the same load for both), then "
+        "the slowdown run alone."
+    )
 
 
 def runs_text(args: argparse.Namespace) -> str:
@@ -531,7 +575,7 @@ def memory_only(args: argparse.Namespace, profile) -> int:
     item 3)."""
     run = online_run("memory", wrong_memory_profile(profile), args)
     setup = (
-        f"{runs_text(args)}, bundled tiny-cpu profile with every scheme's activation "
+        f"{runs_text(args)}, {profile_text(args)} with every scheme's activation "
         f"bytes x{WRONG_MEMORY:g} on a pretend device of {args.memory_bytes / 1e6:.0f} MB per rank, local planner "
         f"(plan budget {args.plan_time_limit_s} s) with the in-process refit. Peaks: each CPU rank's step peak on "
         f"the pinned heap (static bytes plus resident growth net of its gradients, `runtime/worker.py`). "
