@@ -252,27 +252,116 @@ def visits_table(wrong: RunResult, right: RunResult) -> str:
     return markdown_table(headers, rows)
 
 
+@dataclass(frozen=True)
+class StartResult:
+    """One wrong / right pair over the target's steps (TARGET_WITHIN_STEPS on)."""
+
+    worst_error: float | None  # the wrong start's largest per-step median error
+    first_good: int | None  # the wrong start's first step at or under TARGET_ERROR
+    step_ratio: float  # the wrong start's summed step time over the right start's, minus 1
+    right_error: float  # the right start's median per-step error
+    same_plan_ratio: float | None  # median step-time ratio over the steps both planned alike (the runs' drift)
+
+    @property
+    def error_ok(self) -> bool:
+        return self.worst_error is not None and self.worst_error <= TARGET_ERROR
+
+    @property
+    def time_ok(self) -> bool:
+        return abs(self.step_ratio) <= TARGET_STEP_RATIO
+
+
+def same_plan(wrong: RunResult, right: RunResult, step: int) -> bool:
+    """Whether both runs gave `step` the same strategy and each pipeline the same tokens."""
+    tokens = [[(scheme, count) for scheme, _, count, _ in run.pipelines[step]] for run in (wrong, right)]
+    return wrong.strategies[step] == right.strategies[step] and tokens[0] == tokens[1]
+
+
+def start_result(wrong: RunResult, right: RunResult) -> StartResult | None:
+    """The pair's figures over steps TARGET_WITHIN_STEPS on (None: too few steps)."""
+    late = range(TARGET_WITHIN_STEPS, len(wrong.step_s))
+    if not late:
+        return None
+    errors = [wrong.errors[step] for step in late if wrong.errors[step] is not None]
+    alike = [
+        wrong.step_s[step] / right.step_s[step] - 1
+        for step in range(len(wrong.step_s))
+        if same_plan(wrong, right, step)
+    ]
+    return StartResult(
+        worst_error=max(errors, default=None),
+        first_good=next((s for s, e in enumerate(wrong.errors) if e is not None and e <= TARGET_ERROR), None),
+        step_ratio=sum(wrong.step_s[step] for step in late) / sum(right.step_s[step] for step in late) - 1,
+        right_error=statistics.median([e for s in late if (e := right.errors[s]) is not None] or [0.0]),
+        same_plan_ratio=statistics.median(alike) if alike else None,
+    )
+
+
 def start_verdict(wrong: RunResult, right: RunResult) -> tuple[str, bool, bool]:
     """Whether, by step TARGET_WITHIN_STEPS, the wrong start's error is <= TARGET_ERROR (on
     every step from there on) and its step time within TARGET_STEP_RATIO of the right start's
     (summed over those steps)."""
-    late = range(TARGET_WITHIN_STEPS, len(wrong.step_s))
-    if not late:
+    result = start_result(wrong, right)
+    if result is None:
         return "too few steps for the targets (need more than 10)", False, False
-    errors = [wrong.errors[step] for step in late if wrong.errors[step] is not None]
-    error_ok = bool(errors) and max(errors) <= TARGET_ERROR
-    ratio = sum(wrong.step_s[step] for step in late) / sum(right.step_s[step] for step in late) - 1
-    time_ok = abs(ratio) <= TARGET_STEP_RATIO
-    first_good = next((s for s, e in enumerate(wrong.errors) if e is not None and e <= TARGET_ERROR), None)
-    text = (
-        f"Wrong start, steps {late.start}-{late.stop - 1}: median stage-time error at most "
-        f"{pct(max(errors, default=None))} "
-        f"(target <= {TARGET_ERROR:.0%}: {'met' if error_ok else 'NOT met'}; first step at or under it: {first_good}); "
-        f"measured step time {ratio:+.1%} against the right start over those steps (target within "
-        f"{TARGET_STEP_RATIO:.0%}: {'met' if time_ok else 'NOT met'}). Right start's median error over the same steps: "
-        f"{pct(statistics.median([e for s in late if (e := right.errors[s]) is not None] or [0.0]))}."
+    drift = (
+        ""
+        if result.same_plan_ratio is None
+        else f" On the steps both runs planned alike, the wrong start's step time was {result.same_plan_ratio:+.1%} "
+        "against the right start's (median): the two runs' measurement drift."
     )
-    return text, error_ok, time_ok
+    text = (
+        f"Wrong start, steps {TARGET_WITHIN_STEPS}-{len(wrong.step_s) - 1}: median stage-time error at most "
+        f"{pct(result.worst_error)} "
+        f"(target <= {TARGET_ERROR:.0%}: {'met' if result.error_ok else 'NOT met'}; first step at or under it: "
+        f"{result.first_good}); measured step time {result.step_ratio:+.1%} against the right start over those steps "
+        f"(target within {TARGET_STEP_RATIO:.0%}: {'met' if result.time_ok else 'NOT met'}). Right start's median "
+        f"error over the same steps: {pct(result.right_error)}.{drift}"
+    )
+    return text, result.error_ok, result.time_ok
+
+
+def repeats_table(pairs: list[tuple[str, RunResult, RunResult]]) -> tuple[str, str]:
+    """Every wrong / right pair's figures, and the verdict on their medians."""
+    rows, results = [], []
+    for index, (order, wrong, right) in enumerate(pairs, start=1):
+        result = start_result(wrong, right)
+        if result is None:
+            return "", "too few steps for the targets (need more than 10)"
+        results.append(result)
+        rows.append(
+            [
+                index,
+                order,
+                pct(result.worst_error),
+                result.first_good,
+                f"{result.step_ratio:+.1%}",
+                pct(result.right_error),
+                "-" if result.same_plan_ratio is None else f"{result.same_plan_ratio:+.1%}",
+                "met" if result.error_ok and result.time_ok else "NOT met",
+            ]
+        )
+    headers = [
+        "pair",
+        "order",
+        "wrong: worst median error",
+        "wrong: first step <= 10%",
+        "step time vs right",
+        "right: median error",
+        "same plans: wrong / right - 1",
+        "both targets",
+    ]
+    worst = statistics.median([r.worst_error for r in results if r.worst_error is not None] or [1.0])
+    ratio = statistics.median([r.step_ratio for r in results])
+    both = sum(r.error_ok and r.time_ok for r in results)
+    verdict = (
+        f"Over {len(results)} pairs (medians): the wrong start's worst median error on steps {TARGET_WITHIN_STEPS} on "
+        f"{pct(worst)} (target <= {TARGET_ERROR:.0%}: {'met' if worst <= TARGET_ERROR else 'NOT met'}), its step "
+        f"time {ratio:+.1%} against the right start's (target within {TARGET_STEP_RATIO:.0%}: "
+        f"{'met' if abs(ratio) <= TARGET_STEP_RATIO else 'NOT met'}); both targets met by {both} of {len(results)} "
+        "pairs."
+    )
+    return markdown_table(headers, rows), verdict
 
 
 def slow_verdict(slow: RunResult, first_slow_step: int) -> str:
@@ -397,12 +486,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "the same time (4 ranks): less noise in each op's CPU time on a quiet machine, exposed to a change of load "
         "between the runs",
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="wrong / right pairs to run (the targets then judged on their medians; the tables show the first pair)",
+    )
     parser.add_argument("--quick", action="store_true", help="3 steps, nothing written")
     parser.add_argument("--results", type=Path, default=RESULTS_PATH)
     parser.add_argument("--section", default=None, help="section of RESULTS.md and name of the results file")
     args = parser.parse_args(argv)
     if args.section is None:
         args.section = SECTION if args.scenario == "all" else f"{SECTION}-{args.scenario}"
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: must be at least 1")
     if args.quick:
         args.steps = 3
     return args
@@ -418,15 +515,8 @@ def main(argv: list[str] | None = None) -> int:
         return slowdown_only(args, right_profile, first_slow_step)
     if args.scenario == "memory":
         return memory_only(args, right_profile)
-    starts = (("wrong", wrong_profile(right_profile)), ("right", right_profile))
-    if args.one_at_a_time:
-        runs = {name: online_run(name, profile, args) for name, profile in starts}
-    else:
-        # the wrong and the right start run at the same time, so both see the same load (run one after
-        # the other under a changing load, a move of this machine's load between them moved step times by 30%)
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            futures = {name: pool.submit(online_run, name, profile, args) for name, profile in starts}
-            runs = {name: future.result() for name, future in futures.items()}
+    pairs = [start_pair(args, right_profile, index) for index in range(args.repeats)]
+    runs = {"wrong": pairs[0][1], "right": pairs[0][2]}
     runs["slow"] = online_run("slow", right_profile, args, ((1, first_slow_step, args.slow_factor),))
     for name, run in runs.items():
         print(f"{name}: {args.steps} steps in {run.wall_s:.0f} s wall", file=sys.stderr, flush=True)
@@ -434,6 +524,10 @@ def main(argv: list[str] | None = None) -> int:
     first = start_table(wrong, right) + "\n\nBy the scheme's earlier steps:\n\n" + visits_table(wrong, right)
     second = slow_table(slow, first_slow_step, args.slow_factor)
     verdict, _, _ = start_verdict(wrong, right)
+    if len(pairs) > 1:
+        table, over_pairs = repeats_table(pairs)
+        first += f"\n\n{verdict}\n\nEvery pair (the tables above are pair 1's):\n\n{table}"
+        verdict = over_pairs
     moved = slow_verdict(slow, first_slow_step)
     print(first, "\n", verdict, "\n\n", second, "\n", moved, sep="")
     if args.quick:
@@ -445,8 +539,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{runs_text(args)}, {profile_text(args)} on a pretend device of "
         f"{args.memory_bytes / 1e6:.0f} MB per rank, local planner (plan budget {args.plan_time_limit_s} s) with the "
         f"in-process refit; wrong start: a x{WRONG_A:g}, b x{WRONG_B:g}; slowdown: rank 1 x{args.slow_factor:g} from "
-        f"step {first_slow_step}. Times: thread CPU per op (`runtime.step_timing`, clock `cpu`), wall time is "
-        f"meaningless on these oversubscribed cores. {order_text(args)} Runs took {wrong.wall_s:.0f} / "
+        f"step {first_slow_step}. Times: thread CPU per op (`runtime.step_timing`, clock `cpu`): on these 2 shared "
+        f"cores a rank's wall time holds other processes' work. {order_text(args)} Runs took {wrong.wall_s:.0f} / "
         f"{right.wall_s:.0f} / {slow.wall_s:.0f} s wall."
     )
     body = (
@@ -473,6 +567,25 @@ def slowdown_only(args: argparse.Namespace, profile, first_slow_step: int) -> in
     return single_run_report(args, slow, table, slow_verdict(slow, first_slow_step), setup)
 
 
+def start_pair(args: argparse.Namespace, right_profile, index: int) -> tuple[str, RunResult, RunResult]:
+    """Pair `index` of the wrong and the right start: its order and both runs. One after the other,
+    the order alternates from pair to pair (a drift of the machine between two runs then falls on
+    each start in turn)."""
+    starts = [("wrong", wrong_profile(right_profile)), ("right", right_profile)]
+    if args.one_at_a_time:
+        starts = starts if index % 2 == 0 else starts[::-1]
+        runs = {name: online_run(name, profile, args) for name, profile in starts}
+        order = " then ".join(name for name, _ in starts)
+    else:
+        # the wrong and the right start run at the same time, so both see the same load (run one after
+        # the other under a changing load, a move of this machine's load between them moved step times by 30%)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = {name: pool.submit(online_run, name, profile, args) for name, profile in starts}
+            runs = {name: future.result() for name, future in futures.items()}
+        order = "at the same time"
+    return order, runs["wrong"], runs["right"]
+
+
 def start_profile(args: argparse.Namespace):
     """The right start's profile: `--profile`, else the bundled tiny-cpu one."""
     from hydraplan.cost_models.profile_io import bundled_profile, load_profile
@@ -495,10 +608,13 @@ def profile_text(args: argparse.Namespace) -> str:
 def order_text(args: argparse.Namespace) -> str:
     """How the runs shared the machine, as the setup paragraph says it."""
     if args.one_at_a_time:
-        return "The wrong start, the right start and the slowdown run ran one after the other (2 ranks on the cores)."
+        return (
+            f"The wrong start, the right start and the slowdown run ran one after the other (2 ranks on the cores), "
+            f"{args.repeats} wrong / right pair(s) in alternating order."
+        )
     return (
-        "The wrong and the right start ran at the same time (4 ranks on the cores, the same load for both), then "
-        "the slowdown run alone."
+        f"The wrong and the right start ran at the same time (4 ranks on the cores, the same load for both), "
+        f"{args.repeats} pair(s), then the slowdown run alone."
     )
 
 
