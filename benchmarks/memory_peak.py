@@ -75,7 +75,7 @@ from hydraplan.runtime.profiler import (  # noqa: E402
 )
 
 HELD_OUT_FROZEN = "2026-12-02"
-HELD_OUT_FILES = {which: ROOT / "benchmarks" / "data" / f"memory_peak_held_out_{which}.json" for which in range(2, 10)}
+HELD_OUT_FILES = {which: ROOT / "benchmarks" / "data" / f"memory_peak_held_out_{which}.json" for which in range(2, 11)}
 STAGES = ((1, 0), (2, 0))  # (pp, stage) of <1,pp,1>
 LONGEST_FITTED = max(DEFAULT_TOKEN_COUNTS)
 
@@ -115,7 +115,7 @@ HELD_OUT: tuple[tuple[str, str, list[int]], ...] = (
 
 
 def held_out_set(which: int) -> tuple[str, tuple[tuple[str, str, list[int]], ...]]:
-    """(frozen when, shapes) of held-out set 1 (`HELD_OUT`), 2-9 (the frozen files)."""
+    """(frozen when, shapes) of held-out set 1 (`HELD_OUT`), 2-10 (the frozen files)."""
     if which == 1:
         return HELD_OUT_FROZEN, HELD_OUT
     document = json.loads(HELD_OUT_FILES[which].read_text(encoding="utf-8"))
@@ -216,9 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--held-out",
         type=int,
-        choices=(1, 2, 3, 4, 5, 6, 7, 8, 9),
-        default=9,
-        help="held-out set: 1-8 (seen) or 9 (frozen file)",
+        choices=tuple(range(1, 11)),
+        default=10,
+        help="held-out set: 1-9 (seen) or 10 (frozen file)",
     )
     parser.add_argument(
         "--refit", type=Path, help="no measuring: refit and evaluate the samples of an earlier --samples file"
