@@ -588,11 +588,14 @@ def start_pair(args: argparse.Namespace, right_profile, index: int) -> tuple[str
 
 def start_profile(args: argparse.Namespace):
     """The right start's profile: `--profile`, else the bundled tiny-cpu one."""
-    from hydraplan.cost_models.profile_io import bundled_profile, load_profile
+    from hydraplan.cost_models.profile_io import ProfileError, bundled_profile, load_profile
 
     if args.profile is None:
         return bundled_profile()
-    profile = load_profile(args.profile)
+    try:
+        profile = load_profile(args.profile)
+    except ProfileError as exc:
+        raise SystemExit(f"--profile: {exc}") from None
     if profile.model != "tiny" or profile.provenance is None or profile.provenance.device != "cpu":
         raise SystemExit(f"--profile {args.profile}: not a `hydraplan profile --device cpu --model tiny` file")
     return profile

@@ -43,7 +43,8 @@ under-prediction target by 0.04 points on one long sequence beyond the grid: the
 above the quadratic through the three longest measured single sequences beyond them, and a ninth
 set (`--held-out 9`, frozen 21:50 UTC before it was measured) validates that; a tenth set
 (`--held-out 10`, the default, frozen 2026-12-04 00:45 UTC) repeats that validation on new shapes,
-with no rule changed. The Fits table gives the thread CPU seconds of measuring the fit grid (what `hydraplan profile` spends).
+with no rule changed. The Fits table gives the thread CPU seconds of measuring the fit grid (what
+`hydraplan profile` spends).
 """
 
 from __future__ import annotations

@@ -88,3 +88,5 @@ def test_bad_repeats_and_a_foreign_profile_are_refused(tmp_path, capsys):
     save_profile(analytic, path)
     with pytest.raises(SystemExit, match="analytic.json"):
         closed_loop.start_profile(closed_loop.parse_args(["--profile", str(path)]))
+    with pytest.raises(SystemExit, match="missing.json"):
+        closed_loop.start_profile(closed_loop.parse_args(["--profile", str(tmp_path / "missing.json")]))
