@@ -602,10 +602,16 @@ def start_profile(args: argparse.Namespace):
 
 
 def profile_text(args: argparse.Namespace) -> str:
-    """The right start's profile as the setup paragraph names it: its file and the host it was measured on."""
+    """The right start's profile as the setup paragraph names it: its file and the host it was measured
+    on, and this machine where that differs (a profile of another host is not a right start here:
+    results/closed_loop-host.md measured how far off)."""
+    from hydraplan.runtime.profiler import device_description
+
     profile = start_profile(args)
     name = "bundled tiny-cpu profile" if args.profile is None else f"tiny profile `{args.profile.name}`"
-    return f"{name} (measured {profile.provenance.date[:16]} on {profile.provenance.hardware})"
+    here = device_description("cpu")
+    elsewhere = "" if here == profile.provenance.hardware else f"; this machine: {here}, so not its right start"
+    return f"{name} (measured {profile.provenance.date[:16]} on {profile.provenance.hardware}{elsewhere})"
 
 
 def order_text(args: argparse.Namespace) -> str:

@@ -90,3 +90,18 @@ def test_bad_repeats_and_a_foreign_profile_are_refused(tmp_path, capsys):
         closed_loop.start_profile(closed_loop.parse_args(["--profile", str(path)]))
     with pytest.raises(SystemExit, match="missing.json"):
         closed_loop.start_profile(closed_loop.parse_args(["--profile", str(tmp_path / "missing.json")]))
+
+
+def test_a_profile_of_another_host_is_named_as_such(tmp_path):
+    from hydraplan.cost_models.profile_io import bundled_profile, save_profile
+    from hydraplan.runtime.profiler import device_description
+
+    here = device_description("cpu")
+    profile = bundled_profile()
+    for hardware, elsewhere in ((here, False), ("Some Other CPU, 64 cores", True)):
+        provenance = profile.provenance.model_copy(update={"hardware": hardware})
+        path = tmp_path / "measured.json"
+        save_profile(profile.model_copy(update={"provenance": provenance}), path)
+        text = closed_loop.profile_text(closed_loop.parse_args(["--profile", str(path)]))
+        assert f"on {hardware}" in text
+        assert ("not its right start" in text) is elsewhere
