@@ -536,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     svg_path.parent.mkdir(parents=True, exist_ok=True)
     svg_path.write_text(plot_svg(wrong, right, slow))
     setup = (
-        f"{runs_text(args)}, {profile_text(args)} on a pretend device of "
+        f"{runs_text(args)}, {profile_text(args, right_profile)} on a pretend device of "
         f"{args.memory_bytes / 1e6:.0f} MB per rank, local planner (plan budget {args.plan_time_limit_s} s) with the "
         f"in-process refit; wrong start: a x{WRONG_A:g}, b x{WRONG_B:g}; slowdown: rank 1 x{args.slow_factor:g} from "
         f"step {first_slow_step}. Times: thread CPU per op (`runtime.step_timing`, clock `cpu`): on these 2 shared "
@@ -557,7 +557,7 @@ def slowdown_only(args: argparse.Namespace, profile, first_slow_step: int) -> in
     """The slowdown scenario alone, into its own section (the full run's numbers stay beside it)."""
     slow = online_run("slow", profile, args, ((1, first_slow_step, args.slow_factor),))
     setup = (
-        f"{runs_text(args)}, {profile_text(args)} on a pretend device of "
+        f"{runs_text(args)}, {profile_text(args, profile)} on a pretend device of "
         f"{args.memory_bytes / 1e6:.0f} MB per rank, local planner (plan budget {args.plan_time_limit_s} s) with the "
         f"in-process refit and per-rank slowdown factors (`cost_models.rank_speed`); slowdown: rank 1 "
         f"x{args.slow_factor:g} from step {first_slow_step}. Times: thread CPU per op (`runtime.step_timing`, clock "
@@ -601,13 +601,13 @@ def start_profile(args: argparse.Namespace):
     return profile
 
 
-def profile_text(args: argparse.Namespace) -> str:
-    """The right start's profile as the setup paragraph names it: its file and the host it was measured
-    on, and this machine where that differs (a profile of another host is not a right start here:
-    results/closed_loop-host.md measured how far off)."""
+def profile_text(args: argparse.Namespace, profile) -> str:
+    """The right start's `profile` (from `start_profile`) as the setup paragraph names it: its file
+    and the host its provenance says it was measured on, and this machine where that differs (a
+    profile of another host is not a right start here: results/closed_loop-host.md measured how far
+    off)."""
     from hydraplan.runtime.profiler import device_description
 
-    profile = start_profile(args)
     name = "bundled tiny-cpu profile" if args.profile is None else f"tiny profile `{args.profile.name}`"
     here = device_description("cpu")
     elsewhere = "" if here == profile.provenance.hardware else f"; this machine: {here}, so not its right start"
@@ -700,7 +700,7 @@ def memory_only(args: argparse.Namespace, profile) -> int:
     item 3)."""
     run = online_run("memory", wrong_memory_profile(profile), args)
     setup = (
-        f"{runs_text(args)}, {profile_text(args)} with every scheme's activation "
+        f"{runs_text(args)}, {profile_text(args, profile)} with every scheme's activation "
         f"bytes x{WRONG_MEMORY:g} on a pretend device of {args.memory_bytes / 1e6:.0f} MB per rank, local planner "
         f"(plan budget {args.plan_time_limit_s} s) with the in-process refit. Peaks: each CPU rank's step peak on "
         f"the pinned heap (static bytes plus resident growth net of its gradients, `runtime/worker.py`). "

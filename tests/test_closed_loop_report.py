@@ -102,6 +102,7 @@ def test_a_profile_of_another_host_is_named_as_such(tmp_path):
         provenance = profile.provenance.model_copy(update={"hardware": hardware})
         path = tmp_path / "measured.json"
         save_profile(profile.model_copy(update={"provenance": provenance}), path)
-        text = closed_loop.profile_text(closed_loop.parse_args(["--profile", str(path)]))
+        args = closed_loop.parse_args(["--profile", str(path)])
+        text = closed_loop.profile_text(args, closed_loop.start_profile(args))
         assert f"on {hardware}" in text
         assert ("not its right start" in text) is elsewhere
