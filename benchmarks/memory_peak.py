@@ -78,6 +78,7 @@ from hydraplan.runtime.profiler import (  # noqa: E402
 
 HELD_OUT_FROZEN = "2026-12-02"
 HELD_OUT_FILES = {which: ROOT / "benchmarks" / "data" / f"memory_peak_held_out_{which}.json" for which in range(2, 11)}
+LATEST_HELD_OUT = max(HELD_OUT_FILES)  # the default: the set frozen last, the one not yet seen when frozen
 STAGES = ((1, 0), (2, 0))  # (pp, stage) of <1,pp,1>
 LONGEST_FITTED = max(DEFAULT_TOKEN_COUNTS)
 
@@ -117,7 +118,7 @@ HELD_OUT: tuple[tuple[str, str, list[int]], ...] = (
 
 
 def held_out_set(which: int) -> tuple[str, tuple[tuple[str, str, list[int]], ...]]:
-    """(frozen when, shapes) of held-out set 1 (`HELD_OUT`), 2-10 (the frozen files)."""
+    """(frozen when, shapes) of held-out set 1 (`HELD_OUT`), 2 on (the frozen files, `HELD_OUT_FILES`)."""
     if which == 1:
         return HELD_OUT_FROZEN, HELD_OUT
     document = json.loads(HELD_OUT_FILES[which].read_text(encoding="utf-8"))
@@ -218,9 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--held-out",
         type=int,
-        choices=tuple(range(1, 11)),
-        default=10,
-        help="held-out set: 1-9 (seen) or 10 (frozen file)",
+        choices=(1, *HELD_OUT_FILES),
+        default=LATEST_HELD_OUT,
+        help=f"held-out set: 1-{LATEST_HELD_OUT - 1} (seen) or {LATEST_HELD_OUT} (frozen file)",
     )
     parser.add_argument(
         "--refit", type=Path, help="no measuring: refit and evaluate the samples of an earlier --samples file"
